@@ -1,0 +1,230 @@
+//! The real GPU, through the CUDA driver API (cudarc, loaded dynamically). Nothing here
+//! runs at build time and nothing touches the GPU until a device is first used: the
+//! context is created lazily, as PyTorch does, so that merely naming `cuda:0` is free.
+
+mod kernels;
+mod stream;
+
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{result, sys, CudaContext};
+
+use crate::device::{
+    check_size, Backend, DeviceId, DeviceProperties, DevicePtr, Event, FillPattern, MemInfo,
+    Stream,
+};
+use crate::error::{Error, Result};
+use crate::kernels::Kernel;
+
+use kernels::ModuleCache;
+use stream::{cuda_stream, CudaEvent, CudaStream};
+
+/// Loads the driver library once. cudarc panics when it cannot load `libcuda`, so the
+/// presence check comes first and turns absence into an error.
+fn driver() -> Result<()> {
+    static LOADED: OnceLock<Result<(), String>> = OnceLock::new();
+    LOADED
+        .get_or_init(|| {
+            // SAFETY: only probes for the library; loading has no other side effects.
+            if !unsafe { sys::is_culib_present() } {
+                return Err("the CUDA driver library (libcuda.so) was not found".into());
+            }
+            result::init().map_err(|e| format!("cuInit failed: {e}"))
+        })
+        .clone()
+        .map_err(Error::NoDriver)
+}
+
+/// Number of CUDA devices; an error when there is no usable driver.
+pub fn device_count() -> Result<usize> {
+    driver()?;
+    result::device::get_count()
+        .map(|n| n as usize)
+        .map_err(|e| Error::NoDriver(format!("cuDeviceGetCount failed: {e}")))
+}
+
+pub struct CudaBackend {
+    ordinal: usize,
+    state: OnceLock<Arc<State>>,
+}
+
+/// Everything that exists only once the context does.
+struct State {
+    ctx: Arc<CudaContext>,
+    default_stream: Stream,
+    modules: ModuleCache,
+    multiprocessors: u32,
+}
+
+impl CudaBackend {
+    /// Checks that the device exists; creates no context.
+    pub fn open(ordinal: usize) -> Result<Self> {
+        let available = device_count()?;
+        if ordinal >= available {
+            return Err(Error::NoSuchDevice {
+                requested: DeviceId::Cuda(ordinal),
+                available,
+            });
+        }
+        Ok(CudaBackend {
+            ordinal,
+            state: OnceLock::new(),
+        })
+    }
+
+    /// The context, created on first use and bound to the calling thread.
+    fn state(&self) -> Result<&State> {
+        let state = match self.state.get() {
+            Some(s) => s,
+            None => {
+                let ctx = CudaContext::new(self.ordinal)
+                    .map_err(|e| Error::driver("cuDevicePrimaryCtxRetain", e))?;
+                let multiprocessors = ctx
+                    .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+                    .map_err(|e| Error::driver("cuDeviceGetAttribute", e))?
+                    as u32;
+                let default_stream = Stream(Arc::new(CudaStream::legacy_default(ctx.clone())));
+                let _ = self.state.set(Arc::new(State {
+                    modules: ModuleCache::new(ctx.clone()),
+                    ctx,
+                    default_stream,
+                    multiprocessors,
+                }));
+                self.state.get().expect("just set")
+            }
+        };
+        state
+            .ctx
+            .bind_to_thread()
+            .map_err(|e| Error::driver("cuCtxSetCurrent", e))?;
+        Ok(state)
+    }
+
+    fn id_(&self) -> DeviceId {
+        DeviceId::Cuda(self.ordinal)
+    }
+}
+
+impl Backend for CudaBackend {
+    fn id(&self) -> DeviceId {
+        self.id_()
+    }
+
+    fn properties(&self) -> Result<DeviceProperties> {
+        let s = self.state()?;
+        let (major, minor) = s
+            .ctx
+            .compute_capability()
+            .map_err(|e| Error::driver("cuDeviceGetAttribute", e))?;
+        Ok(DeviceProperties {
+            name: s.ctx.name().map_err(|e| Error::driver("cuDeviceGetName", e))?,
+            total_memory: s
+                .ctx
+                .total_mem()
+                .map_err(|e| Error::driver("cuDeviceTotalMem", e))? as u64,
+            multiprocessors: s.multiprocessors,
+            compute_capability: (major as u32, minor as u32),
+        })
+    }
+
+    fn mem_info(&self) -> Result<MemInfo> {
+        self.state()?;
+        let (free, total) = result::mem_get_info().map_err(|e| Error::driver("cuMemGetInfo", e))?;
+        Ok(MemInfo {
+            free: free as u64,
+            total: total as u64,
+        })
+    }
+
+    fn raw_alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        self.state()?;
+        // SAFETY: a plain allocation; the pointer is owned by the caller.
+        match unsafe { result::malloc_sync(bytes.max(1)) } {
+            Ok(p) => Ok(p),
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                let info = self.mem_info()?;
+                check_size(self.id_(), bytes, info.total)?;
+                Err(Error::OutOfMemory {
+                    device: self.id_(),
+                    requested: bytes as u64,
+                    free: info.free,
+                    total: info.total,
+                })
+            }
+            Err(e) => Err(Error::driver("cuMemAlloc", e)),
+        }
+    }
+
+    fn raw_free(&self, ptr: DevicePtr) -> Result<()> {
+        self.state()?;
+        // SAFETY: the caller owns `ptr`, obtained from `raw_alloc` and not yet freed.
+        unsafe { result::free_sync(ptr) }.map_err(|e| Error::driver("cuMemFree", e))
+    }
+
+    fn default_stream(&self) -> Result<Stream> {
+        Ok(self.state()?.default_stream.clone())
+    }
+
+    fn new_stream(&self, priority: i32) -> Result<Stream> {
+        let s = self.state()?;
+        Ok(Stream(Arc::new(CudaStream::create(s.ctx.clone(), priority)?)))
+    }
+
+    fn new_event(&self) -> Result<Event> {
+        let s = self.state()?;
+        Ok(Event(Arc::new(CudaEvent::create(s.ctx.clone())?)))
+    }
+
+    fn copy_htod(&self, dst: DevicePtr, src: &[u8], stream: &Stream) -> Result<()> {
+        self.state()?;
+        let raw = cuda_stream(stream)?.raw();
+        // SAFETY: `src` outlives the call, which waits for the copy to finish.
+        unsafe { result::memcpy_htod_async(dst, src, raw) }
+            .map_err(|e| Error::driver("cuMemcpyHtoDAsync", e))?;
+        stream.synchronize()
+    }
+
+    fn copy_dtoh(&self, dst: &mut [u8], src: DevicePtr, stream: &Stream) -> Result<()> {
+        self.state()?;
+        let raw = cuda_stream(stream)?.raw();
+        // SAFETY: `dst` outlives the call, which waits for the copy to finish.
+        unsafe { result::memcpy_dtoh_async(dst, src, raw) }
+            .map_err(|e| Error::driver("cuMemcpyDtoHAsync", e))?;
+        stream.synchronize()
+    }
+
+    fn copy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize, stream: &Stream) -> Result<()> {
+        self.state()?;
+        let raw = cuda_stream(stream)?.raw();
+        // SAFETY: both ranges are device memory the caller keeps alive until the copy is done.
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, raw) }
+            .map_err(|e| Error::driver("cuMemcpyDtoDAsync", e))
+    }
+
+    fn fill(&self, dst: DevicePtr, pattern: FillPattern, count: usize, stream: &Stream) -> Result<()> {
+        self.state()?;
+        let raw = cuda_stream(stream)?.raw();
+        // SAFETY: `dst` is device memory of at least `count * width` bytes.
+        let r = unsafe {
+            match pattern {
+                FillPattern::U8(v) => sys::cuMemsetD8Async(dst, v, count, raw),
+                FillPattern::U16(v) => sys::cuMemsetD16Async(dst, v, count, raw),
+                FillPattern::U32(v) => sys::cuMemsetD32Async(dst, v, count, raw),
+            }
+        };
+        r.result().map_err(|e| Error::driver("cuMemsetAsync", e))
+    }
+
+    fn launch(&self, kernel: &Kernel, stream: &Stream) -> Result<()> {
+        let s = self.state()?;
+        let raw = cuda_stream(stream)?.raw();
+        s.modules.launch(kernel, raw, s.multiprocessors)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.state()?
+            .ctx
+            .synchronize()
+            .map_err(|e| Error::driver("cuCtxSynchronize", e))
+    }
+}

@@ -1,0 +1,158 @@
+//! The contract every backend fulfils. The GPU (`cuda`), the simulated GPU (`sim`) and
+//! host memory (`cpu`) implement it, so everything above it (allocator, tensors, labs)
+//! is written once.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use super::DeviceId;
+use crate::error::Result;
+use crate::kernels::Kernel;
+
+/// A device address. On `cuda` it is a real `CUdeviceptr`; on `sim` and `cpu` it is an
+/// address in the backend's own simulated address space.
+pub type DevicePtr = u64;
+
+/// What a device says about itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceProperties {
+    pub name: String,
+    pub total_memory: u64,
+    pub multiprocessors: u32,
+    /// (major, minor); the simulator reports (0, 0).
+    pub compute_capability: (u32, u32),
+}
+
+/// Free and total memory, as `cudaMemGetInfo` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemInfo {
+    pub free: u64,
+    pub total: u64,
+}
+
+/// A bit pattern to fill memory with (`cuMemsetD8/D16/D32`): fills work for every dtype
+/// by writing the element's bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FillPattern {
+    U8(u8),
+    U16(u16),
+    U32(u32),
+}
+
+impl FillPattern {
+    pub fn width(self) -> usize {
+        match self {
+            FillPattern::U8(_) => 1,
+            FillPattern::U16(_) => 2,
+            FillPattern::U32(_) => 4,
+        }
+    }
+}
+
+pub trait Backend: Send + Sync + 'static {
+    fn id(&self) -> DeviceId;
+    /// Name, memory, multiprocessors, compute capability. On `cuda` this is the first
+    /// call that initialises the context.
+    fn properties(&self) -> Result<DeviceProperties>;
+    fn mem_info(&self) -> Result<MemInfo>;
+
+    /// A raw device allocation (`cuMemAlloc`): slow, synchronising, and exactly what a
+    /// caching allocator exists to avoid.
+    fn raw_alloc(&self, bytes: usize) -> Result<DevicePtr>;
+    /// Releases a raw allocation (`cuMemFree`); it synchronises the device first.
+    fn raw_free(&self, ptr: DevicePtr) -> Result<()>;
+
+    /// The stream work goes to when none is named.
+    fn default_stream(&self) -> Result<Stream>;
+    /// A new stream; lower `priority` numbers run first, as in CUDA.
+    fn new_stream(&self, priority: i32) -> Result<Stream>;
+    fn new_event(&self) -> Result<Event>;
+
+    /// Copies host memory to the device, ordered after the stream's earlier work; returns
+    /// when the copy is done (pageable memory: the host buffer may be reused at once).
+    fn copy_htod(&self, dst: DevicePtr, src: &[u8], stream: &Stream) -> Result<()>;
+    /// Copies device memory to the host after the stream's earlier work; returns when done.
+    fn copy_dtoh(&self, dst: &mut [u8], src: DevicePtr, stream: &Stream) -> Result<()>;
+    /// Enqueues a device-to-device copy; asynchronous.
+    fn copy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize, stream: &Stream)
+        -> Result<()>;
+    /// Enqueues a fill of `count` elements of the pattern's width; asynchronous.
+    fn fill(&self, dst: DevicePtr, pattern: FillPattern, count: usize, stream: &Stream)
+        -> Result<()>;
+    /// Enqueues a kernel; asynchronous.
+    fn launch(&self, kernel: &Kernel, stream: &Stream) -> Result<()>;
+    /// Waits for all work on all streams (`cudaDeviceSynchronize`).
+    fn synchronize(&self) -> Result<()>;
+}
+
+/// One backend's stream. Work on one stream runs in order; work on two may overlap.
+pub trait StreamImpl: Send + Sync + Any {
+    /// A number unique among the device's live streams (0 for the default stream).
+    fn handle(&self) -> u64;
+    fn synchronize(&self) -> Result<()>;
+    /// True when all work enqueued so far has finished.
+    fn query(&self) -> Result<bool>;
+    fn record(&self, event: &Event) -> Result<()>;
+    /// Later work on this stream waits until the event's recorded work has finished.
+    fn wait(&self, event: &Event) -> Result<()>;
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// One backend's event: a marker in a stream that the host or other streams can wait on.
+pub trait EventImpl: Send + Sync + Any {
+    fn synchronize(&self) -> Result<()>;
+    fn query(&self) -> Result<bool>;
+    /// Milliseconds between this event and a later one, both completed.
+    fn elapsed_ms(&self, end: &Event) -> Result<f32>;
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A stream handle; cheap to clone.
+#[derive(Clone)]
+pub struct Stream(pub(crate) Arc<dyn StreamImpl>);
+
+impl Stream {
+    pub fn handle(&self) -> u64 {
+        self.0.handle()
+    }
+    pub fn synchronize(&self) -> Result<()> {
+        self.0.synchronize()
+    }
+    pub fn query(&self) -> Result<bool> {
+        self.0.query()
+    }
+    pub fn record(&self, event: &Event) -> Result<()> {
+        self.0.record(event)
+    }
+    pub fn wait(&self, event: &Event) -> Result<()> {
+        self.0.wait(event)
+    }
+    pub(crate) fn downcast<T: 'static>(&self) -> Option<&T> {
+        self.0.as_any().downcast_ref()
+    }
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Stream({:#x})", self.handle())
+    }
+}
+
+/// An event handle; cheap to clone.
+#[derive(Clone)]
+pub struct Event(pub(crate) Arc<dyn EventImpl>);
+
+impl Event {
+    pub fn synchronize(&self) -> Result<()> {
+        self.0.synchronize()
+    }
+    pub fn query(&self) -> Result<bool> {
+        self.0.query()
+    }
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        self.0.elapsed_ms(end)
+    }
+    pub(crate) fn downcast<T: 'static>(&self) -> Option<&T> {
+        self.0.as_any().downcast_ref()
+    }
+}

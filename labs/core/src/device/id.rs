@@ -1,0 +1,82 @@
+//! Names of devices as users write them: `cpu`, `cuda`, `cuda:1`, `sim`, `sim:0`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::Error;
+
+/// Which device a tensor or buffer lives on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DeviceId {
+    /// Host memory.
+    Cpu,
+    /// A real NVIDIA GPU, by ordinal.
+    Cuda(usize),
+    /// A simulated GPU in host memory, by ordinal.
+    Sim(usize),
+}
+
+impl DeviceId {
+    pub fn is_accelerator(self) -> bool {
+        !matches!(self, DeviceId::Cpu)
+    }
+}
+
+impl fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceId::Cpu => write!(f, "cpu"),
+            DeviceId::Cuda(n) => write!(f, "cuda:{n}"),
+            DeviceId::Sim(n) => write!(f, "sim:{n}"),
+        }
+    }
+}
+
+impl FromStr for DeviceId {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let (kind, index) = match s.split_once(':') {
+            Some((k, i)) => {
+                let n = i.parse::<usize>().map_err(|_| {
+                    Error::InvalidArgument(format!(
+                        "invalid device `{s}`: `{i}` is not a device index"
+                    ))
+                })?;
+                (k, n)
+            }
+            None => (s, 0),
+        };
+        match kind.to_ascii_lowercase().as_str() {
+            "cpu" if !s.contains(':') => Ok(DeviceId::Cpu),
+            "cuda" | "gpu" => Ok(DeviceId::Cuda(index)),
+            "sim" => Ok(DeviceId::Sim(index)),
+            _ => Err(Error::InvalidArgument(format!(
+                "invalid device `{s}`: expected cpu, cuda, cuda:N, sim or sim:N"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_prints() {
+        for text in ["cpu", "cuda:0", "cuda:3", "sim:0", "sim:2"] {
+            assert_eq!(text.parse::<DeviceId>().unwrap().to_string(), text);
+        }
+        assert_eq!("cuda".parse::<DeviceId>().unwrap(), DeviceId::Cuda(0));
+        assert_eq!("sim".parse::<DeviceId>().unwrap(), DeviceId::Sim(0));
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        for text in ["tpu", "cuda:x", "cpu:1", "", "cuda:-1"] {
+            let err = text.parse::<DeviceId>().unwrap_err().to_string();
+            assert!(err.contains("invalid device"), "{text}: {err}");
+        }
+    }
+}

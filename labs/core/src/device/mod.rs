@@ -1,0 +1,205 @@
+//! Devices: one handle type over three backends (`cuda`, `sim`, `cpu`), a registry so
+//! that each device exists once per process, and the selection rule every lab uses.
+
+mod backend;
+mod id;
+mod select;
+
+pub use backend::{
+    Backend, DeviceProperties, DevicePtr, Event, EventImpl, FillPattern, MemInfo, Stream,
+    StreamImpl,
+};
+pub use id::DeviceId;
+pub use select::{select_device, Selection, DEFAULT_SIM_CAPACITY, ENV_DEVICE, ENV_SIM_CAPACITY};
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::error::{Error, Result};
+use crate::kernels::Kernel;
+
+/// A device. Cloning is cheap; all clones share one backend (one context, one set of
+/// compiled kernels, later one allocator).
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<DeviceInner>,
+}
+
+struct DeviceInner {
+    id: DeviceId,
+    backend: Arc<dyn Backend>,
+}
+
+fn registry() -> &'static Mutex<HashMap<DeviceId, Device>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<DeviceId, Device>>> = OnceLock::new();
+    REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+impl Device {
+    /// The process-wide device with this id, created on first use. Creating a `cuda`
+    /// device checks that it exists but does not create its context: that happens at
+    /// its first real use, as in PyTorch.
+    pub fn get(id: DeviceId) -> Result<Device> {
+        let mut map = registry().lock().unwrap();
+        if let Some(d) = map.get(&id) {
+            return Ok(d.clone());
+        }
+        let backend: Arc<dyn Backend> = match id {
+            DeviceId::Cpu => Arc::new(crate::sim::SimBackend::host()),
+            DeviceId::Sim(_) => {
+                Arc::new(crate::sim::SimBackend::new(id, select::sim_capacity_from_env()?))
+            }
+            DeviceId::Cuda(ordinal) => Arc::new(crate::cuda::CudaBackend::open(ordinal)?),
+        };
+        let device = Device::from_backend(backend);
+        map.insert(id, device.clone());
+        Ok(device)
+    }
+
+    /// Host memory.
+    pub fn cpu() -> Device {
+        Device::get(DeviceId::Cpu).expect("the host device always exists")
+    }
+
+    /// A new simulated GPU of the given capacity, registered under the next free
+    /// `sim:N`. Used where a lab needs a device the size of another machine's GPU.
+    pub fn new_sim(capacity: u64) -> Device {
+        let mut map = registry().lock().unwrap();
+        let index = (0..)
+            .find(|i| !map.contains_key(&DeviceId::Sim(*i)))
+            .expect("a free index");
+        let id = DeviceId::Sim(index);
+        let device = Device::from_backend(Arc::new(crate::sim::SimBackend::new(id, capacity)));
+        map.insert(id, device.clone());
+        device
+    }
+
+    fn from_backend(backend: Arc<dyn Backend>) -> Device {
+        Device {
+            inner: Arc::new(DeviceInner {
+                id: backend.id(),
+                backend,
+            }),
+        }
+    }
+
+    pub fn id(&self) -> DeviceId {
+        self.inner.id
+    }
+
+    pub fn backend(&self) -> &dyn Backend {
+        &*self.inner.backend
+    }
+
+    pub fn is_cuda(&self) -> bool {
+        matches!(self.id(), DeviceId::Cuda(_))
+    }
+
+    pub fn properties(&self) -> Result<DeviceProperties> {
+        self.backend().properties()
+    }
+
+    pub fn mem_info(&self) -> Result<MemInfo> {
+        self.backend().mem_info()
+    }
+
+    pub fn default_stream(&self) -> Result<Stream> {
+        self.backend().default_stream()
+    }
+
+    pub fn new_stream(&self) -> Result<Stream> {
+        self.backend().new_stream(0)
+    }
+
+    pub fn new_event(&self) -> Result<Event> {
+        self.backend().new_event()
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        self.backend().synchronize()
+    }
+
+    /// Enqueues a kernel on the default stream.
+    pub fn launch(&self, kernel: &Kernel) -> Result<()> {
+        self.backend().launch(kernel, &self.default_stream()?)
+    }
+
+    /// A raw device allocation, owned: freed with `cuMemFree` when dropped. This is the
+    /// slow path lab-01 measures.
+    pub fn raw_buffer(&self, bytes: usize) -> Result<RawBuffer> {
+        let ptr = self.backend().raw_alloc(bytes)?;
+        Ok(RawBuffer {
+            device: self.clone(),
+            ptr,
+            bytes,
+        })
+    }
+
+    /// Two handles to the same device?
+    pub fn same(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl PartialEq for Device {
+    fn eq(&self, other: &Self) -> bool {
+        self.id() == other.id()
+    }
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({})", self.id())
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.id())
+    }
+}
+
+/// Memory from `raw_alloc`, returned to the driver on drop.
+pub struct RawBuffer {
+    device: Device,
+    ptr: DevicePtr,
+    bytes: usize,
+}
+
+impl RawBuffer {
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+    pub fn len(&self) -> usize {
+        self.bytes
+    }
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+}
+
+impl Drop for RawBuffer {
+    fn drop(&mut self) {
+        if let Err(e) = self.device.backend().raw_free(self.ptr) {
+            // Drop cannot return an error; a failed free means the device is already in
+            // a broken state, which the next checked call reports.
+            eprintln!("warning: freeing {:#x} on {}: {e}", self.ptr, self.device);
+        }
+    }
+}
+
+/// Rejects sizes no device could ever hold before they reach a driver.
+pub(crate) fn check_size(device: DeviceId, bytes: usize, total: u64) -> Result<()> {
+    if bytes as u64 > total {
+        return Err(Error::OutOfMemory {
+            device,
+            requested: bytes as u64,
+            free: 0,
+            total,
+        });
+    }
+    Ok(())
+}

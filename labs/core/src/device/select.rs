@@ -1,0 +1,65 @@
+//! Which device a lab runs on: `--device`, else `LABS_DEVICE`, else the first GPU if
+//! there is one, else the simulator (with a one-line notice saying so).
+
+use super::{Device, DeviceId};
+use crate::error::{Error, Result};
+use crate::format::{bytes, parse_bytes};
+
+/// Environment variable naming the device (`cuda`, `cuda:1`, `sim`, `cpu`).
+pub const ENV_DEVICE: &str = "LABS_DEVICE";
+/// Environment variable setting the simulated GPU's capacity (`16GiB`, `80GiB`, ...).
+pub const ENV_SIM_CAPACITY: &str = "LABS_SIM_CAPACITY";
+/// The simulated GPU's capacity unless `LABS_SIM_CAPACITY` says otherwise.
+pub const DEFAULT_SIM_CAPACITY: u64 = 16 << 30;
+
+pub(crate) fn sim_capacity_from_env() -> Result<u64> {
+    match std::env::var(ENV_SIM_CAPACITY) {
+        Ok(v) => parse_bytes(&v)
+            .map_err(|e| Error::InvalidArgument(format!("{ENV_SIM_CAPACITY}: {e}"))),
+        Err(_) => Ok(DEFAULT_SIM_CAPACITY),
+    }
+}
+
+/// The device chosen, and a notice for the user when the choice was a fallback.
+#[derive(Debug)]
+pub struct Selection {
+    pub device: Device,
+    pub notice: Option<String>,
+}
+
+/// Chooses the device. `flag` is the value of a `--device` option, if given.
+pub fn select_device(flag: Option<&str>) -> Result<Selection> {
+    let explicit = match flag {
+        Some(f) => Some(f.to_string()),
+        None => std::env::var(ENV_DEVICE).ok().filter(|v| !v.trim().is_empty()),
+    };
+    if let Some(text) = explicit {
+        let id: DeviceId = text.parse()?;
+        return Ok(Selection {
+            device: Device::get(id)?,
+            notice: None,
+        });
+    }
+    match crate::cuda::device_count() {
+        Ok(n) if n > 0 => Ok(Selection {
+            device: Device::get(DeviceId::Cuda(0))?,
+            notice: None,
+        }),
+        other => {
+            let why = match other {
+                Ok(_) => "the NVIDIA driver reports no GPU".to_string(),
+                Err(e) => e.to_string(),
+            };
+            let device = Device::get(DeviceId::Sim(0))?;
+            let capacity = device.mem_info()?.total;
+            Ok(Selection {
+                notice: Some(format!(
+                    "note: no NVIDIA GPU ({why}); running on the simulated GPU sim:0 ({}). \
+                     Pass --device cuda to insist on a GPU.",
+                    bytes(capacity)
+                )),
+                device,
+            })
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! One error type for every device operation, so that the GPU and the simulator fail
+//! the same way and callers can match on what went wrong.
+
+use crate::device::DeviceId;
+use crate::format::bytes;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    /// The device could not satisfy an allocation. The message mirrors PyTorch's
+    /// `torch.cuda.OutOfMemoryError` so that readers recognise it.
+    #[error(
+        "out of memory on {device}: tried to allocate {} ({} total capacity, {} free)",
+        bytes(*requested), bytes(*total), bytes(*free)
+    )]
+    OutOfMemory {
+        device: DeviceId,
+        requested: u64,
+        free: u64,
+        total: u64,
+    },
+
+    /// The CUDA driver library could not be loaded or initialised.
+    #[error("no usable NVIDIA driver: {0}")]
+    NoDriver(String),
+
+    /// A device index beyond the number of devices present.
+    #[error("{requested} does not exist: {available} CUDA device(s) found")]
+    NoSuchDevice { requested: DeviceId, available: usize },
+
+    /// A driver call failed.
+    #[error("{call} failed: {message}")]
+    Driver { call: &'static str, message: String },
+
+    /// NVRTC rejected a kernel source.
+    #[error("compiling kernel module `{module}` failed:\n{log}")]
+    Compile { module: &'static str, log: String },
+
+    /// Two tensors of one operation live on different devices; worded like PyTorch.
+    #[error("expected all tensors to be on the same device, but found {a} and {b}")]
+    DeviceMismatch { a: DeviceId, b: DeviceId },
+
+    /// An operation got a tensor of a dtype it does not support.
+    #[error("{op} does not support dtype {found} (supported: {supported})")]
+    DType {
+        op: &'static str,
+        found: crate::tensor::DType,
+        supported: &'static str,
+    },
+
+    /// Shapes that do not fit together.
+    #[error("{op}: shape mismatch, {a:?} vs {b:?}")]
+    Shape {
+        op: &'static str,
+        a: Vec<usize>,
+        b: Vec<usize>,
+    },
+
+    /// A malformed device string, size or option.
+    #[error("{0}")]
+    InvalidArgument(String),
+
+    /// The simulator caught something the GPU would report as an illegal address.
+    #[error("illegal memory access on {device}: {detail}")]
+    IllegalAddress { device: DeviceId, detail: String },
+}
+
+impl Error {
+    pub(crate) fn driver(call: &'static str, e: impl std::fmt::Display) -> Self {
+        Error::Driver {
+            call,
+            message: e.to_string(),
+        }
+    }
+
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, Error::OutOfMemory { .. })
+    }
+}

@@ -1,0 +1,17 @@
+//! The shared runtime of the labs: a device layer with a real GPU backend (`cuda`) and
+//! a simulated one (`sim`), the kernels both run, and tensors on top of them. Every
+//! chapter of the book adds to it.
+
+pub mod cuda;
+pub mod device;
+pub mod error;
+pub mod format;
+pub mod kernels;
+pub mod sim;
+pub mod tensor;
+pub mod testing;
+pub mod timing;
+
+pub use device::{select_device, Device, DeviceId, Event, Selection, Stream};
+pub use error::{Error, Result};
+pub use tensor::{DType, Element, Tensor};

@@ -1,0 +1,206 @@
+//! The simulated GPU's memory: an address space of allocations, each backed by host
+//! memory only when first touched, so that a trace replay of tens of gigabytes costs
+//! nothing while a kernel on real data works on real bytes.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use crate::device::{DeviceId, DevicePtr};
+use crate::error::{Error, Result};
+
+/// Where simulated addresses start: far from zero, so that a null or small integer used
+/// as a pointer is caught as an illegal address.
+const BASE_ADDRESS: u64 = 0x7f00_0000_0000;
+/// Allocations are aligned like `cuMemAlloc`'s, with a guard gap between them so that
+/// an access running off one allocation is an error rather than a write into the next.
+const ALIGNMENT: u64 = 512;
+const GUARD: u64 = 512;
+
+pub(crate) struct SimMemory {
+    device: DeviceId,
+    capacity: u64,
+    state: RwLock<State>,
+}
+
+struct State {
+    allocations: BTreeMap<u64, Arc<Allocation>>,
+    used: u64,
+    next_address: u64,
+}
+
+struct Allocation {
+    base: u64,
+    size: usize,
+    /// `None` until first touched.
+    data: Mutex<Option<Box<[u8]>>>,
+}
+
+impl SimMemory {
+    pub fn new(device: DeviceId, capacity: u64) -> Self {
+        SimMemory {
+            device,
+            capacity,
+            state: RwLock::new(State {
+                allocations: BTreeMap::new(),
+                used: 0,
+                next_address: BASE_ADDRESS,
+            }),
+        }
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    pub fn used(&self) -> u64 {
+        self.state.read().unwrap().used
+    }
+
+    pub fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        let mut s = self.state.write().unwrap();
+        let free = self.capacity - s.used;
+        if bytes as u64 > free {
+            return Err(Error::OutOfMemory {
+                device: self.device,
+                requested: bytes as u64,
+                free,
+                total: self.capacity,
+            });
+        }
+        let base = s.next_address;
+        let span = (bytes as u64).max(1).div_ceil(ALIGNMENT) * ALIGNMENT + GUARD;
+        s.next_address += span;
+        s.used += bytes as u64;
+        s.allocations.insert(
+            base,
+            Arc::new(Allocation {
+                base,
+                size: bytes,
+                data: Mutex::new(None),
+            }),
+        );
+        Ok(base)
+    }
+
+    pub fn free(&self, ptr: DevicePtr) -> Result<()> {
+        let mut s = self.state.write().unwrap();
+        match s.allocations.remove(&ptr) {
+            Some(a) => {
+                s.used -= a.size as u64;
+                Ok(())
+            }
+            None => Err(Error::InvalidArgument(format!(
+                "free of {ptr:#x} on {}: not the start of a live allocation",
+                self.device
+            ))),
+        }
+    }
+
+    fn find(&self, addr: u64, len: usize) -> Result<Arc<Allocation>> {
+        let s = self.state.read().unwrap();
+        let hit = s.allocations.range(..=addr).next_back().map(|(_, a)| a);
+        match hit {
+            Some(a) if addr + len as u64 <= a.base + a.size as u64 => Ok(a.clone()),
+            _ => Err(Error::IllegalAddress {
+                device: self.device,
+                detail: format!("{len} bytes at {addr:#x} are not inside one live allocation"),
+            }),
+        }
+    }
+
+    /// Runs `f` with host pointers to each `(address, length)` range. Every allocation
+    /// involved stays locked for the call (locks are taken in address order, so two
+    /// kernels never deadlock). Ranges may alias: callers use raw pointers, as a kernel
+    /// would.
+    pub fn access<R>(&self, ranges: &[(u64, usize)], f: impl FnOnce(&[*mut u8]) -> R) -> Result<R> {
+        let mut allocs: Vec<Arc<Allocation>> = Vec::with_capacity(ranges.len());
+        for &(addr, len) in ranges {
+            let a = self.find(addr, len)?;
+            if !allocs.iter().any(|b| b.base == a.base) {
+                allocs.push(a);
+            }
+        }
+        allocs.sort_by_key(|a| a.base);
+        let mut guards: Vec<MutexGuard<'_, Option<Box<[u8]>>>> =
+            allocs.iter().map(|a| a.data.lock().unwrap()).collect();
+        let mut bases = Vec::with_capacity(allocs.len());
+        for (a, g) in allocs.iter().zip(guards.iter_mut()) {
+            let data = g.get_or_insert_with(|| vec![0u8; a.size].into_boxed_slice());
+            bases.push((a.base, data.as_mut_ptr()));
+        }
+        let pointers: Vec<*mut u8> = ranges
+            .iter()
+            .map(|&(addr, _)| {
+                let &(base, host) = bases
+                    .iter()
+                    .rev()
+                    .find(|(b, _)| *b <= addr)
+                    .expect("resolved above");
+                // SAFETY: `find` checked that the range lies inside this allocation.
+                unsafe { host.add((addr - base) as usize) }
+            })
+            .collect();
+        let result = f(&pointers);
+        drop(guards);
+        Ok(result)
+    }
+
+    pub fn write(&self, dst: u64, src: &[u8]) -> Result<()> {
+        self.access(&[(dst, src.len())], |p| unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), p[0], src.len())
+        })
+    }
+
+    pub fn read(&self, dst: &mut [u8], src: u64) -> Result<()> {
+        self.access(&[(src, dst.len())], |p| unsafe {
+            std::ptr::copy_nonoverlapping(p[0], dst.as_mut_ptr(), dst.len())
+        })
+    }
+
+    /// Host bytes materialised so far (tests check the laziness with it).
+    pub fn backed_bytes(&self) -> u64 {
+        let s = self.state.read().unwrap();
+        s.allocations
+            .values()
+            .filter(|a| a.data.lock().unwrap().is_some())
+            .map(|a| a.size as u64)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_is_enforced() {
+        let m = SimMemory::new(DeviceId::Sim(0), 1 << 20);
+        let a = m.alloc(768 << 10).unwrap();
+        let err = m.alloc(512 << 10).unwrap_err();
+        assert!(err.is_out_of_memory(), "{err}");
+        m.free(a).unwrap();
+        m.alloc(1 << 20).unwrap();
+    }
+
+    #[test]
+    fn memory_is_backed_lazily() {
+        let m = SimMemory::new(DeviceId::Sim(0), 64 << 30);
+        let big = m.alloc(32 << 30).unwrap();
+        let small = m.alloc(4096).unwrap();
+        assert_eq!(m.backed_bytes(), 0);
+        m.write(small, &[1, 2, 3]).unwrap();
+        assert_eq!(m.backed_bytes(), 4096);
+        m.free(big).unwrap();
+    }
+
+    #[test]
+    fn out_of_bounds_is_an_illegal_address() {
+        let m = SimMemory::new(DeviceId::Sim(0), 1 << 20);
+        let a = m.alloc(100).unwrap();
+        assert!(matches!(
+            m.write(a + 90, &[0; 20]),
+            Err(Error::IllegalAddress { .. })
+        ));
+        assert!(m.free(a + 8).is_err());
+    }
+}

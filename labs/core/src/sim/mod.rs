@@ -1,0 +1,190 @@
+//! The simulated GPU: the same device API as `cuda`, in host memory. It has a fixed
+//! capacity and refuses allocations beyond it with the GPU's error, runs each stream on
+//! its own thread, has events, and runs the CPU twin of every kernel. The host device
+//! (`cpu`) is the same machinery with the capacity of the machine and inline execution.
+
+mod memory;
+mod stream;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::device::{
+    Backend, DeviceId, DeviceProperties, DevicePtr, Event, FillPattern, MemInfo, Stream,
+};
+use crate::error::Result;
+use crate::kernels::{cpu, Kernel};
+
+use memory::SimMemory;
+use stream::{sim_stream, SimEvent, SimStream};
+
+pub struct SimBackend {
+    id: DeviceId,
+    memory: Arc<SimMemory>,
+    inline: bool,
+    default_stream: Arc<SimStream>,
+    streams: Mutex<Vec<Weak<SimStream>>>,
+    next_handle: AtomicU64,
+}
+
+impl SimBackend {
+    /// A simulated GPU with `capacity` bytes of memory.
+    pub fn new(id: DeviceId, capacity: u64) -> Self {
+        let default_stream = SimStream::threaded(0, format!("{id}-stream-0"));
+        SimBackend {
+            id,
+            memory: Arc::new(SimMemory::new(id, capacity)),
+            inline: false,
+            streams: Mutex::new(vec![Arc::downgrade(&default_stream)]),
+            default_stream,
+            next_handle: AtomicU64::new(1),
+        }
+    }
+
+    /// Host memory as a device: work runs inline on the calling thread.
+    pub fn host() -> Self {
+        let capacity = host_memory_bytes();
+        let default_stream = SimStream::inline(0);
+        SimBackend {
+            id: DeviceId::Cpu,
+            memory: Arc::new(SimMemory::new(DeviceId::Cpu, capacity)),
+            inline: true,
+            streams: Mutex::new(vec![Arc::downgrade(&default_stream)]),
+            default_stream,
+            next_handle: AtomicU64::new(1),
+        }
+    }
+
+    /// Bytes of host memory actually materialised behind device allocations.
+    pub fn backed_bytes(&self) -> u64 {
+        self.memory.backed_bytes()
+    }
+
+    fn enqueue(&self, stream: &Stream, job: impl FnOnce(&SimMemory) -> Result<()> + Send + 'static) -> Result<()> {
+        let memory = self.memory.clone();
+        sim_stream(stream)?.enqueue(Box::new(move || job(&memory)))
+    }
+}
+
+/// Total RAM from /proc/meminfo; a generous constant where that is unavailable.
+fn host_memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(64 << 30)
+}
+
+impl Backend for SimBackend {
+    fn id(&self) -> DeviceId {
+        self.id
+    }
+
+    fn properties(&self) -> Result<DeviceProperties> {
+        let name = if self.inline {
+            "host memory".to_string()
+        } else {
+            "Simulated GPU (host memory)".to_string()
+        };
+        Ok(DeviceProperties {
+            name,
+            total_memory: self.memory.capacity(),
+            multiprocessors: std::thread::available_parallelism()
+                .map(|n| n.get() as u32)
+                .unwrap_or(1),
+            compute_capability: (0, 0),
+        })
+    }
+
+    fn mem_info(&self) -> Result<MemInfo> {
+        let total = self.memory.capacity();
+        Ok(MemInfo {
+            free: total - self.memory.used(),
+            total,
+        })
+    }
+
+    fn raw_alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        self.memory.alloc(bytes)
+    }
+
+    fn raw_free(&self, ptr: DevicePtr) -> Result<()> {
+        // cuMemFree waits for the device to go idle; so does the simulator, so that no
+        // queued kernel can touch memory after it is gone.
+        self.synchronize()?;
+        self.memory.free(ptr)
+    }
+
+    fn default_stream(&self) -> Result<Stream> {
+        Ok(Stream(self.default_stream.clone()))
+    }
+
+    fn new_stream(&self, _priority: i32) -> Result<Stream> {
+        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        let s = if self.inline {
+            SimStream::inline(handle)
+        } else {
+            SimStream::threaded(handle, format!("{}-stream-{handle}", self.id))
+        };
+        let mut streams = self.streams.lock().unwrap();
+        streams.retain(|w| w.strong_count() > 0);
+        streams.push(Arc::downgrade(&s));
+        Ok(Stream(s))
+    }
+
+    fn new_event(&self) -> Result<Event> {
+        Ok(SimEvent::new_event())
+    }
+
+    fn copy_htod(&self, dst: DevicePtr, src: &[u8], stream: &Stream) -> Result<()> {
+        stream.synchronize()?;
+        self.memory.write(dst, src)
+    }
+
+    fn copy_dtoh(&self, dst: &mut [u8], src: DevicePtr, stream: &Stream) -> Result<()> {
+        stream.synchronize()?;
+        self.memory.read(dst, src)
+    }
+
+    fn copy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize, stream: &Stream) -> Result<()> {
+        self.enqueue(stream, move |m| {
+            m.access(&[(src, bytes), (dst, bytes)], |p| unsafe {
+                std::ptr::copy(p[0], p[1], bytes)
+            })
+        })
+    }
+
+    fn fill(&self, dst: DevicePtr, pattern: FillPattern, count: usize, stream: &Stream) -> Result<()> {
+        self.enqueue(stream, move |m| {
+            m.access(&[(dst, count * pattern.width())], |p| unsafe {
+                cpu::fill(p[0], pattern, count)
+            })
+        })
+    }
+
+    fn launch(&self, kernel: &Kernel, stream: &Stream) -> Result<()> {
+        let kernel = kernel.clone();
+        self.enqueue(stream, move |m| cpu::run(&kernel, m))
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        let streams: Vec<Arc<SimStream>> = self
+            .streams
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for s in streams {
+            crate::device::StreamImpl::synchronize(&*s)?;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) use memory::SimMemory as Memory;

@@ -1,0 +1,219 @@
+//! Streams and events of the simulated GPU. Each stream is a worker thread that runs
+//! its queue in order, so work really is asynchronous: a host that reads results
+//! without synchronising sees stale data, just as on a GPU.
+
+use std::any::Any;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use crate::device::{Event, EventImpl, Stream, StreamImpl};
+use crate::error::{Error, Result};
+
+pub(crate) type Job = Box<dyn FnOnce() -> Result<()> + Send>;
+
+#[derive(Default)]
+struct Progress {
+    submitted: u64,
+    completed: u64,
+    /// The first failure since the last synchronize, reported there (a GPU reports a
+    /// faulting kernel at the next synchronising call, not at launch).
+    error: Option<Error>,
+}
+
+pub(crate) struct SimStream {
+    handle: u64,
+    /// `None` for the host device, whose "stream" runs work inline.
+    queue: Option<Mutex<Sender<Job>>>,
+    progress: Arc<(Mutex<Progress>, Condvar)>,
+}
+
+impl SimStream {
+    pub fn threaded(handle: u64, name: String) -> Arc<Self> {
+        let (tx, rx) = channel::<Job>();
+        let progress: Arc<(Mutex<Progress>, Condvar)> = Arc::default();
+        let worker_progress = progress.clone();
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                // Ends when the stream, and so the sender, is dropped.
+                for job in rx {
+                    let outcome = job();
+                    let (lock, cv) = &*worker_progress;
+                    let mut p = lock.lock().unwrap();
+                    p.completed += 1;
+                    if let Err(e) = outcome {
+                        p.error.get_or_insert(e);
+                    }
+                    cv.notify_all();
+                }
+            })
+            .expect("spawning a stream worker thread");
+        Arc::new(SimStream {
+            handle,
+            queue: Some(Mutex::new(tx)),
+            progress,
+        })
+    }
+
+    pub fn inline(handle: u64) -> Arc<Self> {
+        Arc::new(SimStream {
+            handle,
+            queue: None,
+            progress: Arc::default(),
+        })
+    }
+
+    /// Appends work; returns at once on a threaded stream.
+    pub fn enqueue(&self, job: Job) -> Result<()> {
+        match &self.queue {
+            None => job(),
+            Some(q) => {
+                self.progress.0.lock().unwrap().submitted += 1;
+                q.lock()
+                    .unwrap()
+                    .send(job)
+                    .map_err(|_| Error::driver("stream enqueue", "stream worker has stopped"))
+            }
+        }
+    }
+
+    fn wait_for(&self, target: u64) -> Result<()> {
+        let (lock, cv) = &*self.progress;
+        let mut p = lock.lock().unwrap();
+        while p.completed < target {
+            p = cv.wait(p).unwrap();
+        }
+        match p.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl StreamImpl for SimStream {
+    fn handle(&self) -> u64 {
+        self.handle
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        let target = self.progress.0.lock().unwrap().submitted;
+        self.wait_for(target)
+    }
+
+    fn query(&self) -> Result<bool> {
+        let p = self.progress.0.lock().unwrap();
+        Ok(p.completed >= p.submitted)
+    }
+
+    fn record(&self, event: &Event) -> Result<()> {
+        let ev = sim_event(event)?;
+        let generation = ev.arm();
+        let ev = ev.clone();
+        self.enqueue(Box::new(move || {
+            ev.complete(generation);
+            Ok(())
+        }))
+    }
+
+    fn wait(&self, event: &Event) -> Result<()> {
+        let ev = sim_event(event)?.clone();
+        let target = ev.state.0.lock().unwrap().recorded;
+        self.enqueue(Box::new(move || {
+            ev.wait_generation(target);
+            Ok(())
+        }))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+fn sim_event(event: &Event) -> Result<&Arc<SimEventInner>> {
+    event
+        .downcast::<SimEvent>()
+        .map(|e| &e.0)
+        .ok_or_else(|| Error::InvalidArgument("an event of another device was used".into()))
+}
+
+pub(crate) fn sim_stream(stream: &Stream) -> Result<&SimStream> {
+    stream
+        .downcast::<SimStream>()
+        .ok_or_else(|| Error::InvalidArgument("a stream of another device was used".into()))
+}
+
+#[derive(Default)]
+struct EventState {
+    /// Incremented by every record; the event is complete when `completed` catches up.
+    recorded: u64,
+    completed: u64,
+    at: Option<Instant>,
+}
+
+pub(crate) struct SimEventInner {
+    state: (Mutex<EventState>, Condvar),
+}
+
+impl SimEventInner {
+    fn arm(&self) -> u64 {
+        let mut s = self.state.0.lock().unwrap();
+        s.recorded += 1;
+        s.recorded
+    }
+
+    fn complete(&self, generation: u64) {
+        let mut s = self.state.0.lock().unwrap();
+        if generation > s.completed {
+            s.completed = generation;
+            s.at = Some(Instant::now());
+        }
+        self.state.1.notify_all();
+    }
+
+    fn wait_generation(&self, target: u64) {
+        let mut s = self.state.0.lock().unwrap();
+        while s.completed < target {
+            s = self.state.1.wait(s).unwrap();
+        }
+    }
+}
+
+pub(crate) struct SimEvent(pub Arc<SimEventInner>);
+
+impl SimEvent {
+    pub fn new_event() -> Event {
+        Event(Arc::new(SimEvent(Arc::new(SimEventInner {
+            state: (Mutex::new(EventState::default()), Condvar::new()),
+        }))))
+    }
+}
+
+impl EventImpl for SimEvent {
+    fn synchronize(&self) -> Result<()> {
+        let target = self.0.state.0.lock().unwrap().recorded;
+        self.0.wait_generation(target);
+        Ok(())
+    }
+
+    fn query(&self) -> Result<bool> {
+        let s = self.0.state.0.lock().unwrap();
+        Ok(s.completed >= s.recorded)
+    }
+
+    fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        let end = sim_event(end)?;
+        let start = self.0.state.0.lock().unwrap().at;
+        let stop = end.state.0.lock().unwrap().at;
+        match (start, stop) {
+            (Some(a), Some(b)) => Ok(b.saturating_duration_since(a).as_secs_f32() * 1e3),
+            _ => Err(Error::InvalidArgument(
+                "elapsed time asked of an event that has not completed".into(),
+            )),
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,99 @@
+//! Element types. `f16` and `bf16` come from the `half` crate; every dtype can be
+//! stored, filled, copied and read back, while arithmetic kernels start with `f32`.
+
+use std::fmt;
+
+use half::{bf16, f16};
+
+use crate::device::FillPattern;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+    I32,
+    U8,
+}
+
+impl DType {
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            DType::U8 => 1,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DType::F32 => "float32",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
+            DType::I32 => "int32",
+            DType::U8 => "uint8",
+        })
+    }
+}
+
+/// A Rust type that can be a tensor element.
+///
+/// # Safety
+/// Implementors must be plain old data: every bit pattern of `size_of::<Self>()` bytes
+/// is a valid value, and the type has no padding.
+pub unsafe trait Element: Copy + Send + Sync + 'static + fmt::Debug {
+    const DTYPE: DType;
+    /// The element's bits as a fill pattern of its width.
+    fn pattern(self) -> FillPattern;
+}
+
+unsafe impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    fn pattern(self) -> FillPattern {
+        FillPattern::U32(self.to_bits())
+    }
+}
+unsafe impl Element for f16 {
+    const DTYPE: DType = DType::F16;
+    fn pattern(self) -> FillPattern {
+        FillPattern::U16(self.to_bits())
+    }
+}
+unsafe impl Element for bf16 {
+    const DTYPE: DType = DType::BF16;
+    fn pattern(self) -> FillPattern {
+        FillPattern::U16(self.to_bits())
+    }
+}
+unsafe impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+    fn pattern(self) -> FillPattern {
+        FillPattern::U32(self as u32)
+    }
+}
+unsafe impl Element for u8 {
+    const DTYPE: DType = DType::U8;
+    fn pattern(self) -> FillPattern {
+        FillPattern::U8(self)
+    }
+}
+
+/// The bytes of a slice of elements.
+pub(crate) fn as_bytes<T: Element>(data: &[T]) -> &[u8] {
+    // SAFETY: `Element` types are plain old data without padding.
+    unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) }
+}
+
+/// Elements from bytes (any alignment).
+pub(crate) fn from_bytes<T: Element>(bytes: &[u8]) -> Vec<T> {
+    let n = bytes.len() / std::mem::size_of::<T>();
+    let mut out: Vec<T> = Vec::with_capacity(n);
+    // SAFETY: `Element` types accept any bit pattern; exactly n elements are written.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>());
+        out.set_len(n);
+    }
+    out
+}

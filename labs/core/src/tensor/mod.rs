@@ -1,0 +1,186 @@
+//! Tensors: a dtype, a shape and a device, over device memory they own. Placement
+//! follows PyTorch: `to(device)` returns the same tensor when it is already there and
+//! copies otherwise, and an operation on tensors of two devices is an error.
+
+mod dtype;
+mod ops;
+
+pub use dtype::{DType, Element};
+
+use std::sync::Arc;
+
+use crate::device::{Device, DevicePtr, RawBuffer};
+use crate::error::{Error, Result};
+
+/// A tensor. Cloning is cheap and shares the storage, like a Python reference.
+#[derive(Clone)]
+pub struct Tensor {
+    storage: Arc<RawBuffer>,
+    shape: Vec<usize>,
+    dtype: DType,
+}
+
+fn numel(shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::InvalidArgument(format!("shape {shape:?} has too many elements")))
+}
+
+impl Tensor {
+    /// Uninitialised memory for `shape` elements of `dtype` on `device`.
+    pub fn empty(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        let bytes = numel(shape)?
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::InvalidArgument(format!("shape {shape:?} is too large")))?;
+        Ok(Tensor {
+            storage: Arc::new(device.raw_buffer(bytes)?),
+            shape: shape.to_vec(),
+            dtype,
+        })
+    }
+
+    /// Every element set to `value`.
+    pub fn full<T: Element>(shape: &[usize], value: T, device: &Device) -> Result<Tensor> {
+        let t = Tensor::empty(shape, T::DTYPE, device)?;
+        let stream = device.default_stream()?;
+        device
+            .backend()
+            .fill(t.ptr(), value.pattern(), t.numel(), &stream)?;
+        Ok(t)
+    }
+
+    pub fn zeros(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        let t = Tensor::empty(shape, dtype, device)?;
+        let stream = device.default_stream()?;
+        device
+            .backend()
+            .fill(t.ptr(), crate::device::FillPattern::U8(0), t.nbytes(), &stream)?;
+        Ok(t)
+    }
+
+    /// A tensor holding a copy of `data`.
+    pub fn from_slice<T: Element>(data: &[T], shape: &[usize], device: &Device) -> Result<Tensor> {
+        if numel(shape)? != data.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} values do not fill shape {shape:?}",
+                data.len()
+            )));
+        }
+        let t = Tensor::empty(shape, T::DTYPE, device)?;
+        let stream = device.default_stream()?;
+        device
+            .backend()
+            .copy_htod(t.ptr(), dtype::as_bytes(data), &stream)?;
+        Ok(t)
+    }
+
+    /// Standard-normal float32 samples. The same `(seed, shape)` gives the same values
+    /// on every device (to within the last bits of the GPU's `logf`/`cosf`).
+    pub fn randn(shape: &[usize], seed: u64, device: &Device) -> Result<Tensor> {
+        let t = Tensor::empty(shape, DType::F32, device)?;
+        device.launch(&crate::kernels::Kernel::Randn {
+            out: t.ptr(),
+            n: t.numel(),
+            seed,
+            offset: 0,
+        })?;
+        Ok(t)
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub fn device(&self) -> &Device {
+        self.storage.device()
+    }
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.dtype.size()
+    }
+    /// The device address of the first element.
+    pub fn ptr(&self) -> DevicePtr {
+        self.storage.ptr()
+    }
+
+    /// Do two tensors share memory (as `a.data_ptr() == b.data_ptr()` would tell)?
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
+    /// This tensor on `device`: itself (no copy) when already there, else a copy.
+    pub fn to(&self, device: &Device) -> Result<Tensor> {
+        if self.device().id() == device.id() {
+            return Ok(self.clone());
+        }
+        let mut host = vec![0u8; self.nbytes()];
+        self.read_bytes(&mut host)?;
+        let t = Tensor::empty(&self.shape, self.dtype, device)?;
+        let stream = device.default_stream()?;
+        device.backend().copy_htod(t.ptr(), &host, &stream)?;
+        Ok(t)
+    }
+
+    /// This tensor in host memory.
+    pub fn cpu(&self) -> Result<Tensor> {
+        self.to(&Device::cpu())
+    }
+
+    /// A new tensor with a copy of the data, on the same device.
+    pub fn deep_clone(&self) -> Result<Tensor> {
+        let device = self.device();
+        let t = Tensor::empty(&self.shape, self.dtype, device)?;
+        let stream = device.default_stream()?;
+        device
+            .backend()
+            .copy_dtod(t.ptr(), self.ptr(), self.nbytes(), &stream)?;
+        Ok(t)
+    }
+
+    fn read_bytes(&self, out: &mut [u8]) -> Result<()> {
+        let device = self.device();
+        let stream = device.default_stream()?;
+        device.backend().copy_dtoh(out, self.ptr(), &stream)
+    }
+
+    /// The elements, copied to the host (waits for pending work on the default stream).
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::InvalidArgument(format!(
+                "to_vec::<{}> on a tensor of dtype {}",
+                T::DTYPE,
+                self.dtype
+            )));
+        }
+        let mut bytes = vec![0u8; self.nbytes()];
+        self.read_bytes(&mut bytes)?;
+        Ok(dtype::from_bytes(&bytes))
+    }
+
+    pub(crate) fn check_same_device(&self, other: &Tensor) -> Result<()> {
+        if self.device().id() != other.device().id() {
+            return Err(Error::DeviceMismatch {
+                a: self.device().id(),
+                b: other.device().id(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Tensor(shape={:?}, dtype={}, device={})",
+            self.shape,
+            self.dtype,
+            self.device()
+        )
+    }
+}
