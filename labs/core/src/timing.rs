@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+// ANCHOR: median_of
 /// The median of `samples` runs of `f`, after `warmup` untimed runs.
 pub fn median_of<E>(warmup: usize, samples: usize, mut f: impl FnMut() -> Result<(), E>) -> Result<Duration, E> {
     for _ in 0..warmup {
@@ -16,6 +17,7 @@ pub fn median_of<E>(warmup: usize, samples: usize, mut f: impl FnMut() -> Result
     }
     Ok(median(&mut times))
 }
+// ANCHOR_END: median_of
 
 pub fn median(times: &mut [Duration]) -> Duration {
     times.sort_unstable();

@@ -19,6 +19,7 @@ use crate::kernels::Kernel;
 use kernels::ModuleCache;
 use stream::{cuda_stream, CudaEvent, CudaStream};
 
+// ANCHOR: driver_probe
 /// Loads the driver library once. cudarc panics when it cannot load `libcuda`, so the
 /// presence check comes first and turns absence into an error.
 fn driver() -> Result<()> {
@@ -34,6 +35,7 @@ fn driver() -> Result<()> {
         .clone()
         .map_err(Error::NoDriver)
 }
+// ANCHOR_END: driver_probe
 
 /// Number of CUDA devices; an error when there is no usable driver.
 pub fn device_count() -> Result<usize> {
@@ -72,6 +74,7 @@ impl CudaBackend {
         })
     }
 
+    // ANCHOR: lazy_context
     /// The context, created on first use and bound to the calling thread.
     fn state(&self) -> Result<&State> {
         let state = match self.state.get() {
@@ -99,6 +102,7 @@ impl CudaBackend {
             .map_err(|e| Error::driver("cuCtxSetCurrent", e))?;
         Ok(state)
     }
+    // ANCHOR_END: lazy_context
 
     fn id_(&self) -> DeviceId {
         DeviceId::Cuda(self.ordinal)
@@ -136,6 +140,7 @@ impl Backend for CudaBackend {
         })
     }
 
+    // ANCHOR: cuda_raw_alloc
     fn raw_alloc(&self, bytes: usize) -> Result<DevicePtr> {
         self.state()?;
         // SAFETY: a plain allocation; the pointer is owned by the caller.
@@ -160,6 +165,7 @@ impl Backend for CudaBackend {
         // SAFETY: the caller owns `ptr`, obtained from `raw_alloc` and not yet freed.
         unsafe { result::free_sync(ptr) }.map_err(|e| Error::driver("cuMemFree", e))
     }
+    // ANCHOR_END: cuda_raw_alloc
 
     fn default_stream(&self) -> Result<Stream> {
         Ok(self.state()?.default_stream.clone())

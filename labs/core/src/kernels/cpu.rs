@@ -49,6 +49,7 @@ pub(crate) fn run(kernel: &Kernel, memory: &Memory) -> Result<()> {
     }
 }
 
+// ANCHOR: cpu_binary
 fn binary(
     memory: &Memory,
     a: u64,
@@ -67,6 +68,7 @@ fn binary(
         }
     })
 }
+// ANCHOR_END: cpu_binary
 
 /// # Safety
 /// `dst` must be valid for `count * pattern.width()` bytes.

@@ -28,12 +28,14 @@ struct State {
     next_address: u64,
 }
 
+// ANCHOR: sim_allocation
 struct Allocation {
     base: u64,
     size: usize,
     /// `None` until first touched.
     data: Mutex<Option<Box<[u8]>>>,
 }
+// ANCHOR_END: sim_allocation
 
 impl SimMemory {
     pub fn new(device: DeviceId, capacity: u64) -> Self {
@@ -56,6 +58,7 @@ impl SimMemory {
         self.state.read().unwrap().used
     }
 
+    // ANCHOR: sim_alloc
     pub fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
         let mut s = self.state.write().unwrap();
         let free = self.capacity - s.used;
@@ -81,6 +84,7 @@ impl SimMemory {
         );
         Ok(base)
     }
+    // ANCHOR_END: sim_alloc
 
     pub fn free(&self, ptr: DevicePtr) -> Result<()> {
         let mut s = self.state.write().unwrap();

@@ -113,12 +113,14 @@ impl Backend for SimBackend {
         self.memory.alloc(bytes)
     }
 
+    // ANCHOR: sim_raw_free
     fn raw_free(&self, ptr: DevicePtr) -> Result<()> {
         // cuMemFree waits for the device to go idle; so does the simulator, so that no
         // queued kernel can touch memory after it is gone.
         self.synchronize()?;
         self.memory.free(ptr)
     }
+    // ANCHOR_END: sim_raw_free
 
     fn default_stream(&self) -> Result<Stream> {
         Ok(Stream(self.default_stream.clone()))
@@ -141,6 +143,7 @@ impl Backend for SimBackend {
         Ok(SimEvent::new_event())
     }
 
+    // ANCHOR: sim_copies
     fn copy_htod(&self, dst: DevicePtr, src: &[u8], stream: &Stream) -> Result<()> {
         stream.synchronize()?;
         self.memory.write(dst, src)
@@ -158,6 +161,7 @@ impl Backend for SimBackend {
             })
         })
     }
+    // ANCHOR_END: sim_copies
 
     fn fill(&self, dst: DevicePtr, pattern: FillPattern, count: usize, stream: &Stream) -> Result<()> {
         self.enqueue(stream, move |m| {

@@ -29,6 +29,7 @@ pub(crate) struct SimStream {
 }
 
 impl SimStream {
+    // ANCHOR: stream_worker
     pub fn threaded(handle: u64, name: String) -> Arc<Self> {
         let (tx, rx) = channel::<Job>();
         let progress: Arc<(Mutex<Progress>, Condvar)> = Arc::default();
@@ -55,6 +56,7 @@ impl SimStream {
             progress,
         })
     }
+    // ANCHOR_END: stream_worker
 
     pub fn inline(handle: u64) -> Arc<Self> {
         Arc::new(SimStream {

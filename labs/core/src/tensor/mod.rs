@@ -12,6 +12,7 @@ use std::sync::Arc;
 use crate::device::{Device, DevicePtr, RawBuffer};
 use crate::error::{Error, Result};
 
+// ANCHOR: tensor_struct
 /// A tensor. Cloning is cheap and shares the storage, like a Python reference.
 #[derive(Clone)]
 pub struct Tensor {
@@ -19,6 +20,7 @@ pub struct Tensor {
     shape: Vec<usize>,
     dtype: DType,
 }
+// ANCHOR_END: tensor_struct
 
 fn numel(shape: &[usize]) -> Result<usize> {
     shape
@@ -113,6 +115,7 @@ impl Tensor {
         Arc::ptr_eq(&self.storage, &other.storage)
     }
 
+    // ANCHOR: tensor_to
     /// This tensor on `device`: itself (no copy) when already there, else a copy.
     pub fn to(&self, device: &Device) -> Result<Tensor> {
         if self.device().id() == device.id() {
@@ -125,6 +128,7 @@ impl Tensor {
         device.backend().copy_htod(t.ptr(), &host, &stream)?;
         Ok(t)
     }
+    // ANCHOR_END: tensor_to
 
     /// This tensor in host memory.
     pub fn cpu(&self) -> Result<Tensor> {
@@ -162,6 +166,7 @@ impl Tensor {
         Ok(dtype::from_bytes(&bytes))
     }
 
+    // ANCHOR: check_same_device
     pub(crate) fn check_same_device(&self, other: &Tensor) -> Result<()> {
         if self.device().id() != other.device().id() {
             return Err(Error::DeviceMismatch {
@@ -171,6 +176,7 @@ impl Tensor {
         }
         Ok(())
     }
+    // ANCHOR_END: check_same_device
 }
 
 impl std::fmt::Debug for Tensor {
