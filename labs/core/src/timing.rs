@@ -5,7 +5,11 @@ use std::time::{Duration, Instant};
 
 // ANCHOR: median_of
 /// The median of `samples` runs of `f`, after `warmup` untimed runs.
-pub fn median_of<E>(warmup: usize, samples: usize, mut f: impl FnMut() -> Result<(), E>) -> Result<Duration, E> {
+pub fn median_of<E>(
+    warmup: usize,
+    samples: usize,
+    mut f: impl FnMut() -> Result<(), E>,
+) -> Result<Duration, E> {
     for _ in 0..warmup {
         f()?;
     }

@@ -10,8 +10,7 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::{result, sys, CudaContext};
 
 use crate::device::{
-    check_size, Backend, DeviceId, DeviceProperties, DevicePtr, Event, FillPattern, MemInfo,
-    Stream,
+    check_size, Backend, DeviceId, DeviceProperties, DevicePtr, Event, FillPattern, MemInfo, Stream,
 };
 use crate::error::{Error, Result};
 use crate::kernels::Kernel;
@@ -121,11 +120,15 @@ impl Backend for CudaBackend {
             .compute_capability()
             .map_err(|e| Error::driver("cuDeviceGetAttribute", e))?;
         Ok(DeviceProperties {
-            name: s.ctx.name().map_err(|e| Error::driver("cuDeviceGetName", e))?,
+            name: s
+                .ctx
+                .name()
+                .map_err(|e| Error::driver("cuDeviceGetName", e))?,
             total_memory: s
                 .ctx
                 .total_mem()
-                .map_err(|e| Error::driver("cuDeviceTotalMem", e))? as u64,
+                .map_err(|e| Error::driver("cuDeviceTotalMem", e))?
+                as u64,
             multiprocessors: s.multiprocessors,
             compute_capability: (major as u32, minor as u32),
         })
@@ -173,7 +176,10 @@ impl Backend for CudaBackend {
 
     fn new_stream(&self, priority: i32) -> Result<Stream> {
         let s = self.state()?;
-        Ok(Stream(Arc::new(CudaStream::create(s.ctx.clone(), priority)?)))
+        Ok(Stream(Arc::new(CudaStream::create(
+            s.ctx.clone(),
+            priority,
+        )?)))
     }
 
     fn new_event(&self) -> Result<Event> {
@@ -199,7 +205,13 @@ impl Backend for CudaBackend {
         stream.synchronize()
     }
 
-    fn copy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize, stream: &Stream) -> Result<()> {
+    fn copy_dtod(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<()> {
         self.state()?;
         let raw = cuda_stream(stream)?.raw();
         // SAFETY: both ranges are device memory the caller keeps alive until the copy is done.
@@ -207,7 +219,13 @@ impl Backend for CudaBackend {
             .map_err(|e| Error::driver("cuMemcpyDtoDAsync", e))
     }
 
-    fn fill(&self, dst: DevicePtr, pattern: FillPattern, count: usize, stream: &Stream) -> Result<()> {
+    fn fill(
+        &self,
+        dst: DevicePtr,
+        pattern: FillPattern,
+        count: usize,
+        stream: &Stream,
+    ) -> Result<()> {
         self.state()?;
         let raw = cuda_stream(stream)?.raw();
         // SAFETY: `dst` is device memory of at least `count * width` bytes.

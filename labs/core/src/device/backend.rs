@@ -79,11 +79,21 @@ pub trait Backend: Send + Sync + 'static {
     /// Copies device memory to the host after the stream's earlier work; returns when done.
     fn copy_dtoh(&self, dst: &mut [u8], src: DevicePtr, stream: &Stream) -> Result<()>;
     /// Enqueues a device-to-device copy; asynchronous.
-    fn copy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize, stream: &Stream)
-        -> Result<()>;
+    fn copy_dtod(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<()>;
     /// Enqueues a fill of `count` elements of the pattern's width; asynchronous.
-    fn fill(&self, dst: DevicePtr, pattern: FillPattern, count: usize, stream: &Stream)
-        -> Result<()>;
+    fn fill(
+        &self,
+        dst: DevicePtr,
+        pattern: FillPattern,
+        count: usize,
+        stream: &Stream,
+    ) -> Result<()>;
     /// Enqueues a kernel; asynchronous.
     fn launch(&self, kernel: &Kernel, stream: &Stream) -> Result<()>;
     /// Waits for all work on all streams (`cudaDeviceSynchronize`).

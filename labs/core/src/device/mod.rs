@@ -47,9 +47,10 @@ impl Device {
         }
         let backend: Arc<dyn Backend> = match id {
             DeviceId::Cpu => Arc::new(crate::sim::SimBackend::host()),
-            DeviceId::Sim(_) => {
-                Arc::new(crate::sim::SimBackend::new(id, select::sim_capacity_from_env()?))
-            }
+            DeviceId::Sim(_) => Arc::new(crate::sim::SimBackend::new(
+                id,
+                select::sim_capacity_from_env()?,
+            )),
             DeviceId::Cuda(ordinal) => Arc::new(crate::cuda::CudaBackend::open(ordinal)?),
         };
         let device = Device::from_backend(backend);
@@ -168,6 +169,16 @@ pub struct RawBuffer {
     device: Device,
     ptr: DevicePtr,
     bytes: usize,
+}
+
+impl std::fmt::Debug for RawBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "RawBuffer({:#x}, {} bytes on {})",
+            self.ptr, self.bytes, self.device
+        )
+    }
 }
 
 impl RawBuffer {

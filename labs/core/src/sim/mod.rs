@@ -60,7 +60,11 @@ impl SimBackend {
         self.memory.backed_bytes()
     }
 
-    fn enqueue(&self, stream: &Stream, job: impl FnOnce(&SimMemory) -> Result<()> + Send + 'static) -> Result<()> {
+    fn enqueue(
+        &self,
+        stream: &Stream,
+        job: impl FnOnce(&SimMemory) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
         let memory = self.memory.clone();
         sim_stream(stream)?.enqueue(Box::new(move || job(&memory)))
     }
@@ -154,7 +158,13 @@ impl Backend for SimBackend {
         self.memory.read(dst, src)
     }
 
-    fn copy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize, stream: &Stream) -> Result<()> {
+    fn copy_dtod(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<()> {
         self.enqueue(stream, move |m| {
             m.access(&[(src, bytes), (dst, bytes)], |p| unsafe {
                 std::ptr::copy(p[0], p[1], bytes)
@@ -163,7 +173,13 @@ impl Backend for SimBackend {
     }
     // ANCHOR_END: sim_copies
 
-    fn fill(&self, dst: DevicePtr, pattern: FillPattern, count: usize, stream: &Stream) -> Result<()> {
+    fn fill(
+        &self,
+        dst: DevicePtr,
+        pattern: FillPattern,
+        count: usize,
+        stream: &Stream,
+    ) -> Result<()> {
         self.enqueue(stream, move |m| {
             m.access(&[(dst, count * pattern.width())], |p| unsafe {
                 cpu::fill(p[0], pattern, count)

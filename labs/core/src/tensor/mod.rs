@@ -55,9 +55,12 @@ impl Tensor {
     pub fn zeros(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
         let t = Tensor::empty(shape, dtype, device)?;
         let stream = device.default_stream()?;
-        device
-            .backend()
-            .fill(t.ptr(), crate::device::FillPattern::U8(0), t.nbytes(), &stream)?;
+        device.backend().fill(
+            t.ptr(),
+            crate::device::FillPattern::U8(0),
+            t.nbytes(),
+            &stream,
+        )?;
         Ok(t)
     }
 

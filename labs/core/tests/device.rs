@@ -1,0 +1,193 @@
+//! The device API on the device under test (`LABS_DEVICE`, default the simulator).
+
+use std::time::{Duration, Instant};
+
+use labs_core::device::{FillPattern, ENV_DEVICE};
+use labs_core::testing::test_device;
+use labs_core::{DType, Device, DeviceId, Error, Tensor};
+
+#[test]
+fn reports_properties_and_memory() {
+    let d = test_device();
+    let p = d.properties().unwrap();
+    assert!(!p.name.is_empty());
+    assert!(p.total_memory > 0);
+    assert!(p.multiprocessors > 0);
+    let info = d.mem_info().unwrap();
+    assert_eq!(info.total, p.total_memory);
+    assert!(info.free <= info.total);
+    if let DeviceId::Cuda(_) = d.id() {
+        assert!(p.compute_capability.0 >= 5, "{:?}", p.compute_capability);
+    }
+}
+
+#[test]
+fn raw_allocation_is_visible_in_free_memory() {
+    let d = test_device();
+    let before = d.mem_info().unwrap().free;
+    let buf = d.raw_buffer(256 << 20).unwrap();
+    let during = d.mem_info().unwrap().free;
+    // Other tests run in parallel and allocate too, so only the direction is certain
+    // on a GPU; the simulator's accounting is exact per allocation.
+    assert!(during < before || d.is_cuda(), "{before} -> {during}");
+    assert_eq!(buf.len(), 256 << 20);
+    drop(buf);
+}
+
+#[test]
+fn impossible_allocation_is_out_of_memory_not_a_panic() {
+    let d = test_device();
+    let total = d.mem_info().unwrap().total;
+    let err = d.raw_buffer((total * 2) as usize).unwrap_err();
+    assert!(err.is_out_of_memory(), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("out of memory") && msg.contains(&d.id().to_string()),
+        "{msg}"
+    );
+}
+
+#[test]
+fn copies_round_trip_through_device_memory() {
+    let d = test_device();
+    let stream = d.default_stream().unwrap();
+    let a = d.raw_buffer(1 << 20).unwrap();
+    let b = d.raw_buffer(1 << 20).unwrap();
+    let data: Vec<u8> = (0..1 << 20).map(|i| (i * 7 % 253) as u8).collect();
+    d.backend().copy_htod(a.ptr(), &data, &stream).unwrap();
+    d.backend()
+        .copy_dtod(b.ptr(), a.ptr(), 1 << 20, &stream)
+        .unwrap();
+    let mut back = vec![0u8; 1 << 20];
+    d.backend().copy_dtoh(&mut back, b.ptr(), &stream).unwrap();
+    assert!(back == data);
+}
+
+#[test]
+fn fills_write_each_width() {
+    let d = test_device();
+    let s = d.default_stream().unwrap();
+    let buf = d.raw_buffer(64).unwrap();
+    for (pattern, expect) in [
+        (FillPattern::U8(0xAB), vec![0xABu8; 64]),
+        (FillPattern::U16(0x1234), [0x34u8, 0x12].repeat(32)),
+        (
+            FillPattern::U32(0xDEADBEEF),
+            [0xEFu8, 0xBE, 0xAD, 0xDE].repeat(16),
+        ),
+    ] {
+        d.backend()
+            .fill(buf.ptr(), pattern, 64 / pattern.width(), &s)
+            .unwrap();
+        let mut back = vec![0u8; 64];
+        d.backend().copy_dtoh(&mut back, buf.ptr(), &s).unwrap();
+        assert_eq!(back, expect, "{pattern:?}");
+    }
+}
+
+/// Busy work long enough that the host can observe it running.
+fn busy(x: &Tensor, at_least: Duration) -> u32 {
+    let mut it = 64;
+    loop {
+        let t = Instant::now();
+        x.spin_(it).unwrap();
+        x.device().synchronize().unwrap();
+        if t.elapsed() >= at_least {
+            return it;
+        }
+        it *= 2;
+    }
+}
+
+#[test]
+fn launches_are_asynchronous_and_events_see_completion() {
+    let d = test_device();
+    let x = Tensor::zeros(&[1 << 18], DType::F32, &d).unwrap();
+    let it = busy(&x, Duration::from_millis(40));
+    let stream = d.default_stream().unwrap();
+    let (start, end) = (d.new_event().unwrap(), d.new_event().unwrap());
+    stream.record(&start).unwrap();
+    let t = Instant::now();
+    x.spin_(it).unwrap();
+    let launch = t.elapsed();
+    stream.record(&end).unwrap();
+    assert!(
+        !end.query().unwrap(),
+        "work finished before the launch returned?"
+    );
+    end.synchronize().unwrap();
+    assert!(end.query().unwrap());
+    assert!(stream.query().unwrap());
+    let ms = start.elapsed_ms(&end).unwrap();
+    assert!(ms >= 20.0, "events measured {ms} ms");
+    assert!(
+        launch.as_secs_f32() * 1e3 < ms / 2.0,
+        "launch took {launch:?}"
+    );
+}
+
+#[test]
+fn a_stream_waits_for_an_event_of_another() {
+    let d = test_device();
+    let producer = d.new_stream().unwrap();
+    let consumer = d.new_stream().unwrap();
+    let n = 1 << 18;
+    let src = d.raw_buffer(n * 4).unwrap();
+    let dst = d.raw_buffer(n * 4).unwrap();
+    let x = Tensor::zeros(&[1 << 18], DType::F32, &d).unwrap();
+    let it = busy(&x, Duration::from_millis(30));
+    let be = d.backend();
+    be.fill(dst.ptr(), FillPattern::U32(0), n, &consumer)
+        .unwrap();
+    // The producer is busy, then writes 7s; the consumer copies only after the event.
+    let spin = labs_core::kernels::Kernel::Spin {
+        x: x.ptr(),
+        n: x.numel(),
+        iterations: it,
+    };
+    be.launch(&spin, &producer).unwrap();
+    be.fill(src.ptr(), FillPattern::U32(7f32.to_bits()), n, &producer)
+        .unwrap();
+    let ready = d.new_event().unwrap();
+    producer.record(&ready).unwrap();
+    consumer.wait(&ready).unwrap();
+    be.copy_dtod(dst.ptr(), src.ptr(), n * 4, &consumer)
+        .unwrap();
+    let mut back = vec![0u8; n * 4];
+    be.copy_dtoh(&mut back, dst.ptr(), &consumer).unwrap();
+    let values: Vec<f32> = back
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert!(values.iter().all(|&v| v == 7.0));
+    d.synchronize().unwrap();
+}
+
+#[test]
+fn the_device_under_test_is_the_one_asked_for() {
+    let d = test_device();
+    match std::env::var(ENV_DEVICE) {
+        Ok(v) if !v.is_empty() => assert_eq!(d.id(), v.parse::<DeviceId>().unwrap()),
+        _ => assert_eq!(d.id(), DeviceId::Sim(0)),
+    }
+    // The registry hands out one device per id.
+    assert!(Device::get(d.id()).unwrap().same(&d));
+}
+
+#[test]
+fn bad_device_names_are_clear_errors() {
+    let err = "tpu:0".parse::<DeviceId>().unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)));
+    assert!(err
+        .to_string()
+        .contains("expected cpu, cuda, cuda:N, sim or sim:N"));
+}
+
+#[test]
+fn a_missing_gpu_index_is_an_error() {
+    match Device::get(DeviceId::Cuda(4096)) {
+        Err(Error::NoSuchDevice { available, .. }) => assert!(available < 4096),
+        Err(Error::NoDriver(msg)) => assert!(!msg.is_empty()),
+        other => panic!("expected an error, got {other:?}"),
+    }
+}

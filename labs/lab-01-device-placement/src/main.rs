@@ -1,0 +1,89 @@
+//! `cargo run --release -p lab-01 [-- --device cuda|sim|cpu] [--json]`: the experiments of
+//! chapter 1, printed as tables.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use labs_core::format::bytes;
+use labs_core::select_device;
+
+use lab_01::{async_timing, bandwidth, lazy_init, placement, raw_alloc};
+
+#[derive(Parser)]
+#[command(about = "Lab 1: device placement, transfers, lazy initialisation, raw allocation cost")]
+struct Args {
+    /// Device to run on: cuda, cuda:N, sim or cpu (default: LABS_DEVICE, else the first
+    /// GPU, else the simulated GPU).
+    #[arg(long)]
+    device: Option<String>,
+    /// Fewer repetitions and smaller sizes (for smoke tests).
+    #[arg(long)]
+    quick: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let selection = select_device(args.device.as_deref()).context("choosing a device")?;
+    if let Some(notice) = &selection.notice {
+        eprintln!("{notice}");
+    }
+    let device = selection.device;
+
+    // Lazy initialisation must be measured before anything else touches the device.
+    let lazy = lazy_init::measure(&device)?;
+    let props = device.properties()?;
+    let capability = match props.compute_capability {
+        (0, 0) => "none (simulated)".to_string(),
+        (major, minor) => format!("{major}.{minor}"),
+    };
+    println!(
+        "Device {device}: {} | {} | {} multiprocessors | compute capability {capability}\n",
+        props.name,
+        bytes(props.total_memory),
+        props.multiprocessors,
+    );
+    println!("{}", lazy_init::table(&device, &lazy));
+
+    println!("{}", placement::creation(&device)?);
+    println!("{}", placement::to_semantics(&device)?);
+    println!(
+        "Adding a tensor on {device} to one on cpu fails:\n  Error: {}\n",
+        placement::mismatch_error(&device)?
+    );
+
+    let samples = if args.quick { 3 } else { 20 };
+    let mut costs = Vec::new();
+    for size in raw_alloc::sizes(&device)? {
+        if args.quick && size > 20 << 20 {
+            continue;
+        }
+        let n = if size >= 256 << 20 {
+            samples.min(5)
+        } else {
+            samples
+        };
+        costs.push(raw_alloc::measure(&device, size, n)?);
+    }
+    println!("{}", raw_alloc::table(&device, &costs));
+
+    let sizes: &[usize] = if args.quick {
+        &[1 << 20]
+    } else {
+        &[1 << 20, 64 << 20, 1 << 30]
+    };
+    let mut rows = Vec::new();
+    for &size in sizes {
+        rows.push(bandwidth::measure(
+            &device,
+            size,
+            if size >= 1 << 30 { 3 } else { 5 },
+        )?);
+    }
+    println!("{}", bandwidth::table(&device, &rows));
+
+    let target = Duration::from_millis(if args.quick { 20 } else { 100 });
+    let timing = async_timing::measure(&device, target)?;
+    println!("{}", async_timing::table(&device, &timing));
+    Ok(())
+}
