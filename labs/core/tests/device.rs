@@ -85,14 +85,19 @@ fn fills_write_each_width() {
     }
 }
 
-/// Busy work long enough that the host can observe it running.
+/// An iteration count for `spin_` that keeps the device busy for at least `at_least`,
+/// measured with events so that only device time counts.
 fn busy(x: &Tensor, at_least: Duration) -> u32 {
+    let d = x.device();
+    let stream = d.default_stream().unwrap();
+    let (a, b) = (d.new_event().unwrap(), d.new_event().unwrap());
     let mut it = 64;
     loop {
-        let t = Instant::now();
+        stream.record(&a).unwrap();
         x.spin_(it).unwrap();
-        x.device().synchronize().unwrap();
-        if t.elapsed() >= at_least {
+        stream.record(&b).unwrap();
+        b.synchronize().unwrap();
+        if a.elapsed_ms(&b).unwrap() >= at_least.as_secs_f32() * 1e3 {
             return it;
         }
         it *= 2;
@@ -104,11 +109,17 @@ fn launches_are_asynchronous_and_events_see_completion() {
     let d = test_device();
     let x = Tensor::zeros(&[1 << 18], DType::F32, &d).unwrap();
     let it = busy(&x, Duration::from_millis(40));
-    let stream = d.default_stream().unwrap();
+    // A stream of its own: other tests may be using the default stream meanwhile.
+    let stream = d.new_stream().unwrap();
     let (start, end) = (d.new_event().unwrap(), d.new_event().unwrap());
     stream.record(&start).unwrap();
+    let spin = labs_core::kernels::Kernel::Spin {
+        x: x.ptr(),
+        n: x.numel(),
+        iterations: it,
+    };
     let t = Instant::now();
-    x.spin_(it).unwrap();
+    d.backend().launch(&spin, &stream).unwrap();
     let launch = t.elapsed();
     stream.record(&end).unwrap();
     assert!(

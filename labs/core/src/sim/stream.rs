@@ -12,6 +12,14 @@ use crate::error::{Error, Result};
 
 pub(crate) type Job = Box<dyn FnOnce() -> Result<()> + Send>;
 
+/// What a stream's queue holds: work, or an event to signal. Signals are handled by the
+/// worker itself so that the stream counts as idle before the event fires: whoever sees
+/// the last event complete also sees the stream done, as on a GPU.
+enum Work {
+    Run(Job),
+    Signal(Arc<SimEventInner>, u64),
+}
+
 #[derive(Default)]
 struct Progress {
     submitted: u64,
@@ -24,29 +32,37 @@ struct Progress {
 pub(crate) struct SimStream {
     handle: u64,
     /// `None` for the host device, whose "stream" runs work inline.
-    queue: Option<Mutex<Sender<Job>>>,
+    queue: Option<Mutex<Sender<Work>>>,
     progress: Arc<(Mutex<Progress>, Condvar)>,
 }
 
 impl SimStream {
     // ANCHOR: stream_worker
     pub fn threaded(handle: u64, name: String) -> Arc<Self> {
-        let (tx, rx) = channel::<Job>();
+        let (tx, rx) = channel::<Work>();
         let progress: Arc<(Mutex<Progress>, Condvar)> = Arc::default();
         let worker_progress = progress.clone();
         std::thread::Builder::new()
             .name(name)
             .spawn(move || {
                 // Ends when the stream, and so the sender, is dropped.
-                for job in rx {
-                    let outcome = job();
-                    let (lock, cv) = &*worker_progress;
-                    let mut p = lock.lock().unwrap();
-                    p.completed += 1;
-                    if let Err(e) = outcome {
-                        p.error.get_or_insert(e);
+                for work in rx {
+                    let (outcome, signal) = match work {
+                        Work::Run(job) => (job(), None),
+                        Work::Signal(event, generation) => (Ok(()), Some((event, generation))),
+                    };
+                    {
+                        let (lock, cv) = &*worker_progress;
+                        let mut p = lock.lock().unwrap();
+                        p.completed += 1;
+                        if let Err(e) = outcome {
+                            p.error.get_or_insert(e);
+                        }
+                        cv.notify_all();
                     }
-                    cv.notify_all();
+                    if let Some((event, generation)) = signal {
+                        event.complete(generation);
+                    }
                 }
             })
             .expect("spawning a stream worker thread");
@@ -68,13 +84,23 @@ impl SimStream {
 
     /// Appends work; returns at once on a threaded stream.
     pub fn enqueue(&self, job: Job) -> Result<()> {
+        self.push(Work::Run(job))
+    }
+
+    fn push(&self, work: Work) -> Result<()> {
         match &self.queue {
-            None => job(),
+            None => match work {
+                Work::Run(job) => job(),
+                Work::Signal(event, generation) => {
+                    event.complete(generation);
+                    Ok(())
+                }
+            },
             Some(q) => {
                 self.progress.0.lock().unwrap().submitted += 1;
                 q.lock()
                     .unwrap()
-                    .send(job)
+                    .send(work)
                     .map_err(|_| Error::driver("stream enqueue", "stream worker has stopped"))
             }
         }
@@ -111,11 +137,7 @@ impl StreamImpl for SimStream {
     fn record(&self, event: &Event) -> Result<()> {
         let ev = sim_event(event)?;
         let generation = ev.arm();
-        let ev = ev.clone();
-        self.enqueue(Box::new(move || {
-            ev.complete(generation);
-            Ok(())
-        }))
+        self.push(Work::Signal(ev.clone(), generation))
     }
 
     fn wait(&self, event: &Event) -> Result<()> {

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds every test binary and every lab binary of the workspace into one self-contained
+# folder that runs on a GPU machine without a Rust toolchain: copy the folder there and
+# run its run.sh. Usage: ci/build-bundle.sh [OUT_DIR]   (default: .gpu-bundle)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-.gpu-bundle}
+shared=${LABS_SHARED_DIR:-../shared}
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/tests" "$out/shared"
+
+echo "building lab binaries..." >&2
+cargo build --release --workspace --bins --quiet
+echo "building test binaries..." >&2
+executables=$(cargo test --release --workspace --no-run --message-format=json 2>/dev/null |
+  grep -o '"executable":"[^"]*"' | sed 's/"executable":"\(.*\)"/\1/' | sort -u)
+
+for exe in $executables; do
+  name=$(basename "$exe")
+  case "$exe" in
+    */deps/*) cp "$exe" "$out/tests/$name" ;;  # test harnesses
+    *) ;;                                     # the lab binaries, copied below
+  esac
+done
+for manifest in labs/lab-*/Cargo.toml; do
+  pkg=$(sed -n 's/^name = "\(lab-[0-9]*\)"/\1/p' "$manifest" | head -n 1)
+  cp "target/release/$pkg" "$out/bin/$pkg"
+done
+strip "$out"/bin/* "$out"/tests/* 2>/dev/null || true
+
+# The test data the suites read (traces, snapshots), found through LABS_SHARED_DIR.
+for d in traces snapshots; do
+  [ -d "$shared/$d" ] && cp -r "$shared/$d" "$out/shared/$d"
+done
+cp ci/gpu-commands.txt "$out/commands.txt"
+cp ci/run.sh "$out/run.sh"
+chmod +x "$out/run.sh"
+du -sh "$out" >&2

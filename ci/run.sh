@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Runs a bundle made by ci/build-bundle.sh on a GPU machine: every test binary with
+# LABS_DEVICE=cuda, then every command in commands.txt. Prints a pass/fail summary and
+# exits non-zero on any failure, or when no GPU is found. Logs go to $LOG_DIR
+# (default: ./logs beside this script).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+logs=${LOG_DIR:-$here/logs}
+mkdir -p "$logs"
+export LABS_DEVICE=${LABS_DEVICE:-cuda}
+export LABS_SHARED_DIR=$here/shared
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "run.sh: no NVIDIA GPU found (nvidia-smi cannot list one); this bundle tests the GPU path" >&2
+  exit 1
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+
+# The kernels are compiled at run time by NVRTC. Make sure a libnvrtc.so is findable
+# even where only the versioned library (libnvrtc.so.13) is installed.
+if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so '; then
+  nvrtc=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib/x86_64-linux-gnu \
+            /usr/local/lib /opt -name 'libnvrtc.so*' ! -name '*builtins*' 2>/dev/null | head -n 1)
+  if [ -n "$nvrtc" ]; then
+    mkdir -p "$here/lib"
+    ln -sf "$nvrtc" "$here/lib/libnvrtc.so"
+    export LD_LIBRARY_PATH="$here/lib:$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "using NVRTC at $nvrtc"
+  fi
+fi
+
+passed=0 failed=0 failures=()
+for t in "$here"/tests/*; do
+  name=$(basename "$t")
+  # One test at a time: several tests timing the same GPU at once would measure each
+  # other (a cuMemFree in one test stalls a launch in another).
+  if "$t" --test-threads=1 >"$logs/$name.log" 2>&1; then status=ok; else status=FAILED; fi
+  p=$(grep -o '[0-9]* passed' "$logs/$name.log" | awk '{s+=$1} END {print s+0}')
+  f=$(grep -o '[0-9]* failed' "$logs/$name.log" | awk '{s+=$1} END {print s+0}')
+  passed=$((passed + p)) failed=$((failed + f))
+  if [ "$status" != ok ]; then
+    failures+=("$name")
+    [ "$f" -eq 0 ] && failed=$((failed + 1))
+    tail -n 30 "$logs/$name.log"
+  fi
+  printf '%-40s %-7s %4d passed %4d failed\n' "$name" "$status" "$p" "$f"
+done
+
+while read -r line; do
+  case "$line" in ''|'#'*) continue ;; esac
+  bin=${line%% *}
+  args=${line#"$bin"}
+  log="$logs/$(echo "$line" | tr -c 'A-Za-z0-9._-' '_').log"
+  echo "== $line"
+  # shellcheck disable=SC2086
+  if "$here/bin/$bin" $args >"$log" 2>&1; then
+    cat "$log"
+    passed=$((passed + 1))
+  else
+    cat "$log"
+    failed=$((failed + 1))
+    failures+=("$line")
+  fi
+done <"$here/commands.txt"
+
+echo
+echo "GPU bundle on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1): $passed passed, $failed failed"
+if [ ${#failures[@]} -gt 0 ]; then
+  printf 'failed: %s\n' "${failures[@]}"
+  exit 1
+fi
