@@ -1,6 +1,7 @@
 //! `cargo run --release -p lab-01 [-- --device cuda|sim|cpu] [--json]`: the experiments of
 //! chapter 1, printed as tables.
 
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -22,8 +23,11 @@ struct Args {
     quick: bool,
 }
 
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+fn main() -> ExitCode {
+    labs_core::cli::exit(run(Args::parse()))
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
     // ANCHOR: select
     let selection = select_device(args.device.as_deref()).context("choosing a device")?;
     if let Some(notice) = &selection.notice {
