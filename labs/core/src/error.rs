@@ -27,7 +27,10 @@ pub enum Error {
 
     /// A device index beyond the number of devices present.
     #[error("{requested} does not exist: {available} CUDA device(s) found")]
-    NoSuchDevice { requested: DeviceId, available: usize },
+    NoSuchDevice {
+        requested: DeviceId,
+        available: usize,
+    },
 
     /// A driver call failed.
     #[error("{call} failed: {message}")]

@@ -2,6 +2,7 @@
 //! a simulated one (`sim`), the kernels both run, and tensors on top of them. Every
 //! chapter of the book adds to it.
 
+pub mod alloc;
 pub mod cuda;
 pub mod device;
 pub mod error;

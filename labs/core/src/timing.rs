@@ -4,7 +4,11 @@
 use std::time::{Duration, Instant};
 
 /// The median of `samples` runs of `f`, after `warmup` untimed runs.
-pub fn median_of<E>(warmup: usize, samples: usize, mut f: impl FnMut() -> Result<(), E>) -> Result<Duration, E> {
+pub fn median_of<E>(
+    warmup: usize,
+    samples: usize,
+    mut f: impl FnMut() -> Result<(), E>,
+) -> Result<Duration, E> {
     for _ in 0..warmup {
         f()?;
     }

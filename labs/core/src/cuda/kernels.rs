@@ -50,7 +50,12 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
         }
         Kernel::Scale { x, alpha, out, n } => vec![U64(x), F32(alpha), U64(out), U64(n as u64)],
         Kernel::Axpy { alpha, x, y, n } => vec![F32(alpha), U64(x), U64(y), U64(n as u64)],
-        Kernel::Randn { out, n, seed, offset } => {
+        Kernel::Randn {
+            out,
+            n,
+            seed,
+            offset,
+        } => {
             vec![U64(out), U64(n as u64), U64(seed), U64(offset)]
         }
         Kernel::Spin { x, n, iterations } => vec![U64(x), U64(n as u64), U32(iterations)],
@@ -110,7 +115,12 @@ impl ModuleCache {
         Ok(functions[name])
     }
 
-    pub fn launch(&self, kernel: &Kernel, stream: sys::CUstream, multiprocessors: u32) -> Result<()> {
+    pub fn launch(
+        &self,
+        kernel: &Kernel,
+        stream: sys::CUstream,
+        multiprocessors: u32,
+    ) -> Result<()> {
         let n = kernel.elements() as u64;
         if n == 0 {
             return Ok(());
@@ -118,7 +128,10 @@ impl ModuleCache {
         let f = self.function(kernel)?;
         // Enough blocks to fill every multiprocessor several times; the kernels'
         // grid-stride loops cover the rest.
-        let blocks = n.div_ceil(BLOCK as u64).min(multiprocessors as u64 * 32).max(1) as u32;
+        let blocks = n
+            .div_ceil(BLOCK as u64)
+            .min(multiprocessors as u64 * 32)
+            .max(1) as u32;
         let mut args = args(kernel);
         let mut params: Vec<*mut c_void> = args.iter_mut().map(Arg::as_param).collect();
         // SAFETY: the argument list matches the kernel's signature in kernels/*.cu, and

@@ -32,8 +32,9 @@ impl CudaStream {
     pub fn create(ctx: Arc<CudaContext>, priority: i32) -> Result<Self> {
         ctx.bind_to_thread()
             .map_err(|e| Error::driver("cuCtxSetCurrent", e))?;
-        let raw = result::stream::create_with_priority(result::stream::StreamKind::NonBlocking, priority)
-            .map_err(|e| Error::driver("cuStreamCreateWithPriority", e))?;
+        let raw =
+            result::stream::create_with_priority(result::stream::StreamKind::NonBlocking, priority)
+                .map_err(|e| Error::driver("cuStreamCreateWithPriority", e))?;
         Ok(CudaStream {
             raw,
             owned: true,
@@ -108,7 +109,11 @@ impl StreamImpl for CudaStream {
         let ev = cuda_event(event)?;
         // SAFETY: live handles of the same context.
         unsafe {
-            result::stream::wait_event(self.raw, ev.raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+            result::stream::wait_event(
+                self.raw,
+                ev.raw,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
         }
         .map_err(|e| Error::driver("cuStreamWaitEvent", e))
     }

@@ -14,8 +14,9 @@ pub const DEFAULT_SIM_CAPACITY: u64 = 16 << 30;
 
 pub(crate) fn sim_capacity_from_env() -> Result<u64> {
     match std::env::var(ENV_SIM_CAPACITY) {
-        Ok(v) => parse_bytes(&v)
-            .map_err(|e| Error::InvalidArgument(format!("{ENV_SIM_CAPACITY}: {e}"))),
+        Ok(v) => {
+            parse_bytes(&v).map_err(|e| Error::InvalidArgument(format!("{ENV_SIM_CAPACITY}: {e}")))
+        }
         Err(_) => Ok(DEFAULT_SIM_CAPACITY),
     }
 }
@@ -31,7 +32,9 @@ pub struct Selection {
 pub fn select_device(flag: Option<&str>) -> Result<Selection> {
     let explicit = match flag {
         Some(f) => Some(f.to_string()),
-        None => std::env::var(ENV_DEVICE).ok().filter(|v| !v.trim().is_empty()),
+        None => std::env::var(ENV_DEVICE)
+            .ok()
+            .filter(|v| !v.trim().is_empty()),
     };
     if let Some(text) = explicit {
         let id: DeviceId = text.parse()?;

@@ -16,7 +16,10 @@ pub(crate) fn run(kernel: &Kernel, memory: &Memory) -> Result<()> {
         Kernel::Scale { x, alpha, out, n } => memory.access(&[(x, n * F), (out, n * F)], |p| {
             let (x, out) = (p[0] as *const f32, p[1] as *mut f32);
             for i in 0..n {
-                unsafe { out.add(i).write_unaligned(alpha * x.add(i).read_unaligned()) }
+                unsafe {
+                    out.add(i)
+                        .write_unaligned(alpha * x.add(i).read_unaligned())
+                }
             }
         }),
         Kernel::Axpy { alpha, x, y, n } => memory.access(&[(x, n * F), (y, n * F)], |p| {
@@ -28,7 +31,12 @@ pub(crate) fn run(kernel: &Kernel, memory: &Memory) -> Result<()> {
                 }
             }
         }),
-        Kernel::Randn { out, n, seed, offset } => memory.access(&[(out, n * F)], |p| {
+        Kernel::Randn {
+            out,
+            n,
+            seed,
+            offset,
+        } => memory.access(&[(out, n * F)], |p| {
             let out = p[0] as *mut f32;
             for i in 0..n {
                 unsafe { out.add(i).write_unaligned(randn(seed, offset + i as u64)) }

@@ -11,17 +11,46 @@ use crate::device::DevicePtr;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kernel {
     /// `out = a + b`
-    Add { a: DevicePtr, b: DevicePtr, out: DevicePtr, n: usize },
+    Add {
+        a: DevicePtr,
+        b: DevicePtr,
+        out: DevicePtr,
+        n: usize,
+    },
     /// `out = a * b`
-    Mul { a: DevicePtr, b: DevicePtr, out: DevicePtr, n: usize },
+    Mul {
+        a: DevicePtr,
+        b: DevicePtr,
+        out: DevicePtr,
+        n: usize,
+    },
     /// `out = alpha * x`
-    Scale { x: DevicePtr, alpha: f32, out: DevicePtr, n: usize },
+    Scale {
+        x: DevicePtr,
+        alpha: f32,
+        out: DevicePtr,
+        n: usize,
+    },
     /// `y = alpha * x + y`
-    Axpy { alpha: f32, x: DevicePtr, y: DevicePtr, n: usize },
+    Axpy {
+        alpha: f32,
+        x: DevicePtr,
+        y: DevicePtr,
+        n: usize,
+    },
     /// Standard-normal samples; element `i` depends only on `(seed, offset + i)`.
-    Randn { out: DevicePtr, n: usize, seed: u64, offset: u64 },
+    Randn {
+        out: DevicePtr,
+        n: usize,
+        seed: u64,
+        offset: u64,
+    },
     /// `iterations` dependent multiply-adds on each element: busy work of a chosen length.
-    Spin { x: DevicePtr, n: usize, iterations: u32 },
+    Spin {
+        x: DevicePtr,
+        n: usize,
+        iterations: u32,
+    },
 }
 
 /// A CUDA C source file of `kernels/`, with the functions it defines.

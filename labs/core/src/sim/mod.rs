@@ -60,7 +60,11 @@ impl SimBackend {
         self.memory.backed_bytes()
     }
 
-    fn enqueue(&self, stream: &Stream, job: impl FnOnce(&SimMemory) -> Result<()> + Send + 'static) -> Result<()> {
+    fn enqueue(
+        &self,
+        stream: &Stream,
+        job: impl FnOnce(&SimMemory) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
         let memory = self.memory.clone();
         sim_stream(stream)?.enqueue(Box::new(move || job(&memory)))
     }
@@ -120,6 +124,38 @@ impl Backend for SimBackend {
         self.memory.free(ptr)
     }
 
+    fn raw_alloc_async(&self, bytes: usize, stream: &Stream) -> Result<DevicePtr> {
+        // The simulator has no pool of its own: a stream-ordered allocation is an
+        // allocation made once the stream's earlier work is done.
+        stream.synchronize()?;
+        self.memory.alloc(bytes)
+    }
+
+    fn raw_free_async(&self, ptr: DevicePtr, stream: &Stream) -> Result<()> {
+        stream.synchronize()?;
+        self.memory.free(ptr)
+    }
+
+    fn vm_granularity(&self) -> Result<usize> {
+        Ok(memory::PAGE as usize)
+    }
+
+    fn vm_reserve(&self, bytes: usize) -> Result<DevicePtr> {
+        self.memory.reserve(bytes)
+    }
+
+    fn vm_release(&self, base: DevicePtr, _bytes: usize) -> Result<()> {
+        self.memory.release(base)
+    }
+
+    fn vm_map(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        self.memory.map(ptr, bytes)
+    }
+
+    fn vm_unmap(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        self.memory.unmap(ptr, bytes)
+    }
+
     fn default_stream(&self) -> Result<Stream> {
         Ok(Stream(self.default_stream.clone()))
     }
@@ -151,7 +187,13 @@ impl Backend for SimBackend {
         self.memory.read(dst, src)
     }
 
-    fn copy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize, stream: &Stream) -> Result<()> {
+    fn copy_dtod(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<()> {
         self.enqueue(stream, move |m| {
             m.access(&[(src, bytes), (dst, bytes)], |p| unsafe {
                 std::ptr::copy(p[0], p[1], bytes)
@@ -159,7 +201,13 @@ impl Backend for SimBackend {
         })
     }
 
-    fn fill(&self, dst: DevicePtr, pattern: FillPattern, count: usize, stream: &Stream) -> Result<()> {
+    fn fill(
+        &self,
+        dst: DevicePtr,
+        pattern: FillPattern,
+        count: usize,
+        stream: &Stream,
+    ) -> Result<()> {
         self.enqueue(stream, move |m| {
             m.access(&[(dst, count * pattern.width())], |p| unsafe {
                 cpu::fill(p[0], pattern, count)

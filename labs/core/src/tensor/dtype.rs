@@ -92,7 +92,11 @@ pub(crate) fn from_bytes<T: Element>(bytes: &[u8]) -> Vec<T> {
     let mut out: Vec<T> = Vec::with_capacity(n);
     // SAFETY: `Element` types accept any bit pattern; exactly n elements are written.
     unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>());
+        std::ptr::copy_nonoverlapping(
+            bytes.as_ptr(),
+            out.as_mut_ptr() as *mut u8,
+            n * std::mem::size_of::<T>(),
+        );
         out.set_len(n);
     }
     out

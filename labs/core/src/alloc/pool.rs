@@ -1,0 +1,140 @@
+//! The bookkeeping of blocks: an arena of blocks linked to their neighbours inside a
+//! segment, and the ordered set of free blocks that best fit searches.
+
+use std::collections::BTreeSet;
+
+use crate::device::Stream;
+
+pub(crate) const NONE: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockState {
+    Free,
+    Allocated,
+    /// Freed by the program, but work on another stream may still use it.
+    Pending,
+}
+
+pub(crate) struct Block {
+    pub addr: u64,
+    pub size: u64,
+    pub requested: u64,
+    pub segment: u32,
+    pub prev: u32,
+    pub next: u32,
+    pub state: BlockState,
+    /// Distinguishes the block in this slot from earlier ones, so that a stale handle
+    /// is caught rather than freeing someone else's memory.
+    pub generation: u32,
+    /// Events still to complete before a pending block is free.
+    pub pending_events: u32,
+    /// Streams other than the allocation stream that used the block (`record_stream`).
+    pub stream_uses: Vec<Stream>,
+}
+
+/// Slots of blocks; a slot is reused after its block merges away, so steady-state
+/// allocation does no heap allocation.
+#[derive(Default)]
+pub(crate) struct Blocks {
+    slots: Vec<Block>,
+    vacant: Vec<u32>,
+}
+
+impl Blocks {
+    pub fn insert(&mut self, addr: u64, size: u64, segment: u32, prev: u32, next: u32) -> u32 {
+        match self.vacant.pop() {
+            Some(id) => {
+                let b = &mut self.slots[id as usize];
+                b.addr = addr;
+                b.size = size;
+                b.requested = 0;
+                b.segment = segment;
+                b.prev = prev;
+                b.next = next;
+                b.state = BlockState::Free;
+                b.pending_events = 0;
+                id
+            }
+            None => {
+                self.slots.push(Block {
+                    addr,
+                    size,
+                    requested: 0,
+                    segment,
+                    prev,
+                    next,
+                    state: BlockState::Free,
+                    generation: 0,
+                    pending_events: 0,
+                    stream_uses: Vec::new(),
+                });
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    pub fn remove(&mut self, id: u32) {
+        let b = &mut self.slots[id as usize];
+        b.generation = b.generation.wrapping_add(1);
+        b.stream_uses.clear();
+        self.vacant.push(id);
+    }
+
+    pub fn get(&self, id: u32) -> Option<&Block> {
+        self.slots.get(id as usize)
+    }
+}
+
+impl std::ops::Index<u32> for Blocks {
+    type Output = Block;
+    #[inline]
+    fn index(&self, id: u32) -> &Block {
+        &self.slots[id as usize]
+    }
+}
+
+impl std::ops::IndexMut<u32> for Blocks {
+    #[inline]
+    fn index_mut(&mut self, id: u32) -> &mut Block {
+        &mut self.slots[id as usize]
+    }
+}
+
+/// A free block's place in the search order: stream and pool first (blocks are reused
+/// only by their own stream and pool), then size (best fit), then address (lowest
+/// first, which packs live blocks together).
+pub(crate) type FreeKey = (u64, u64, u64, u32);
+
+pub(crate) fn stream_pool(stream: u64, pool: super::size::Pool) -> u64 {
+    (stream << 1) | pool as u64
+}
+
+#[derive(Default)]
+pub(crate) struct FreeSet(BTreeSet<FreeKey>);
+
+impl FreeSet {
+    #[inline]
+    pub fn insert(&mut self, key: FreeKey) {
+        let fresh = self.0.insert(key);
+        debug_assert!(fresh, "free block listed twice");
+    }
+    #[inline]
+    pub fn remove(&mut self, key: &FreeKey) {
+        let found = self.0.remove(key);
+        debug_assert!(found, "free block missing from the free set");
+    }
+    /// The smallest free block of `stream_pool` holding at least `size` bytes.
+    #[inline]
+    pub fn best_fit(&self, stream_pool: u64, size: u64) -> Option<FreeKey> {
+        self.0
+            .range((stream_pool, size, 0, 0)..=(stream_pool, u64::MAX, u64::MAX, u32::MAX))
+            .next()
+            .copied()
+    }
+    pub fn contains(&self, key: &FreeKey) -> bool {
+        self.0.contains(key)
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}
