@@ -12,7 +12,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::config::Config;
-use super::pool::{stream_pool, BlockState, Blocks, FreeKey, FreeSet, NONE};
+use super::pool::{stream_pool, BlockState, Blocks, FreeSet, NONE};
 use super::size::{
     pool_of, round_size, segment_size, Pool, EXPANDABLE_VA, LARGE_BUFFER, MIN_BLOCK, SMALL_SIZE,
 };
@@ -81,6 +81,8 @@ struct Page {
 }
 
 struct Segment {
+    /// The free-set prefix of the segment's stream and pool.
+    sp: u64,
     base: DevicePtr,
     size: u64,
     stream: u64,
@@ -112,6 +114,8 @@ struct State {
     /// Events of cross-stream frees, with the block each one holds back.
     pending: Vec<(Event, u32)>,
     stats: Stats,
+    /// Stream handles in order of first use; a stream's index is its key in the free set.
+    streams: Vec<u64>,
 }
 
 impl Allocator {
@@ -138,6 +142,7 @@ impl Allocator {
                 idle: Vec::new(),
                 pending: Vec::new(),
                 stats: Stats::default(),
+                streams: Vec::new(),
             }),
         })
     }
@@ -287,7 +292,14 @@ impl State {
         }
         let rounded = round_size(size, self.conf.roundup_power2_divisions);
         let pool = pool_of(rounded);
-        let sp = stream_pool(stream, pool);
+        let index = match self.streams.iter().position(|&s| s == stream) {
+            Some(i) => i,
+            None => {
+                self.streams.push(stream);
+                self.streams.len() - 1
+            }
+        };
+        let sp = stream_pool(index as u64, pool);
         let mut stage = 0;
         loop {
             match self.try_malloc(be, device, sp, stream, pool, rounded, size) {
@@ -327,11 +339,11 @@ impl State {
         requested: u64,
     ) -> Result<Block> {
         let id = match self.find_free(sp, rounded) {
-            Some(key) => {
-                self.free.remove(&key);
-                key.3
+            Some((size, id)) => {
+                self.free.remove(sp, size, self.blocks[id].addr, id);
+                id
             }
-            None => self.new_segment(be, device, stream, pool, rounded)?,
+            None => self.new_segment(be, device, sp, stream, pool, rounded)?,
         };
         let seg_index = self.blocks[id].segment;
         let expandable = self.segments[seg_index as usize].expandable;
@@ -346,7 +358,7 @@ impl State {
             let b = &mut self.blocks[id];
             b.size = rounded;
             b.next = rest;
-            self.free.insert((sp, remaining, addr, rest));
+            self.free.insert(sp, remaining, addr, rest);
         }
         let b = &mut self.blocks[id];
         b.state = BlockState::Allocated;
@@ -373,16 +385,16 @@ impl State {
     }
 
     #[inline]
-    fn find_free(&self, sp: u64, rounded: u64) -> Option<FreeKey> {
+    fn find_free(&self, sp: u64, rounded: u64) -> Option<(u64, u32)> {
         let key = self.free.best_fit(sp, rounded)?;
         if let (false, Some(max_split)) = (self.conf.expandable_segments, self.conf.max_split_size)
         {
             // Oversize blocks serve only oversize requests, and only close fits; the
             // set is ordered by size, so the first candidate decides.
-            if rounded < max_split && key.1 >= max_split {
+            if rounded < max_split && key.0 >= max_split {
                 return None;
             }
-            if rounded >= max_split && key.1 >= rounded + LARGE_BUFFER {
+            if rounded >= max_split && key.0 >= rounded + LARGE_BUFFER {
                 return None;
             }
         }
@@ -403,6 +415,7 @@ impl State {
         &mut self,
         be: &dyn Backend,
         device: DeviceId,
+        sp: u64,
         stream: u64,
         pool: Pool,
         rounded: u64,
@@ -433,6 +446,7 @@ impl State {
         };
         self.stats.segments.add(1);
         let seg = Segment {
+            sp,
             base,
             size,
             stream,
@@ -601,7 +615,7 @@ impl State {
     fn release_block(&mut self, mut id: u32) {
         let seg_index = self.blocks[id].segment;
         let seg = &self.segments[seg_index as usize];
-        let sp = stream_pool(seg.stream, seg.pool);
+        let sp = seg.sp;
         if seg.expandable {
             let (s, span) = self.page_span(id);
             let seg = &mut self.segments[s as usize];
@@ -617,18 +631,18 @@ impl State {
         let prev = self.blocks[id].prev;
         if prev != NONE && self.blocks[prev].state == BlockState::Free {
             let p = &self.blocks[prev];
-            self.free.remove(&(sp, p.size, p.addr, prev));
+            self.free.remove(sp, p.size, p.addr, prev);
             self.absorb_next(prev);
             id = prev;
         }
         let next = self.blocks[id].next;
         if next != NONE && self.blocks[next].state == BlockState::Free {
             let n = &self.blocks[next];
-            self.free.remove(&(sp, n.size, n.addr, next));
+            self.free.remove(sp, n.size, n.addr, next);
             self.absorb_next(id);
         }
         let b = &self.blocks[id];
-        self.free.insert((sp, b.size, b.addr, id));
+        self.free.insert(sp, b.size, b.addr, id);
     }
 
     /// Merges the block after `id` into `id`.
@@ -669,8 +683,7 @@ impl State {
                 continue;
             }
             let (base, size, first_id) = (seg.base, seg.size, seg.first);
-            self.free
-                .remove(&(stream_pool(seg.stream, seg.pool), size, base, first_id));
+            self.free.remove(seg.sp, size, base, first_id);
             if seg.expandable {
                 be.vm_release(base, size as usize)?;
             } else {
@@ -692,7 +705,7 @@ impl State {
         let (mut allocated, mut requested, mut count, mut reserved, mut free_blocks) =
             (0u64, 0u64, 0u64, 0u64, 0usize);
         for (si, seg) in self.segments.iter().enumerate().filter(|(_, s)| s.alive) {
-            let sp = stream_pool(seg.stream, seg.pool);
+            let sp = seg.sp;
             let mut users = vec![0u32; seg.pages.len()];
             let (mut id, mut prev, mut addr) = (seg.first, NONE, seg.base);
             let mut prev_free = false;
@@ -717,7 +730,7 @@ impl State {
                 match b.state {
                     BlockState::Free => {
                         free_blocks += 1;
-                        if !self.free.contains(&(sp, b.size, b.addr, id)) {
+                        if !self.free.contains(sp, b.size, b.addr, id) {
                             return Err(format!(
                                 "free block {:#x} missing from the free set",
                                 b.addr

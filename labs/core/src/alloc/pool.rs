@@ -102,11 +102,24 @@ impl std::ops::IndexMut<u32> for Blocks {
 
 /// A free block's place in the search order: stream and pool first (blocks are reused
 /// only by their own stream and pool), then size (best fit), then address (lowest
-/// first, which packs live blocks together).
-pub(crate) type FreeKey = (u64, u64, u64, u32);
+/// first, which packs live blocks together), then the block's slot. Packed into one
+/// integer (sizes and addresses are multiples of 512) because comparing keys is most of
+/// the cost of a search.
+type FreeKey = u128;
 
-pub(crate) fn stream_pool(stream: u64, pool: super::size::Pool) -> u64 {
-    (stream << 1) | pool as u64
+#[inline]
+fn key(stream_pool: u64, size: u64, addr: u64, id: u32) -> FreeKey {
+    debug_assert!(stream_pool < 1 << 16 && size >> 9 < 1 << 40 && addr >> 9 < 1 << 40);
+    ((stream_pool as u128) << 112)
+        | (((size >> 9) as u128) << 72)
+        | (((addr >> 9) as u128) << 32)
+        | id as u128
+}
+
+/// The key prefix of a stream's pool: the stream's index among those seen (so that it
+/// fits the key whatever the driver's stream handles look like) and the pool.
+pub(crate) fn stream_pool(stream_index: u64, pool: super::size::Pool) -> u64 {
+    (stream_index << 1) | pool as u64
 }
 
 #[derive(Default)]
@@ -114,25 +127,28 @@ pub(crate) struct FreeSet(BTreeSet<FreeKey>);
 
 impl FreeSet {
     #[inline]
-    pub fn insert(&mut self, key: FreeKey) {
-        let fresh = self.0.insert(key);
+    pub fn insert(&mut self, stream_pool: u64, size: u64, addr: u64, id: u32) {
+        let fresh = self.0.insert(key(stream_pool, size, addr, id));
         debug_assert!(fresh, "free block listed twice");
     }
     #[inline]
-    pub fn remove(&mut self, key: &FreeKey) {
-        let found = self.0.remove(key);
+    pub fn remove(&mut self, stream_pool: u64, size: u64, addr: u64, id: u32) {
+        let found = self.0.remove(&key(stream_pool, size, addr, id));
         debug_assert!(found, "free block missing from the free set");
     }
-    /// The smallest free block of `stream_pool` holding at least `size` bytes.
+    /// The smallest free block of `stream_pool` holding at least `size` bytes, as
+    /// (size, slot).
     #[inline]
-    pub fn best_fit(&self, stream_pool: u64, size: u64) -> Option<FreeKey> {
+    pub fn best_fit(&self, stream_pool: u64, size: u64) -> Option<(u64, u32)> {
+        let from = key(stream_pool, size, 0, 0);
+        let to = key(stream_pool + 1, 0, 0, 0);
         self.0
-            .range((stream_pool, size, 0, 0)..=(stream_pool, u64::MAX, u64::MAX, u32::MAX))
+            .range(from..to)
             .next()
-            .copied()
+            .map(|&k| ((((k >> 72) as u64) & ((1 << 40) - 1)) << 9, k as u32))
     }
-    pub fn contains(&self, key: &FreeKey) -> bool {
-        self.0.contains(key)
+    pub fn contains(&self, stream_pool: u64, size: u64, addr: u64, id: u32) -> bool {
+        self.0.contains(&key(stream_pool, size, addr, id))
     }
     pub fn len(&self) -> usize {
         self.0.len()
