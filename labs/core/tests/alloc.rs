@@ -250,7 +250,7 @@ fn no_oom_while_a_fitting_block_waits_on_another_stream() {
         let a = small_device_conf(&device, 64 * MIB, conf);
         let block = a.malloc((48 * MIB) as usize, &s0).unwrap();
         // Work on the other stream keeps the block busy for a while.
-        for _ in 0..4 {
+        for _ in 0..16 {
             device
                 .backend()
                 .fill(
@@ -263,6 +263,12 @@ fn no_oom_while_a_fitting_block_waits_on_another_stream() {
         }
         a.record_stream(&block, &s1).unwrap();
         a.free(block).unwrap();
+        let pending = a
+            .snapshot()
+            .iter()
+            .flat_map(|s| s.blocks.clone())
+            .any(|b| b.state == BlockState::Pending);
+        assert!(pending, "the freed block waits on the other stream");
         let again = a
             .malloc((48 * MIB) as usize, &s0)
             .unwrap_or_else(|e| panic!("{conf}: {e}"));
