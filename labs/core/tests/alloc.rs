@@ -77,7 +77,7 @@ fn run_ops(conf: &str, ops: &[Op]) {
         match *op {
             Op::Alloc { size, stream } => {
                 let b = a.malloc(size as usize, &streams[stream]).unwrap();
-                assert!(b.size() >= size && b.size() % 512 == 0);
+                assert!(b.size() >= size && b.size() & 511 == 0);
                 live.push(b);
             }
             Op::Free(i) if !live.is_empty() => {

@@ -77,6 +77,15 @@ pub fn async_pair_ns(device: &Device, size: usize) -> Result<f64> {
     Ok(ns)
 }
 
+struct Row {
+    size: usize,
+    label: &'static str,
+    alone: f64,
+    busy: f64,
+    raw: f64,
+    pool: Option<f64>,
+}
+
 pub fn run(device: &Device, json: bool) -> Result<()> {
     let mut rows = Vec::new();
     for (size, label) in SIZES {
@@ -88,20 +97,26 @@ pub fn run(device: &Device, json: bool) -> Result<()> {
         } else {
             None
         };
-        rows.push((size, label, alone, busy, raw, pool));
+        rows.push(Row {
+            size,
+            label,
+            alone,
+            busy,
+            raw,
+            pool,
+        });
     }
     if json {
-        let per_size =
-            |f: &dyn Fn(&(usize, &str, f64, f64, f64, Option<f64>)) -> serde_json::Value| {
-                serde_json::Value::Object(rows.iter().map(|r| (r.0.to_string(), f(r))).collect())
-            };
+        let per_size = |f: &dyn Fn(&Row) -> serde_json::Value| {
+            serde_json::Value::Object(rows.iter().map(|r| (r.size.to_string(), f(r))).collect())
+        };
         let object = serde_json::json!({
             "device": device.to_string(),
-            "alloc_free_pair_ns": rows[0].2,
-            "cached_pair_ns": per_size(&|r| r.2.into()),
-            "cached_pair_1000_live_ns": per_size(&|r| r.3.into()),
-            "raw_driver_pair_ns": per_size(&|r| r.4.into()),
-            "alloc_async_pair_ns": per_size(&|r| r.5.map_or(serde_json::Value::Null, Into::into)),
+            "alloc_free_pair_ns": rows[0].alone,
+            "cached_pair_ns": per_size(&|r| r.alone.into()),
+            "cached_pair_1000_live_ns": per_size(&|r| r.busy.into()),
+            "raw_driver_pair_ns": per_size(&|r| r.raw.into()),
+            "alloc_async_pair_ns": per_size(&|r| r.pool.map_or(serde_json::Value::Null, Into::into)),
         });
         println!("{object}");
         return Ok(());
@@ -111,11 +126,13 @@ pub fn run(device: &Device, json: bool) -> Result<()> {
         "{:<8} {:>14} {:>20} {:>16} {:>18}",
         "size", "ours, cached", "ours, 1,000 live", "raw driver", "cuMemAllocAsync"
     );
-    for (_, label, alone, busy, raw, pool) in rows {
-        let pool = pool.map_or("n/a (sim)".to_string(), |p| format!("{p:.0} ns"));
+    for r in rows {
+        let pool = r
+            .pool
+            .map_or("n/a (sim)".to_string(), |p| format!("{p:.0} ns"));
         println!(
-            "{label:<8} {:>11.0} ns {:>17.0} ns {:>13.0} ns {:>18}",
-            alone, busy, raw, pool
+            "{:<8} {:>11.0} ns {:>17.0} ns {:>13.0} ns {:>18}",
+            r.label, r.alone, r.busy, r.raw, pool
         );
     }
     Ok(())

@@ -143,7 +143,7 @@ impl SimMemory {
             .next_back()
             .map(|(_, a)| a.reserved && ptr + bytes as u64 <= a.base + a.size as u64)
             .unwrap_or(false);
-        if !inside || ptr % PAGE != 0 || bytes as u64 % PAGE != 0 {
+        if !inside || (ptr | bytes as u64) & (PAGE - 1) != 0 {
             return Err(Error::InvalidArgument(format!(
                 "{bytes} bytes at {ptr:#x} on {}: not whole pages of a reserved range",
                 self.device
