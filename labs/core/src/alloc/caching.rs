@@ -490,16 +490,19 @@ impl State {
             unmapped += usize::from(!page.mapped);
         }
         if unmapped > 0 {
+            let mut synced = false;
             for p in span {
                 if !self.segments[s as usize].pages[p].mapped {
-                    self.map_page(be, s, p)?;
+                    self.map_page(be, s, p, &mut synced)?;
                 }
             }
         }
         Ok(())
     }
 
-    fn map_page(&mut self, be: &dyn Backend, s: u32, p: usize) -> Result<()> {
+    /// Maps one page; `synced` says whether the device was already synchronised during
+    /// this allocation (once is enough before unmapping any number of idle pages).
+    fn map_page(&mut self, be: &dyn Backend, s: u32, p: usize, synced: &mut bool) -> Result<()> {
         // Move an idle page's memory here rather than take more from the driver.
         while let Some((is, ip)) = self.idle.pop() {
             let Some(seg) = self.segments.get_mut(is as usize).filter(|g| g.alive) else {
@@ -510,8 +513,11 @@ impl State {
             };
             page.queued = false;
             if page.mapped && page.users == 0 {
-                // Freed blocks may still be in use by work queued on their stream.
-                be.synchronize()?;
+                if !*synced {
+                    // Freed blocks may still be in use by work queued on their stream.
+                    be.synchronize()?;
+                    *synced = true;
+                }
                 self.unmap_page(be, is, ip as usize)?;
                 break;
             }
