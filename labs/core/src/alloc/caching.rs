@@ -270,6 +270,21 @@ impl Allocator {
     }
 }
 
+impl Drop for Allocator {
+    /// Returns the cache to the driver. Blocks still allocated keep their memory: a
+    /// tensor may outlive a private allocator only by a bug, and freeing memory under it
+    /// would turn that bug into corruption.
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let result = st
+            .process_events(&*self.backend, true)
+            .and_then(|_| st.release_cached(&*self.backend));
+        if let Err(e) = result {
+            eprintln!("warning: releasing the cache of {}: {e}", self.device);
+        }
+    }
+}
+
 fn oom(device: DeviceId, requested: u64, st: &State) -> Error {
     Error::OutOfMemory {
         device,

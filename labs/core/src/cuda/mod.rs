@@ -232,10 +232,11 @@ impl Backend for CudaBackend {
     }
 
     fn vm_reserve(&self, bytes: usize) -> Result<DevicePtr> {
-        self.state()?;
+        // Page-aligned, so that every page of the range can be mapped on its own.
+        let alignment = self.vm_granularity()?;
         let mut ptr: DevicePtr = 0;
         // SAFETY: reserves address space only; `ptr` is a valid out-pointer.
-        unsafe { sys::cuMemAddressReserve(&mut ptr, bytes, 0, 0, 0) }
+        unsafe { sys::cuMemAddressReserve(&mut ptr, bytes, alignment, 0, 0) }
             .result()
             .map_err(|e| Error::driver("cuMemAddressReserve", e))?;
         Ok(ptr)

@@ -139,9 +139,17 @@ impl Tensor {
         self.storage.block.ptr()
     }
 
-    /// The allocator block behind the tensor (for `record_stream`).
+    /// The allocator block behind the tensor.
     pub fn block(&self) -> Block {
         self.storage.block
+    }
+
+    /// Tells the allocator that work on `stream` uses this tensor, so that its memory is
+    /// reused only after that work completes (PyTorch's `Tensor.record_stream`).
+    pub fn record_stream(&self, stream: &crate::device::Stream) -> Result<()> {
+        self.device()
+            .allocator()?
+            .record_stream(&self.storage.block, stream)
     }
 
     /// Do two tensors share memory (as `a.data_ptr() == b.data_ptr()` would tell)?
