@@ -9,7 +9,9 @@
 //! needed. Reserved memory then only grows when every page held is in use, which is
 //! what keeps peak reserved close to peak allocated on real traces.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use super::lock::{Guard, Lock};
 
 use super::config::Config;
 use super::pool::{stream_pool, BlockState, Blocks, FreeSet, NONE};
@@ -97,7 +99,7 @@ struct Segment {
 pub struct Allocator {
     backend: Arc<dyn Backend>,
     device: DeviceId,
-    state: Mutex<State>,
+    state: Lock<State>,
 }
 
 struct State {
@@ -130,7 +132,7 @@ impl Allocator {
         Ok(Allocator {
             device: backend.id(),
             backend,
-            state: Mutex::new(State {
+            state: Lock::new(State {
                 conf,
                 total,
                 limit,
@@ -155,10 +157,9 @@ impl Allocator {
         self.lock().conf.clone()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        // A panic under the lock leaves counters possibly stale but never memory unsafe;
-        // keep serving rather than poisoning every later tensor drop.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    #[inline]
+    fn lock(&self) -> Guard<'_, State> {
+        self.state.lock()
     }
 
     /// A block of at least `size` bytes for work on `stream`.
@@ -275,7 +276,7 @@ impl Drop for Allocator {
     /// tensor may outlive a private allocator only by a bug, and freeing memory under it
     /// would turn that bug into corruption.
     fn drop(&mut self) {
-        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let st = self.state.get_mut();
         let result = st
             .process_events(&*self.backend, true)
             .and_then(|_| st.release_cached(&*self.backend));

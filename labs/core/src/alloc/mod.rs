@@ -4,6 +4,7 @@
 
 mod caching;
 mod config;
+mod lock;
 mod pool;
 pub mod replay;
 mod size;

@@ -142,9 +142,11 @@ impl FreeSet {
     pub fn best_fit(&self, stream_pool: u64, size: u64) -> Option<(u64, u32)> {
         let from = key(stream_pool, size, 0, 0);
         let to = key(stream_pool + 1, 0, 0, 0);
+        // An open range descends the tree once; a closed one would find both ends.
         self.0
-            .range(from..to)
+            .range(from..)
             .next()
+            .filter(|&&k| k < to)
             .map(|&k| ((((k >> 72) as u64) & ((1 << 40) - 1)) << 9, k as u32))
     }
     pub fn contains(&self, stream_pool: u64, size: u64, addr: u64, id: u32) -> bool {
