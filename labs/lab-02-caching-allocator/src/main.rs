@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use labs_core::alloc::{replay, Allocator, Config};
 use labs_core::format::{bytes, parse_bytes};
-use labs_core::{select_device, Device};
+use labs_core::{select_device, Device, DeviceId};
 
 #[derive(Parser)]
 #[command(name = "lab-02", about = "Chapter 2: a caching allocator")]
@@ -88,15 +88,19 @@ fn run_replay(
         None => Config::default(),
     };
     let trace = replay::read_trace(file).with_context(|| format!("reading {}", file.display()))?;
-    let wants_sim = device_flag.is_none_or(|d| d.starts_with("sim"));
-    let backend = if wants_sim {
+    let device = device(device_flag)?;
+    let backend = if matches!(device.id(), DeviceId::Sim(_)) {
+        // A fresh simulated GPU the size of the trace's, not the shared sim device.
         let capacity = match capacity {
             Some(c) => parse_bytes(c).map_err(anyhow::Error::msg)?,
             None => TRACE_GPU,
         };
         replay::sim_backend(capacity)
     } else {
-        device(device_flag)?.backend_arc()
+        if capacity.is_some() {
+            eprintln!("note: --capacity applies to the simulated GPU only; ignored on {device}");
+        }
+        device.backend_arc()
     };
     let allocator = Allocator::new(backend, conf)?;
     let r = replay::replay(&trace, &allocator)?;

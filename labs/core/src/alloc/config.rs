@@ -30,7 +30,8 @@ pub struct Config {
 impl Default for Config {
     /// Chosen by replaying the real traces in `shared/traces`: expandable segments whose
     /// free pages move to wherever memory is needed keep peak reserved within a few
-    /// pages of peak allocated, where fixed segments strand 10-50% (see chapter 2).
+    /// pages of peak allocated, where fixed segments strand 10-50% (`lab-02` prints the
+    /// comparison).
     fn default() -> Self {
         Config {
             max_split_size: None,
