@@ -78,8 +78,11 @@ struct Page {
     /// Blocks that are not free (allocated or pending) overlapping the page.
     users: u32,
     mapped: bool,
-    /// Listed in the idle stack.
+    /// Listed in the idle queue (at most once).
     queued: bool,
+    /// When the page last became idle. An entry whose stamp is older belongs to an
+    /// earlier idle spell and is moved to the back when met.
+    idle_since: u64,
 }
 
 struct Segment {
@@ -111,8 +114,11 @@ struct State {
     free: FreeSet,
     segments: Vec<Segment>,
     vacant_segments: Vec<u32>,
-    /// Pages that may be idle, most recently idle last. Entries are checked when taken.
-    idle: Vec<(u32, u32)>,
+    /// Pages that became idle, oldest first: (segment, page, stamp). The page idle the
+    /// longest is the one taken, as the least likely to be wanted back soon where it is
+    /// (taking the newest makes blocks land on just-unmapped pages again and again).
+    idle: std::collections::VecDeque<(u32, u32, u64)>,
+    idle_stamp: u64,
     /// Events of cross-stream frees, with the block each one holds back.
     pending: Vec<(Event, u32)>,
     stats: Stats,
@@ -141,7 +147,8 @@ impl Allocator {
                 free: FreeSet::default(),
                 segments: Vec::new(),
                 vacant_segments: Vec::new(),
-                idle: Vec::new(),
+                idle: Default::default(),
+                idle_stamp: 0,
                 pending: Vec::new(),
                 stats: Stats::default(),
                 streams: Vec::new(),
@@ -520,15 +527,25 @@ impl State {
     /// this allocation (once is enough before unmapping any number of idle pages).
     fn map_page(&mut self, be: &dyn Backend, s: u32, p: usize, synced: &mut bool) -> Result<()> {
         // Move an idle page's memory here rather than take more from the driver.
-        while let Some((is, ip)) = self.idle.pop() {
-            let Some(seg) = self.segments.get_mut(is as usize).filter(|g| g.alive) else {
+        while let Some((is, ip, stamp)) = self.idle.pop_front() {
+            let Some(page) = self
+                .segments
+                .get_mut(is as usize)
+                .filter(|g| g.alive)
+                .and_then(|g| g.pages.get_mut(ip as usize))
+            else {
                 continue;
             };
-            let Some(page) = seg.pages.get_mut(ip as usize) else {
+            if !(page.mapped && page.users == 0) {
+                page.queued = false;
                 continue;
-            };
+            }
+            if page.idle_since != stamp {
+                self.idle.push_back((is, ip, page.idle_since));
+                continue;
+            }
             page.queued = false;
-            if page.mapped && page.users == 0 {
+            {
                 if !*synced {
                     // Freed blocks may still be in use by work queued on their stream.
                     be.synchronize()?;
@@ -644,9 +661,13 @@ impl State {
             for p in span {
                 let page = &mut seg.pages[p];
                 page.users -= 1;
-                if page.users == 0 && page.mapped && !page.queued {
-                    page.queued = true;
-                    self.idle.push((s, p as u32));
+                if page.users == 0 && page.mapped {
+                    self.idle_stamp += 1;
+                    page.idle_since = self.idle_stamp;
+                    if !page.queued {
+                        page.queued = true;
+                        self.idle.push_back((s, p as u32, self.idle_stamp));
+                    }
                 }
             }
         }
