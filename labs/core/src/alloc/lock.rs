@@ -1,7 +1,8 @@
 //! The allocator's lock. An uncontended `std::sync::Mutex` costs two locked atomic
 //! instructions per critical section, which is about half of a cached alloc+free pair;
-//! this lock releases with a plain store. Waiters spin briefly, then yield: the lock
-//! is held for tens of nanoseconds except around driver calls.
+//! this lock releases with a plain store. Waiters spin briefly, then yield, then sleep
+//! in short naps: the lock is held for tens of nanoseconds except around driver calls,
+//! which can take milliseconds.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
@@ -41,11 +42,13 @@ impl<T> Lock<T> {
         let mut spins = 0u32;
         loop {
             while self.held.load(Ordering::Relaxed) {
+                spins = spins.saturating_add(1);
                 if spins < 100 {
                     std::hint::spin_loop();
-                    spins += 1;
-                } else {
+                } else if spins < 1100 {
                     std::thread::yield_now();
+                } else {
+                    std::thread::sleep(std::time::Duration::from_micros(20));
                 }
             }
             if self
