@@ -8,6 +8,7 @@ pub mod error;
 pub mod format;
 pub mod kernels;
 pub mod sim;
+pub mod snapshot;
 pub mod table;
 pub mod tensor;
 pub mod testing;
