@@ -65,9 +65,17 @@ fn exported_trace_reads_back_with_the_same_sums() {
     assert_eq!(events.len(), s.trace.len());
     let sum = |a: TraceAction, csv: bool| -> u64 {
         if csv {
-            events.iter().filter(|e| e.action == a).map(|e| e.size).sum()
+            events
+                .iter()
+                .filter(|e| e.action == a)
+                .map(|e| e.size)
+                .sum()
         } else {
-            s.trace.iter().filter(|e| e.action == a).map(|e| e.size).sum()
+            s.trace
+                .iter()
+                .filter(|e| e.action == a)
+                .map(|e| e.size)
+                .sum()
         }
     };
     for a in [
@@ -159,8 +167,8 @@ fn foreign_or_damaged_json_is_an_error() {
     let err = load_json(br#"{"format": "labs-memory-snapshot", "version": 99, "segments": []}"#)
         .unwrap_err();
     assert!(err.to_string().contains("version"), "{err}");
-    let err = load(br#"{"format": "labs-memory-snapshot", "version": 1, "segments": [{"#)
-        .unwrap_err();
+    let err =
+        load(br#"{"format": "labs-memory-snapshot", "version": 1, "segments": [{"#).unwrap_err();
     assert!(matches!(err, SnapshotError::Json(_)), "{err}");
     let ok = load_json(br#"{"format": "labs-memory-snapshot", "version": 1, "segments": []}"#);
     assert_eq!(ok.unwrap(), Snapshot::default());
@@ -238,7 +246,10 @@ fn minimal_snapshots_from_other_versions_load() {
     )]);
     let snap = load_pickle(&pickle(&v)).unwrap();
     let sum = Summary::of(&snap);
-    assert_eq!((sum.segments, sum.allocated_bytes, sum.requested_bytes), (1, 512, 512));
+    assert_eq!(
+        (sum.segments, sum.allocated_bytes, sum.requested_bytes),
+        (1, 512, 512)
+    );
     assert_eq!(snap.segments[0].segment_type, snapshot::SegmentType::Small);
     // The bare list `memory_snapshot()` returned before dicts.
     let v = Value::List(vec![segment(vec![block("inactive")])]);
@@ -250,10 +261,16 @@ fn minimal_snapshots_from_other_versions_load() {
 fn wrong_shapes_name_the_place() {
     let cases: Vec<(Value, &str)> = vec![
         (Value::I64(5), "<top>"),
-        (dict(vec![("device_traces", Value::List(vec![]))]), "segments"),
+        (
+            dict(vec![("device_traces", Value::List(vec![]))]),
+            "segments",
+        ),
         (dict(vec![("segments", Value::I64(5))]), "segments"),
         (
-            dict(vec![("segments", Value::List(vec![segment(vec![block("bogus")])]))]),
+            dict(vec![(
+                "segments",
+                Value::List(vec![segment(vec![block("bogus")])]),
+            )]),
             "segments[0].blocks[0].state",
         ),
         (

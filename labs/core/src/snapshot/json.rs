@@ -57,8 +57,7 @@ pub fn load_json(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
         format: Option<String>,
         version: Option<u32>,
     }
-    let tag: Tag =
-        serde_json::from_slice(bytes).map_err(|e| SnapshotError::Json(e.to_string()))?;
+    let tag: Tag = serde_json::from_slice(bytes).map_err(|e| SnapshotError::Json(e.to_string()))?;
     match (tag.format.as_deref(), tag.version) {
         (Some(FORMAT_NAME), Some(FORMAT_VERSION)) => {}
         (Some(FORMAT_NAME), v) => {

@@ -20,7 +20,9 @@ pub use model::{
 };
 pub use pytorch::load_pickle;
 pub use summary::Summary;
-pub use timeline::{live_intervals, memory_timeline, stacked_bands, Bands, Interval, TimelinePoint};
+pub use timeline::{
+    live_intervals, memory_timeline, stacked_bands, Bands, Interval, TimelinePoint,
+};
 pub use trace_csv::{export_trace, read_trace_csv, write_trace_csv, CsvEvent};
 
 use std::path::Path;

@@ -117,11 +117,17 @@ impl<'a> Machine<'a> {
     }
 
     fn top(&self) -> Result<Id, String> {
-        self.stack.last().copied().ok_or_else(|| "empty stack".into())
+        self.stack
+            .last()
+            .copied()
+            .ok_or_else(|| "empty stack".into())
     }
 
     fn pop_mark(&mut self) -> Result<Vec<Id>, String> {
-        let mark = self.marks.pop().ok_or("no MARK before a MARK-consuming opcode")?;
+        let mark = self
+            .marks
+            .pop()
+            .ok_or("no MARK before a MARK-consuming opcode")?;
         Ok(self.stack.split_off(mark))
     }
 
@@ -318,7 +324,11 @@ impl<'a> Machine<'a> {
                 self.push(Py::Int(v as i128));
             }
             0x8a | 0x8b => {
-                let n = if op == 0x8a { self.len(1)? } else { self.len(4)? };
+                let n = if op == 0x8a {
+                    self.len(1)?
+                } else {
+                    self.len(4)?
+                };
                 let b = self.take(n)?;
                 self.push(Py::Int(le_signed(b)?));
             }
@@ -437,6 +447,8 @@ mod tests {
             .unwrap_err();
         assert!(err.contains("Python objects"), "{err}");
         assert!(parse(b"\x80\x04}\x94").unwrap_err().contains("truncated"));
-        assert!(parse(b"\x80\x04K\x01.junk").unwrap_err().contains("after the end"));
+        assert!(parse(b"\x80\x04K\x01.junk")
+            .unwrap_err()
+            .contains("after the end"));
     }
 }

@@ -35,7 +35,10 @@ impl<'h> Value<'h> {
         self.heap.get(self.id)
     }
     fn at(self, id: Id) -> Value<'h> {
-        Value { heap: self.heap, id }
+        Value {
+            heap: self.heap,
+            id,
+        }
     }
 }
 
@@ -158,14 +161,12 @@ fn block(v: Value, at: &str) -> Result<Block, SnapshotError> {
         "active_allocated" => BlockState::ActiveAllocated,
         "active_pending_free" => BlockState::ActivePendingFree,
         "inactive" => BlockState::Inactive,
-        other => {
-            return Err(SnapshotError::shape(
-                format!("{at}.state"),
-                format!(
-                    "expected 'active_allocated', 'active_pending_free' or 'inactive', found {other:?}"
-                ),
-            ))
-        }
+        other => return Err(SnapshotError::shape(
+            format!("{at}.state"),
+            format!(
+                "expected 'active_allocated', 'active_pending_free' or 'inactive', found {other:?}"
+            ),
+        )),
     };
     Ok(Block {
         address: req_u64(d, "address", at)?,
@@ -269,7 +270,9 @@ fn to_json(v: Value, depth: usize) -> serde_json::Value {
         Py::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
         Py::Bytes(b) => J::String(String::from_utf8_lossy(b).into_owned()),
         Py::Str(s) => J::String(s.clone()),
-        Py::List(l) | Py::Tuple(l) => J::Array(l.iter().map(|&i| to_json(v.at(i), depth + 1)).collect()),
+        Py::List(l) | Py::Tuple(l) => {
+            J::Array(l.iter().map(|&i| to_json(v.at(i), depth + 1)).collect())
+        }
         Py::Dict(d) => J::Object(
             d.iter()
                 .map(|&(k, x)| (key_to_string(v.at(k)), to_json(v.at(x), depth + 1)))

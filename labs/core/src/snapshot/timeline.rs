@@ -37,12 +37,32 @@ fn device_events(s: &Snapshot, device: i64) -> Vec<&TraceEvent> {
     s.trace.iter().filter(|e| e.device == device).collect()
 }
 
-/// `file:line function` of the innermost Python frame: the line a reader of the
-/// training script recognises.
+/// Where an allocation was made, in words a reader of the training script recognises:
+/// `file:line function` of the innermost Python frame; without one (the backward pass
+/// runs in C++ threads) the first C++ function above the allocator's own.
 fn origin(frames: &[Frame]) -> Option<String> {
-    let f = frames.iter().find(|f| f.filename.ends_with(".py"))?;
-    let file = f.filename.rsplit('/').next().unwrap_or(&f.filename);
-    Some(format!("{}:{} {}", file, f.line, f.name))
+    if let Some(f) = frames.iter().find(|f| f.filename.ends_with(".py")) {
+        let file = f.filename.rsplit('/').next().unwrap_or(&f.filename);
+        return Some(format!("{}:{} {}", file, f.line, f.name));
+    }
+    const MACHINERY: [&str; 5] = [
+        "c10::",
+        "torch::unwind",
+        "torch::CapturedTraceback",
+        "torch::cuda::",
+        "at::detail::",
+    ];
+    let f = frames
+        .iter()
+        .find(|f| !MACHINERY.iter().any(|m| f.name.starts_with(m)))?;
+    let name = f.name.replace("(anonymous namespace)", "{anon}");
+    let name = name.split('(').next().unwrap_or(&name);
+    let parts: Vec<&str> = name.rsplitn(3, "::").collect();
+    let short = match parts.as_slice() {
+        [last, parent, ..] => format!("{parent}::{last}"),
+        _ => name.to_string(),
+    };
+    Some(format!("{short} (C++)"))
 }
 
 /// Every allocation of `device` with the points at which it was live. Allocations
@@ -185,7 +205,13 @@ impl Bands {
     pub fn values(&self, i: usize) -> Vec<u64> {
         let b = &self.bands[i];
         (0..self.points)
-            .map(|k| if (b.start..b.end).contains(&k) { b.size } else { 0 })
+            .map(|k| {
+                if (b.start..b.end).contains(&k) {
+                    b.size
+                } else {
+                    0
+                }
+            })
             .collect()
     }
 }
