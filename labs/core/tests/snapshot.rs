@@ -105,9 +105,11 @@ fn timeline_ends_at_the_snapshot_state() {
 
     let bands = stacked_bands(&s, 0, 10);
     assert_eq!(bands.bands.len(), 10);
-    for k in 0..bands.points {
-        let top: u64 = (0..10).map(|i| bands.values(i)[k]).sum();
-        assert_eq!(top + bands.others[k], t[k].allocated);
+    let values: Vec<Vec<u64>> = (0..10).map(|i| bands.values(i)).collect();
+    assert_eq!(bands.points, t.len());
+    for (k, point) in t.iter().enumerate() {
+        let top: u64 = values.iter().map(|v| v[k]).sum();
+        assert_eq!(top + bands.others[k], point.allocated);
     }
 }
 

@@ -33,7 +33,8 @@ pub struct ProcessReport {
 
 /// Where the figures come from; opened once and sampled every `--loop` period.
 pub enum Source {
-    Nvml { nvml: Nvml, only: Option<u32> },
+    // Boxed: NVML's function table is large and a `Source` lives on the stack.
+    Nvml { nvml: Box<Nvml>, only: Option<u32> },
     Sim(Device),
 }
 
@@ -59,7 +60,7 @@ impl Source {
     pub fn for_device(device: &Device, only_named: bool) -> Result<Source, SmiError> {
         match device.id() {
             DeviceId::Cuda(ordinal) => Ok(Source::Nvml {
-                nvml: open_nvml()?,
+                nvml: Box::new(open_nvml()?),
                 only: only_named.then_some(ordinal as u32),
             }),
             DeviceId::Sim(_) => Ok(Source::Sim(device.clone())),

@@ -170,7 +170,7 @@ impl<'a> Machine<'a> {
     }
 
     fn set_items(&mut self, target: Id, items: Vec<Id>) -> Result<(), String> {
-        if items.len() % 2 != 0 {
+        if !items.chunks_exact(2).remainder().is_empty() {
             return Err("SETITEMS with an odd number of items".into());
         }
         match &mut self.heap.objects[target] {

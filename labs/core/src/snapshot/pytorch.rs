@@ -161,12 +161,14 @@ fn block(v: Value, at: &str) -> Result<Block, SnapshotError> {
         "active_allocated" => BlockState::ActiveAllocated,
         "active_pending_free" => BlockState::ActivePendingFree,
         "inactive" => BlockState::Inactive,
-        other => return Err(SnapshotError::shape(
-            format!("{at}.state"),
-            format!(
+        other => {
+            return Err(SnapshotError::shape(
+                format!("{at}.state"),
+                format!(
                 "expected 'active_allocated', 'active_pending_free' or 'inactive', found {other:?}"
             ),
-        )),
+            ))
+        }
     };
     Ok(Block {
         address: req_u64(d, "address", at)?,
