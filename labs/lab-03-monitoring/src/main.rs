@@ -117,7 +117,11 @@ fn main() -> anyhow::Result<()> {
             period,
             count,
         } => {
-            let named = device.is_some() || std::env::var(labs_core::device::ENV_DEVICE).is_ok();
+            // `cuda` shows every GPU, as nvidia-smi does; `cuda:N` just that one.
+            let named = device
+                .clone()
+                .or_else(|| std::env::var(labs_core::device::ENV_DEVICE).ok())
+                .is_some_and(|d| d.contains(':'));
             let selection = select_device(device.as_deref()).context("choosing a device")?;
             if let Some(notice) = &selection.notice {
                 eprintln!("{notice}");
@@ -129,7 +133,7 @@ fn main() -> anyhow::Result<()> {
                     std::thread::sleep(period.unwrap_or_default());
                 }
                 let reports = source.sample()?;
-                let heading = format!("{} (unix time {:.1} s)", selection.device, unix_now());
+                let heading = format!("{} at {}", selection.device, utc_now());
                 for t in smi::tables(&heading, &reports) {
                     println!("{t}");
                 }
@@ -139,9 +143,17 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
+/// `HH:MM:SS UTC`: enough to tell successive `--loop` reports apart.
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+        % 86_400;
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }

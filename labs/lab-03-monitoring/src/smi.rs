@@ -55,8 +55,9 @@ pub enum SmiError {
 }
 
 impl Source {
-    /// The source for a device chosen by `select_device`. `only` restricts an NVML
-    /// report to one GPU (when the user named one).
+    /// The source for a device chosen by `select_device`. `only_named` restricts an
+    /// NVML report to that GPU. NVML numbers GPUs in PCI order, as CUDA does unless
+    /// `CUDA_VISIBLE_DEVICES` or `CUDA_DEVICE_ORDER` reorders them.
     pub fn for_device(device: &Device, only_named: bool) -> Result<Source, SmiError> {
         match device.id() {
             DeviceId::Cuda(ordinal) => Ok(Source::Nvml {

@@ -9,7 +9,7 @@ use lab_03::{plots, smi};
 use labs_core::snapshot::{
     self, read_trace_csv, Segment, SegmentType, Snapshot, TraceAction, TraceEvent,
 };
-use labs_core::testing::shared_dir;
+use labs_core::testing::{shared_dir, test_device};
 use labs_core::Device;
 
 fn mlp_path() -> PathBuf {
@@ -220,6 +220,16 @@ fn smi_on_the_simulated_gpu_reports_its_own_figures() {
     let out = lab(&["smi", "--device", "sim", "--loop", "0.01", "--count", "2"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out).matches("Processes").count(), 2);
+}
+
+#[test]
+fn smi_reports_the_device_under_test() {
+    // NVML on a GPU (LABS_DEVICE=cuda), the simulator's figures otherwise.
+    let d = test_device();
+    let reports = smi::Source::for_device(&d, true).unwrap().sample().unwrap();
+    assert_eq!(reports.len(), 1);
+    assert!(reports[0].total > 0 && reports[0].used <= reports[0].total);
+    assert!(!reports[0].name.is_empty());
 }
 
 #[test]
