@@ -349,6 +349,16 @@ proptest! {
     }
 
     #[test]
+    fn opcode_soup_never_panics(ops in proptest::collection::vec(proptest::sample::select(vec![
+        b'}', b']', b')', b'(', b'u', b'e', b'a', b's', 0x94, b'h', 0, 1, 2, b'K', b'N', 0x88,
+        0x85, 0x86, 0x87, b't', b'l', b'd', b'0', b'1', b'2', 0x8c, b'x', 0x8a, 0xff, b'.',
+    ]), 0..200)) {
+        let mut bytes = vec![0x80, 4];
+        bytes.extend_from_slice(&ops);
+        let _ = load(&bytes);
+    }
+
+    #[test]
     fn any_truncation_is_an_error(cut in 0usize..99_215) {
         let bytes = mlp_bytes();
         let cut = cut.min(bytes.len() - 1);
