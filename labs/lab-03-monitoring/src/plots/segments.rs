@@ -88,9 +88,10 @@ pub fn segments_svg(snapshot: &Snapshot, device: i64) -> anyhow::Result<String> 
                 .count();
             chart.draw_series(std::iter::once(Text::new(
                 format!(
-                    "#{i} {} {pool}, {} blocks ({active} active)",
+                    "#{i} {} {pool}, {} block{} ({active} active)",
                     bytes(g.total_size),
-                    g.blocks.len()
+                    g.blocks.len(),
+                    if g.blocks.len() == 1 { "" } else { "s" }
                 ),
                 (
                     g.total_size as f64 / scale + longest as f64 / scale * 0.01,

@@ -106,3 +106,29 @@ pub fn side_legend<DB: plotters::prelude::DrawingBackend>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thinning_keeps_the_peak_and_the_ends() {
+        let mut v: Vec<u64> = (0..100_000).map(|i| i % 1000).collect();
+        v[54_321] = 1 << 40;
+        let keep = sample(&v);
+        assert!(keep.len() <= MAX_POINTS + 1);
+        assert!(keep.contains(&54_321));
+        assert_eq!(*keep.last().unwrap(), v.len() - 1);
+        assert!(keep.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(sample(&[1, 2, 3]), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn steps_hold_each_value_until_the_next_point() {
+        let pts = steps(&[0, 5, 9], |j| [1.0, 2.0, 3.0][j]);
+        assert_eq!(
+            pts,
+            vec![(0.0, 1.0), (5.0, 1.0), (5.0, 2.0), (9.0, 2.0), (9.0, 3.0)]
+        );
+    }
+}
