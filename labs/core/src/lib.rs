@@ -1,6 +1,7 @@
 //! The shared runtime of the labs: a device layer with a real GPU backend (`cuda`) and
 //! a simulated one (`sim`), the kernels both run, and tensors on top of them. Every
-//! chapter of the book adds to it.
+//! chapter of the book adds to it; `snapshot` holds the memory snapshots lab 3 reads
+//! (ours and PyTorch's).
 
 pub mod cuda;
 pub mod device;
