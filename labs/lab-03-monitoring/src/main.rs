@@ -55,10 +55,12 @@ enum Command {
         /// the simulated GPU).
         #[arg(long)]
         device: Option<String>,
-        /// Report again every SECONDS (until --count reports, or forever).
+        /// Report again every SECONDS (until --count reports, or forever). Fractions
+        /// are allowed.
         #[arg(long = "loop", value_name = "SECONDS", value_parser = parse_period)]
         period: Option<Duration>,
-        /// Number of reports (default: 1, or unlimited with --loop).
+        /// Number of reports (default: 1, or unlimited with --loop; one second apart
+        /// unless --loop says otherwise).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         count: Option<u64>,
     },
@@ -128,9 +130,11 @@ fn main() -> anyhow::Result<()> {
             }
             let source = smi::Source::for_device(&selection.device, named)?;
             let count = count.unwrap_or(if period.is_some() { u64::MAX } else { 1 });
+            // Several reports without a period come a second apart, as `nvidia-smi -l`.
+            let period = period.unwrap_or(Duration::from_secs(1));
             for i in 0..count {
                 if i > 0 {
-                    std::thread::sleep(period.unwrap_or_default());
+                    std::thread::sleep(period);
                 }
                 let reports = source.sample()?;
                 let heading = format!("{} at {}", selection.device, utc_now());
