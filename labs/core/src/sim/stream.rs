@@ -13,8 +13,7 @@ use crate::error::{Error, Result};
 pub(crate) type Job = Box<dyn FnOnce() -> Result<()> + Send>;
 
 /// What a stream's queue holds: work, or an event to signal. Signals are handled by the
-/// worker itself so that the stream counts as idle before the event fires: whoever sees
-/// the last event complete also sees the stream done, as on a GPU.
+/// worker itself so that the stream's progress and its events agree, as on a GPU.
 enum Work {
     Run(Job),
     Signal(Arc<SimEventInner>, u64),
@@ -51,18 +50,22 @@ impl SimStream {
                         Work::Run(job) => (job(), None),
                         Work::Signal(event, generation) => (Ok(()), Some((event, generation))),
                     };
-                    {
-                        let (lock, cv) = &*worker_progress;
-                        let mut p = lock.lock().unwrap();
-                        p.completed += 1;
-                        if let Err(e) = outcome {
-                            p.error.get_or_insert(e);
-                        }
-                        cv.notify_all();
+                    let (lock, cv) = &*worker_progress;
+                    let mut p = lock.lock().unwrap();
+                    p.completed += 1;
+                    if let Err(e) = outcome {
+                        p.error.get_or_insert(e);
                     }
+                    // The event fires while the progress lock is held, so that the
+                    // stream's being done and its events' completion are seen together
+                    // from either side: a synchronize that returns finds every recorded
+                    // event complete, and whoever sees an event complete finds the stream
+                    // done.
                     if let Some((event, generation)) = signal {
                         event.complete(generation);
                     }
+                    cv.notify_all();
+                    drop(p);
                 }
             })
             .expect("spawning a stream worker thread");
