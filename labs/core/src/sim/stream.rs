@@ -13,8 +13,7 @@ use crate::error::{Error, Result};
 pub(crate) type Job = Box<dyn FnOnce() -> Result<()> + Send>;
 
 /// What a stream's queue holds: work, or an event to signal. Signals are handled by the
-/// worker itself so that the stream counts as idle before the event fires: whoever sees
-/// the last event complete also sees the stream done, as on a GPU.
+/// worker itself, in the same step that counts the stream's progress.
 enum Work {
     Run(Job),
     Signal(Arc<SimEventInner>, u64),
@@ -50,18 +49,18 @@ impl SimStream {
                         Work::Run(job) => (job(), None),
                         Work::Signal(event, generation) => (Ok(()), Some((event, generation))),
                     };
-                    {
-                        let (lock, cv) = &*worker_progress;
-                        let mut p = lock.lock().unwrap();
-                        p.completed += 1;
-                        if let Err(e) = outcome {
-                            p.error.get_or_insert(e);
-                        }
-                        cv.notify_all();
+                    let (lock, cv) = &*worker_progress;
+                    let mut p = lock.lock().unwrap();
+                    p.completed += 1;
+                    if let Err(e) = outcome {
+                        p.error.get_or_insert(e);
                     }
+                    // Under the stream's lock, so that both views agree as on a GPU: who
+                    // sees the stream done sees the event complete, and the reverse.
                     if let Some((event, generation)) = signal {
                         event.complete(generation);
                     }
+                    cv.notify_all();
                 }
             })
             .expect("spawning a stream worker thread");
