@@ -158,12 +158,24 @@ impl Backend for SimBackend {
 
     fn copy_htod(&self, dst: DevicePtr, src: &[u8], stream: &Stream) -> Result<()> {
         stream.synchronize()?;
-        self.memory.write(dst, src)
+        if self.inline || self.pinned.contains(src.as_ptr() as usize, src.len()) {
+            return self.memory.write(dst, src);
+        }
+        // Pageable memory goes through a staging buffer, as with the driver.
+        self.memory.access(&[(dst, src.len())], |p| unsafe {
+            staged_copy(src.as_ptr(), p[0], src.len())
+        })
     }
 
     fn copy_dtoh(&self, dst: &mut [u8], src: DevicePtr, stream: &Stream) -> Result<()> {
         stream.synchronize()?;
-        self.memory.read(dst, src)
+        if self.inline || self.pinned.contains(dst.as_ptr() as usize, dst.len()) {
+            return self.memory.read(dst, src);
+        }
+        let len = dst.len();
+        self.memory.access(&[(src, len)], |p| unsafe {
+            staged_copy(p[0], dst.as_mut_ptr(), len)
+        })
     }
 
     fn copy_dtod(
