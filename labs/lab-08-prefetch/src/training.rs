@@ -135,7 +135,7 @@ pub fn naive(
     compute.record(&end)?;
     end.synchronize()?;
     bar.finish_and_clear();
-    Ok(per_step(&start, &end, config.batches - warmup)?)
+    per_step(&start, &end, config.batches - warmup)
 }
 // ANCHOR_END: naive_loop
 
@@ -171,7 +171,7 @@ pub fn prefetched(
     compute.record(&end)?;
     end.synchronize()?;
     bar.finish_and_clear();
-    Ok(per_step(&start, &end, config.batches - warmup)?)
+    per_step(&start, &end, config.batches - warmup)
 }
 // ANCHOR_END: prefetch_loop
 
