@@ -34,18 +34,20 @@ pub struct Report {
 }
 
 /// The training loop's batch: 64 MiB on a GPU (about a millisecond over PCIe, long
-/// enough that per-step overheads stay small), 4 MiB on the simulator.
+/// enough that per-step overheads stay small), 16 MiB on the simulator.
 pub fn loader_config(device: &Device, quick: bool) -> LoaderConfig {
     let (sample_elems, batches) = match (quick, device.is_cuda()) {
         (true, _) => (1 << 10, 12),
         (false, true) => (1 << 16, 60),
-        (false, false) => (1 << 12, 40),
+        (false, false) => (1 << 16, 30),
     };
     LoaderConfig {
         batch_size: 256,
         sample_elems,
         batches,
-        workers: 4,
+        // The simulator's streams are threads too: on a small machine, fewer workers
+        // leave the cores to the copy and compute streams.
+        workers: if device.is_cuda() { 4 } else { 1 },
         prefetch_depth: 2,
         fill: Fill::Header,
     }

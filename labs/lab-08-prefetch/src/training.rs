@@ -16,6 +16,8 @@ use crate::loader::{HostLoader, LoaderConfig, PrefetchLoader};
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct StepTimes {
     pub batch_bytes: usize,
+    /// The kernel: `spin_iterations` multiply-adds on each of `spin_elems` values.
+    pub spin_elems: usize,
     pub spin_iterations: u32,
     /// One batch's host-to-device copy from pinned memory, alone.
     pub copy_ms: f64,
@@ -42,13 +44,13 @@ fn event_ms(
     Ok(Duration::from_secs_f64(a.elapsed_ms(&b)? as f64 / 1e3))
 }
 
-/// The time of one pinned copy of a batch and an iteration count that makes the
-/// kernel take as long.
+/// How long one pinned copy of a batch takes, and a spin kernel that takes about as
+/// long: `(copy, kernel, compute time)`.
 pub fn calibrate(
     device: &Device,
     config: &LoaderConfig,
     samples: usize,
-) -> Result<(Duration, u32, Duration)> {
+) -> Result<(Duration, Kernel, Duration)> {
     let stream = device.new_stream()?;
     let buffer = device.raw_buffer(config.batch_bytes())?;
     let host = HostAllocator::get(device).allocate(config.batch_bytes())?;
@@ -60,31 +62,38 @@ pub fn calibrate(
     }
     copies.remove(0);
     let copy = median(&mut copies);
-    let kernel = |iterations| Kernel::Spin {
+    let kernel = |n, iterations| Kernel::Spin {
         x: buffer.ptr(),
-        n: config.batch_elems(),
+        n,
         iterations,
     };
-    let mut iterations = 1u32;
-    let mut took;
-    loop {
-        took = event_ms(device, &stream, &mut || {
-            device.backend().launch(&kernel(iterations), &stream)
-        })?;
-        if took >= copy / 4 || iterations >= 1 << 24 {
-            break;
+    let time = |k: &Kernel| event_ms(device, &stream, &mut || device.backend().launch(k, &stream));
+    let mut n = config.batch_elems();
+    let (iterations, took) = loop {
+        let mut iterations = 1u32;
+        let took = loop {
+            let took = time(&kernel(n, iterations))?;
+            if took >= copy / 4 || iterations >= 1 << 24 {
+                break took;
+            }
+            iterations *= 2;
+        };
+        if iterations > 1 || took <= copy || n <= 4096 {
+            break (iterations, took);
         }
-        iterations *= 2;
-    }
-    let iterations =
-        ((iterations as f64 * copy.as_secs_f64() / took.as_secs_f64().max(1e-9)) as u32).max(1);
+        // One pass over the batch already outlasts the copy (a device simulated on the
+        // CPU, where it competes with the copy for memory bandwidth): spin on a
+        // cache-sized part of the batch instead, so that the kernel is pure compute.
+        n = (n / 256).max(4096);
+    };
+    let scale = copy.as_secs_f64() / took.as_secs_f64().max(1e-9);
+    let iterations = ((iterations as f64 * scale) as u32).max(1);
+    let spin = kernel(n, iterations);
     let mut computes = Vec::new();
     for _ in 0..samples {
-        computes.push(event_ms(device, &stream, &mut || {
-            device.backend().launch(&kernel(iterations), &stream)
-        })?);
+        computes.push(time(&spin)?);
     }
-    Ok((copy, iterations, median(&mut computes)))
+    Ok((copy, spin, median(&mut computes)))
 }
 
 fn progress(total: usize, label: &str, show: bool) -> ProgressBar {
@@ -106,7 +115,7 @@ fn progress(total: usize, label: &str, show: bool) -> ProgressBar {
 pub fn naive(
     device: &Device,
     config: LoaderConfig,
-    iterations: u32,
+    spin: &Kernel,
     warmup: usize,
     show: bool,
 ) -> Result<Duration> {
@@ -114,6 +123,7 @@ pub fn naive(
     let target = device.raw_buffer(config.batch_bytes())?;
     let (start, end) = (device.new_event()?, device.new_event()?);
     let bar = progress(config.batches, "naive", show);
+    let mut pace = Pace::new(device)?;
     for (i, batch) in HostLoader::new(device, config).enumerate() {
         let batch = batch?;
         if i == warmup {
@@ -122,14 +132,8 @@ pub fn naive(
         batch
             .data
             .copy_to_device_async(target.ptr(), batch.data.len(), &compute)?;
-        device.backend().launch(
-            &Kernel::Spin {
-                x: target.ptr(),
-                n: config.batch_elems(),
-                iterations,
-            },
-            &compute,
-        )?;
+        device.backend().launch(&on(spin, target.ptr()), &compute)?;
+        pace.step(&compute)?;
         bar.inc(1);
     }
     compute.record(&end)?;
@@ -144,7 +148,7 @@ pub fn naive(
 pub fn prefetched(
     device: &Device,
     config: LoaderConfig,
-    iterations: u32,
+    spin: &Kernel,
     warmup: usize,
     show: bool,
 ) -> Result<Duration> {
@@ -152,19 +156,14 @@ pub fn prefetched(
     let mut loader = PrefetchLoader::new(device, config)?;
     let (start, end) = (device.new_event()?, device.new_event()?);
     let bar = progress(config.batches, "prefetch", show);
+    let mut pace = Pace::new(device)?;
     let mut i = 0;
     while let Some(batch) = loader.next_batch(&compute)? {
         if i == warmup {
             compute.record(&start)?;
         }
-        device.backend().launch(
-            &Kernel::Spin {
-                x: batch.ptr,
-                n: batch.elems,
-                iterations,
-            },
-            &compute,
-        )?;
+        device.backend().launch(&on(spin, batch.ptr), &compute)?;
+        pace.step(&compute)?;
         i += 1;
         bar.inc(1);
     }
@@ -175,6 +174,44 @@ pub fn prefetched(
 }
 // ANCHOR_END: prefetch_loop
 
+/// Keeps the host one step ahead of the device, as a training loop that reads the
+/// previous step's loss does. Without it the host would queue every step at once and
+/// pin a new buffer for each, measuring the pinning instead of the steps.
+struct Pace {
+    done: [labs_core::Event; 2],
+    step: usize,
+}
+
+impl Pace {
+    fn new(device: &Device) -> Result<Pace> {
+        Ok(Pace {
+            done: [device.new_event()?, device.new_event()?],
+            step: 0,
+        })
+    }
+
+    fn step(&mut self, stream: &Stream) -> Result<()> {
+        stream.record(&self.done[self.step % 2])?;
+        if self.step > 0 {
+            self.done[(self.step - 1) % 2].synchronize()?;
+        }
+        self.step += 1;
+        Ok(())
+    }
+}
+
+/// The calibrated kernel, aimed at another buffer.
+fn on(spin: &Kernel, ptr: u64) -> Kernel {
+    match *spin {
+        Kernel::Spin { n, iterations, .. } => Kernel::Spin {
+            x: ptr,
+            n,
+            iterations,
+        },
+        ref other => other.clone(),
+    }
+}
+
 fn per_step(start: &labs_core::Event, end: &labs_core::Event, steps: usize) -> Result<Duration> {
     let total = start.elapsed_ms(end)? as f64 / 1e3;
     Ok(Duration::from_secs_f64(total / steps.max(1) as f64))
@@ -182,14 +219,26 @@ fn per_step(start: &labs_core::Event, end: &labs_core::Event, steps: usize) -> R
 
 /// Calibrates, then runs both loops on the same batches.
 pub fn measure(device: &Device, config: LoaderConfig, show: bool) -> Result<StepTimes> {
-    let (copy, iterations, compute) = calibrate(device, &config, 5)?;
+    // Fill the pinned pool first: a miss costs a slow cuMemHostAlloc under the
+    // allocator's lock, which belongs to a first epoch, not to a step time.
+    let allocator = HostAllocator::get(device);
+    let blocks = 2 * config.workers + 2 * config.prefetch_depth + 2;
+    let warm = (0..blocks)
+        .map(|_| allocator.allocate(config.batch_bytes()))
+        .collect::<Result<Vec<_>>>()?;
+    drop(warm);
+    let (copy, spin, compute) = calibrate(device, &config, 5)?;
     let warmup = (config.batches / 10)
         .clamp(1, 5)
         .min(config.batches.saturating_sub(1));
-    let naive = naive(device, config, iterations, warmup, show)?;
-    let prefetch = prefetched(device, config, iterations, warmup, show)?;
+    let naive = naive(device, config, &spin, warmup, show)?;
+    let prefetch = prefetched(device, config, &spin, warmup, show)?;
+    let Kernel::Spin { n, iterations, .. } = spin else {
+        unreachable!("calibrate returns a spin kernel")
+    };
     Ok(StepTimes {
         batch_bytes: config.batch_bytes(),
+        spin_elems: n,
         spin_iterations: iterations,
         copy_ms: ms(copy),
         compute_ms: ms(compute),
