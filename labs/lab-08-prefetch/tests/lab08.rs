@@ -122,12 +122,10 @@ fn bandwidth_and_costs_are_measured() {
 fn non_blocking_returns_early_only_from_pinned_memory() {
     let d = test_device();
     let m = non_blocking::measure(&d, 1 << 20, Duration::from_millis(40)).unwrap();
-    assert!(m.pinned.0 < Duration::from_millis(20), "{:?}", m.pinned);
-    assert!(
-        m.pageable.0 >= Duration::from_millis(30),
-        "{:?}",
-        m.pageable
-    );
+    // (returned, done): the pinned call returns long before the queued kernel ends;
+    // the pageable one only once the copy behind it is done.
+    assert!(m.pinned.0 * 2 < m.pinned.1, "{:?}", m.pinned);
+    assert!(m.pageable.0 * 5 >= m.pageable.1 * 4, "{:?}", m.pageable);
     assert_eq!(non_blocking::table(&d, &m).rows().len(), 2);
 }
 
