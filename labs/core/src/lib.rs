@@ -1,7 +1,9 @@
 //! The shared runtime of the labs: a device layer with a real GPU backend (`cuda`) and
-//! a simulated one (`sim`), the kernels both run, and tensors on top of them. Every
-//! chapter of the book adds to it.
+//! a simulated one (`sim`), the kernels both run, a caching allocator that every
+//! tensor's memory comes from, and tensors on top of them. Every chapter of the book
+//! adds to it.
 
+pub mod alloc;
 pub mod cli;
 pub mod cuda;
 pub mod device;

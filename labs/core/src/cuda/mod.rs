@@ -54,6 +54,9 @@ struct State {
     default_stream: Stream,
     modules: ModuleCache,
     multiprocessors: u32,
+    /// The physical allocation behind each `vm_map`, by mapped address.
+    handles:
+        std::sync::Mutex<std::collections::HashMap<DevicePtr, sys::CUmemGenericAllocationHandle>>,
 }
 
 impl CudaBackend {
@@ -89,6 +92,7 @@ impl CudaBackend {
                     ctx,
                     default_stream,
                     multiprocessors,
+                    handles: Default::default(),
                 }));
                 self.state.get().expect("just set")
             }
@@ -102,6 +106,31 @@ impl CudaBackend {
 
     fn id_(&self) -> DeviceId {
         DeviceId::Cuda(self.ordinal)
+    }
+
+    fn allocation_prop(&self) -> sys::CUmemAllocationProp {
+        // SAFETY: a plain C struct for which all-zero is a valid value.
+        let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = self.ordinal as i32;
+        prop
+    }
+
+    fn oom_or(&self, call: &'static str, bytes: usize, e: sys::CUresult) -> Error {
+        if e == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            match self.mem_info() {
+                Ok(info) => Error::OutOfMemory {
+                    device: self.id_(),
+                    requested: bytes as u64,
+                    free: info.free,
+                    total: info.total,
+                },
+                Err(e) => e,
+            }
+        } else {
+            Error::driver(call, format!("{e:?}"))
+        }
     }
 }
 
@@ -163,6 +192,112 @@ impl Backend for CudaBackend {
         self.state()?;
         // SAFETY: the caller owns `ptr`, obtained from `raw_alloc` and not yet freed.
         unsafe { result::free_sync(ptr) }.map_err(|e| Error::driver("cuMemFree", e))
+    }
+
+    fn raw_alloc_async(&self, bytes: usize, stream: &Stream) -> Result<DevicePtr> {
+        self.state()?;
+        let raw = cuda_stream(stream)?.raw();
+        let mut ptr: DevicePtr = 0;
+        // SAFETY: `ptr` is a valid out-pointer; the stream belongs to this context.
+        let r = unsafe { sys::cuMemAllocAsync(&mut ptr, bytes.max(1), raw) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(self.oom_or("cuMemAllocAsync", bytes, r));
+        }
+        Ok(ptr)
+    }
+
+    fn raw_free_async(&self, ptr: DevicePtr, stream: &Stream) -> Result<()> {
+        self.state()?;
+        let raw = cuda_stream(stream)?.raw();
+        // SAFETY: `ptr` came from `raw_alloc_async` and is freed once.
+        unsafe { sys::cuMemFreeAsync(ptr, raw) }
+            .result()
+            .map_err(|e| Error::driver("cuMemFreeAsync", e))
+    }
+
+    fn vm_granularity(&self) -> Result<usize> {
+        self.state()?;
+        let prop = self.allocation_prop();
+        let mut granularity = 0usize;
+        // SAFETY: valid pointers to a granularity and a filled-in property struct.
+        unsafe {
+            sys::cuMemGetAllocationGranularity(
+                &mut granularity,
+                &prop,
+                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+            )
+        }
+        .result()
+        .map_err(|e| Error::driver("cuMemGetAllocationGranularity", e))?;
+        Ok(granularity)
+    }
+
+    fn vm_reserve(&self, bytes: usize) -> Result<DevicePtr> {
+        // Page-aligned, so that every page of the range can be mapped on its own.
+        let alignment = self.vm_granularity()?;
+        let mut ptr: DevicePtr = 0;
+        // SAFETY: reserves address space only; `ptr` is a valid out-pointer.
+        unsafe { sys::cuMemAddressReserve(&mut ptr, bytes, alignment, 0, 0) }
+            .result()
+            .map_err(|e| Error::driver("cuMemAddressReserve", e))?;
+        Ok(ptr)
+    }
+
+    fn vm_release(&self, base: DevicePtr, bytes: usize) -> Result<()> {
+        self.state()?;
+        // SAFETY: the range was reserved by `vm_reserve` and nothing in it is mapped.
+        unsafe { sys::cuMemAddressFree(base, bytes) }
+            .result()
+            .map_err(|e| Error::driver("cuMemAddressFree", e))
+    }
+
+    fn vm_map(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        let s = self.state()?;
+        let prop = self.allocation_prop();
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: valid out-pointer and property struct.
+        let r = unsafe { sys::cuMemCreate(&mut handle, bytes, &prop, 0) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(self.oom_or("cuMemCreate", bytes, r));
+        }
+        // SAFETY: `ptr..ptr+bytes` lies in a range this backend reserved and is unmapped.
+        let mapped = unsafe { sys::cuMemMap(ptr, bytes, 0, handle, 0) }.result();
+        let access = mapped.and_then(|_| {
+            let desc = sys::CUmemAccessDesc {
+                location: prop.location,
+                flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            };
+            // SAFETY: the range was just mapped; `desc` is one valid descriptor.
+            unsafe { sys::cuMemSetAccess(ptr, bytes, &desc, 1) }.result()
+        });
+        if let Err(e) = access {
+            // SAFETY: undo what succeeded; the handle is ours.
+            unsafe {
+                if mapped.is_ok() {
+                    let _ = sys::cuMemUnmap(ptr, bytes);
+                }
+                let _ = sys::cuMemRelease(handle);
+            }
+            return Err(Error::driver("cuMemMap", e));
+        }
+        s.handles.lock().unwrap().insert(ptr, handle);
+        Ok(())
+    }
+
+    fn vm_unmap(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        let s = self.state()?;
+        let handle = s.handles.lock().unwrap().remove(&ptr).ok_or_else(|| {
+            Error::InvalidArgument(format!("vm_unmap of {ptr:#x}: nothing mapped there"))
+        })?;
+        // SAFETY: the mapping was made by `vm_map`; the caller guarantees no queued work
+        // uses it any more.
+        unsafe { sys::cuMemUnmap(ptr, bytes) }
+            .result()
+            .map_err(|e| Error::driver("cuMemUnmap", e))?;
+        // SAFETY: the handle is unmapped everywhere and released once.
+        unsafe { sys::cuMemRelease(handle) }
+            .result()
+            .map_err(|e| Error::driver("cuMemRelease", e))
     }
 
     fn default_stream(&self) -> Result<Stream> {

@@ -62,6 +62,27 @@ pub trait Backend: Send + Sync + 'static {
     /// Releases a raw allocation (`cuMemFree`); it synchronises the device first.
     fn raw_free(&self, ptr: DevicePtr) -> Result<()>;
 
+    /// The driver's stream-ordered pool (`cuMemAllocAsync`): the allocation is usable by
+    /// work on `stream` after the call.
+    fn raw_alloc_async(&self, bytes: usize, stream: &Stream) -> Result<DevicePtr>;
+    /// Returns memory to the stream-ordered pool once `stream`'s earlier work is done.
+    fn raw_free_async(&self, ptr: DevicePtr, stream: &Stream) -> Result<()>;
+
+    /// The page size of virtual memory mappings (`cuMemGetAllocationGranularity`).
+    fn vm_granularity(&self) -> Result<usize>;
+    /// Reserves a range of device addresses with no memory behind it
+    /// (`cuMemAddressReserve`); `bytes` is a multiple of the granularity.
+    fn vm_reserve(&self, bytes: usize) -> Result<DevicePtr>;
+    /// Gives a reserved range back (`cuMemAddressFree`); none of it may be mapped.
+    fn vm_release(&self, base: DevicePtr, bytes: usize) -> Result<()>;
+    /// Creates physical memory and maps it at `ptr..ptr+bytes` inside a reserved range,
+    /// readable and writable by the device (`cuMemCreate` + `cuMemMap` +
+    /// `cuMemSetAccess`). The unit of `vm_unmap` is the unit mapped here.
+    fn vm_map(&self, ptr: DevicePtr, bytes: usize) -> Result<()>;
+    /// Unmaps what one `vm_map` mapped and releases its memory (`cuMemUnmap` +
+    /// `cuMemRelease`). The caller makes sure no queued work still uses it.
+    fn vm_unmap(&self, ptr: DevicePtr, bytes: usize) -> Result<()>;
+
     /// The stream work goes to when none is named.
     fn default_stream(&self) -> Result<Stream>;
     /// A new stream; lower `priority` numbers run first, as in CUDA.

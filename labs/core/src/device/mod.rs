@@ -28,6 +28,7 @@ pub struct Device {
 struct DeviceInner {
     id: DeviceId,
     backend: Arc<dyn Backend>,
+    allocator: OnceLock<Result<crate::alloc::Allocator>>,
 }
 
 fn registry() -> &'static Mutex<HashMap<DeviceId, Device>> {
@@ -80,6 +81,7 @@ impl Device {
             inner: Arc::new(DeviceInner {
                 id: backend.id(),
                 backend,
+                allocator: OnceLock::new(),
             }),
         }
     }
@@ -90,6 +92,25 @@ impl Device {
 
     pub fn backend(&self) -> &dyn Backend {
         &*self.inner.backend
+    }
+
+    /// The backend, shared: for an allocator of one's own (trace replay, comparisons).
+    pub fn backend_arc(&self) -> Arc<dyn Backend> {
+        self.inner.backend.clone()
+    }
+
+    /// The device's caching allocator, where every tensor's memory comes from. It is
+    /// configured from `LABS_ALLOC_CONF` when first used; a bad setting is an error
+    /// here (and at every later call).
+    pub fn allocator(&self) -> Result<&crate::alloc::Allocator> {
+        self.inner
+            .allocator
+            .get_or_init(|| {
+                crate::alloc::Config::from_env()
+                    .and_then(|c| crate::alloc::Allocator::new(self.inner.backend.clone(), c))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     pub fn is_cuda(&self) -> bool {

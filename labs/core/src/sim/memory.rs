@@ -15,6 +15,9 @@ const BASE_ADDRESS: u64 = 0x7f00_0000_0000;
 /// an access running off one allocation is an error rather than a write into the next.
 const ALIGNMENT: u64 = 512;
 const GUARD: u64 = 512;
+/// The mapping granularity of reserved ranges, as `cuMemGetAllocationGranularity`
+/// reports it on current GPUs.
+pub(crate) const PAGE: u64 = 2 << 20;
 
 pub(crate) struct SimMemory {
     device: DeviceId,
@@ -26,11 +29,16 @@ struct State {
     allocations: BTreeMap<u64, Arc<Allocation>>,
     used: u64,
     next_address: u64,
+    /// Pages of reserved ranges that have memory behind them.
+    mapped: std::collections::HashSet<u64>,
 }
 
 struct Allocation {
     base: u64,
     size: usize,
+    /// A reserved virtual range: only its mapped pages may be touched, and only they
+    /// count against the capacity.
+    reserved: bool,
     /// `None` until first touched.
     data: Mutex<Option<Box<[u8]>>>,
 }
@@ -44,6 +52,7 @@ impl SimMemory {
                 allocations: BTreeMap::new(),
                 used: 0,
                 next_address: BASE_ADDRESS,
+                mapped: std::collections::HashSet::new(),
             }),
         }
     }
@@ -76,10 +85,114 @@ impl SimMemory {
             Arc::new(Allocation {
                 base,
                 size: bytes,
+                reserved: false,
                 data: Mutex::new(None),
             }),
         );
         Ok(base)
+    }
+
+    /// Reserves a virtual range (`cuMemAddressReserve`): no capacity is used until
+    /// pages are mapped. Host backing, if a kernel ever touches it, is zeroed memory
+    /// the OS commits page by page.
+    pub fn reserve(&self, bytes: usize) -> Result<DevicePtr> {
+        let mut s = self.state.write().unwrap();
+        let base = s.next_address.div_ceil(PAGE) * PAGE;
+        let size = (bytes as u64).max(1).div_ceil(PAGE) * PAGE;
+        s.next_address = base + size + PAGE;
+        s.allocations.insert(
+            base,
+            Arc::new(Allocation {
+                base,
+                size: size as usize,
+                reserved: true,
+                data: Mutex::new(None),
+            }),
+        );
+        Ok(base)
+    }
+
+    pub fn release(&self, base: DevicePtr) -> Result<()> {
+        let mut s = self.state.write().unwrap();
+        match s.allocations.get(&base) {
+            Some(a) if a.reserved => {
+                let end = a.base + a.size as u64;
+                if (base..end)
+                    .step_by(PAGE as usize)
+                    .any(|p| s.mapped.contains(&p))
+                {
+                    return Err(Error::InvalidArgument(format!(
+                        "release of {base:#x} on {}: pages are still mapped",
+                        self.device
+                    )));
+                }
+                s.allocations.remove(&base);
+                Ok(())
+            }
+            _ => Err(Error::InvalidArgument(format!(
+                "release of {base:#x} on {}: not a reserved range",
+                self.device
+            ))),
+        }
+    }
+
+    fn pages(&self, s: &State, ptr: DevicePtr, bytes: usize) -> Result<std::ops::Range<u64>> {
+        let inside = s
+            .allocations
+            .range(..=ptr)
+            .next_back()
+            .map(|(_, a)| a.reserved && ptr + bytes as u64 <= a.base + a.size as u64)
+            .unwrap_or(false);
+        if !inside || (ptr | bytes as u64) & (PAGE - 1) != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{bytes} bytes at {ptr:#x} on {}: not whole pages of a reserved range",
+                self.device
+            )));
+        }
+        Ok(ptr / PAGE..(ptr + bytes as u64) / PAGE)
+    }
+
+    /// Backs pages of a reserved range with memory (`cuMemCreate` + `cuMemMap`).
+    pub fn map(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        let mut s = self.state.write().unwrap();
+        let pages = self.pages(&s, ptr, bytes)?;
+        if pages.clone().any(|p| s.mapped.contains(&(p * PAGE))) {
+            return Err(Error::InvalidArgument(format!(
+                "map of {ptr:#x} on {}: already mapped",
+                self.device
+            )));
+        }
+        let free = self.capacity - s.used;
+        if bytes as u64 > free {
+            return Err(Error::OutOfMemory {
+                device: self.device,
+                requested: bytes as u64,
+                free,
+                total: self.capacity,
+            });
+        }
+        s.used += bytes as u64;
+        for p in pages {
+            s.mapped.insert(p * PAGE);
+        }
+        Ok(())
+    }
+
+    /// Returns pages' memory (`cuMemUnmap` + `cuMemRelease`).
+    pub fn unmap(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        let mut s = self.state.write().unwrap();
+        let pages = self.pages(&s, ptr, bytes)?;
+        if !pages.clone().all(|p| s.mapped.contains(&(p * PAGE))) {
+            return Err(Error::InvalidArgument(format!(
+                "unmap of {ptr:#x} on {}: not mapped",
+                self.device
+            )));
+        }
+        for p in pages {
+            s.mapped.remove(&(p * PAGE));
+        }
+        s.used -= bytes as u64;
+        Ok(())
     }
 
     /// Host memory mapped into the simulated address space: backed at once, because the
@@ -98,6 +211,7 @@ impl SimMemory {
             Arc::new(Allocation {
                 base,
                 size: bytes,
+                reserved: false,
                 data: Mutex::new(Some(data)),
             }),
         );
@@ -118,8 +232,9 @@ impl SimMemory {
 
     pub fn free(&self, ptr: DevicePtr) -> Result<()> {
         let mut s = self.state.write().unwrap();
-        match s.allocations.remove(&ptr) {
+        match s.allocations.get(&ptr).filter(|a| !a.reserved).cloned() {
             Some(a) => {
+                s.allocations.remove(&ptr);
                 s.used -= a.size as u64;
                 Ok(())
             }
@@ -134,7 +249,14 @@ impl SimMemory {
         let s = self.state.read().unwrap();
         let hit = s.allocations.range(..=addr).next_back().map(|(_, a)| a);
         match hit {
-            Some(a) if addr + len as u64 <= a.base + a.size as u64 => Ok(a.clone()),
+            Some(a)
+                if addr + len as u64 <= a.base + a.size as u64
+                    && (!a.reserved
+                        || (addr / PAGE..(addr + len.max(1) as u64).div_ceil(PAGE))
+                            .all(|p| s.mapped.contains(&(p * PAGE)))) =>
+            {
+                Ok(a.clone())
+            }
             _ => Err(Error::IllegalAddress {
                 device: self.device,
                 detail: format!("{len} bytes at {addr:#x} are not inside one live allocation"),
@@ -196,7 +318,7 @@ impl SimMemory {
         let s = self.state.read().unwrap();
         s.allocations
             .values()
-            .filter(|a| a.data.lock().unwrap().is_some())
+            .filter(|a| !a.reserved && a.data.lock().unwrap().is_some())
             .map(|a| a.size as u64)
             .sum()
     }

@@ -135,6 +135,38 @@ impl Backend for SimBackend {
         self.memory.free(ptr)
     }
 
+    fn raw_alloc_async(&self, bytes: usize, stream: &Stream) -> Result<DevicePtr> {
+        // The simulator has no pool of its own: a stream-ordered allocation is an
+        // allocation made once the stream's earlier work is done.
+        stream.synchronize()?;
+        self.memory.alloc(bytes)
+    }
+
+    fn raw_free_async(&self, ptr: DevicePtr, stream: &Stream) -> Result<()> {
+        stream.synchronize()?;
+        self.memory.free(ptr)
+    }
+
+    fn vm_granularity(&self) -> Result<usize> {
+        Ok(memory::PAGE as usize)
+    }
+
+    fn vm_reserve(&self, bytes: usize) -> Result<DevicePtr> {
+        self.memory.reserve(bytes)
+    }
+
+    fn vm_release(&self, base: DevicePtr, _bytes: usize) -> Result<()> {
+        self.memory.release(base)
+    }
+
+    fn vm_map(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        self.memory.map(ptr, bytes)
+    }
+
+    fn vm_unmap(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        self.memory.unmap(ptr, bytes)
+    }
+
     fn default_stream(&self) -> Result<Stream> {
         Ok(Stream(self.default_stream.clone()))
     }

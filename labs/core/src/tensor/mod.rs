@@ -9,13 +9,35 @@ pub use dtype::{DType, Element};
 
 use std::sync::Arc;
 
-use crate::device::{Device, DevicePtr, RawBuffer};
+use crate::alloc::Block;
+use crate::device::{Device, DevicePtr};
 use crate::error::{Error, Result};
+
+/// A block of the device's caching allocator, returned to the cache when the last
+/// tensor using it goes away.
+struct Storage {
+    device: Device,
+    block: Block,
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        let freed = self.device.allocator().and_then(|a| a.free(self.block));
+        if let Err(e) = freed {
+            // Drop cannot return an error; this is a bookkeeping bug worth seeing.
+            eprintln!(
+                "warning: freeing {:#x} on {}: {e}",
+                self.block.ptr(),
+                self.device
+            );
+        }
+    }
+}
 
 /// A tensor. Cloning is cheap and shares the storage, like a Python reference.
 #[derive(Clone)]
 pub struct Tensor {
-    storage: Arc<RawBuffer>,
+    storage: Arc<Storage>,
     shape: Vec<usize>,
     dtype: DType,
 }
@@ -33,8 +55,14 @@ impl Tensor {
         let bytes = numel(shape)?
             .checked_mul(dtype.size())
             .ok_or_else(|| Error::InvalidArgument(format!("shape {shape:?} is too large")))?;
+        let block = device
+            .allocator()?
+            .malloc(bytes, &device.default_stream()?)?;
         Ok(Tensor {
-            storage: Arc::new(device.raw_buffer(bytes)?),
+            storage: Arc::new(Storage {
+                device: device.clone(),
+                block,
+            }),
             shape: shape.to_vec(),
             dtype,
         })
@@ -98,7 +126,7 @@ impl Tensor {
         self.dtype
     }
     pub fn device(&self) -> &Device {
-        self.storage.device()
+        &self.storage.device
     }
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
@@ -108,7 +136,20 @@ impl Tensor {
     }
     /// The device address of the first element.
     pub fn ptr(&self) -> DevicePtr {
-        self.storage.ptr()
+        self.storage.block.ptr()
+    }
+
+    /// The allocator block behind the tensor.
+    pub fn block(&self) -> Block {
+        self.storage.block
+    }
+
+    /// Tells the allocator that work on `stream` uses this tensor, so that its memory is
+    /// reused only after that work completes (PyTorch's `Tensor.record_stream`).
+    pub fn record_stream(&self, stream: &crate::device::Stream) -> Result<()> {
+        self.device()
+            .allocator()?
+            .record_stream(&self.storage.block, stream)
     }
 
     /// Do two tensors share memory (as `a.data_ptr() == b.data_ptr()` would tell)?

@@ -1,0 +1,17 @@
+//! Chapter 2: a caching allocator in the manner of PyTorch's `CUDACachingAllocator`,
+//! generic over the device backend, plus the replay of real allocation traces that
+//! measures it.
+
+mod caching;
+mod config;
+mod lock;
+mod pool;
+pub mod replay;
+mod size;
+mod stats;
+
+pub use caching::{Allocator, Block, BlockInfo, SegmentInfo};
+pub use config::{Config, ENV_ALLOC_CONF};
+pub use pool::BlockState;
+pub use size::{pool_of, round_size, segment_size, Pool};
+pub use stats::{Stat, Stats};

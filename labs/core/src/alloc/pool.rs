@@ -1,0 +1,158 @@
+//! The bookkeeping of blocks: an arena of blocks linked to their neighbours inside a
+//! segment, and the ordered set of free blocks that best fit searches.
+
+use std::collections::BTreeSet;
+
+use crate::device::Stream;
+
+pub(crate) const NONE: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockState {
+    Free,
+    Allocated,
+    /// Freed by the program, but work on another stream may still use it.
+    Pending,
+}
+
+pub(crate) struct Block {
+    pub addr: u64,
+    pub size: u64,
+    pub requested: u64,
+    pub segment: u32,
+    pub prev: u32,
+    pub next: u32,
+    pub state: BlockState,
+    /// Distinguishes the block in this slot from earlier ones, so that a stale handle
+    /// is caught rather than freeing someone else's memory.
+    pub generation: u32,
+    /// Events still to complete before a pending block is free.
+    pub pending_events: u32,
+    /// Streams other than the allocation stream that used the block (`record_stream`).
+    pub stream_uses: Vec<Stream>,
+}
+
+/// Slots of blocks; a slot is reused after its block merges away, so steady-state
+/// allocation does no heap allocation.
+#[derive(Default)]
+pub(crate) struct Blocks {
+    slots: Vec<Block>,
+    vacant: Vec<u32>,
+}
+
+impl Blocks {
+    pub fn insert(&mut self, addr: u64, size: u64, segment: u32, prev: u32, next: u32) -> u32 {
+        match self.vacant.pop() {
+            Some(id) => {
+                let b = &mut self.slots[id as usize];
+                b.addr = addr;
+                b.size = size;
+                b.requested = 0;
+                b.segment = segment;
+                b.prev = prev;
+                b.next = next;
+                b.state = BlockState::Free;
+                b.pending_events = 0;
+                id
+            }
+            None => {
+                self.slots.push(Block {
+                    addr,
+                    size,
+                    requested: 0,
+                    segment,
+                    prev,
+                    next,
+                    state: BlockState::Free,
+                    generation: 0,
+                    pending_events: 0,
+                    stream_uses: Vec::new(),
+                });
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    pub fn remove(&mut self, id: u32) {
+        let b = &mut self.slots[id as usize];
+        b.generation = b.generation.wrapping_add(1);
+        b.stream_uses.clear();
+        self.vacant.push(id);
+    }
+
+    pub fn get(&self, id: u32) -> Option<&Block> {
+        self.slots.get(id as usize)
+    }
+}
+
+impl std::ops::Index<u32> for Blocks {
+    type Output = Block;
+    #[inline]
+    fn index(&self, id: u32) -> &Block {
+        &self.slots[id as usize]
+    }
+}
+
+impl std::ops::IndexMut<u32> for Blocks {
+    #[inline]
+    fn index_mut(&mut self, id: u32) -> &mut Block {
+        &mut self.slots[id as usize]
+    }
+}
+
+/// A free block's place in the search order: stream and pool first (blocks are reused
+/// only by their own stream and pool), then size (best fit), then address (lowest
+/// first, which packs live blocks together), then the block's slot. Packed into one
+/// integer (sizes and addresses are multiples of 512) because comparing keys is most of
+/// the cost of a search.
+type FreeKey = u128;
+
+#[inline]
+fn key(stream_pool: u64, size: u64, addr: u64, id: u32) -> FreeKey {
+    debug_assert!(stream_pool < 1 << 16 && size >> 9 < 1 << 40 && addr >> 9 < 1 << 40);
+    ((stream_pool as u128) << 112)
+        | (((size >> 9) as u128) << 72)
+        | (((addr >> 9) as u128) << 32)
+        | id as u128
+}
+
+/// The key prefix of a stream's pool: the stream's index among those seen (so that it
+/// fits the key whatever the driver's stream handles look like) and the pool.
+pub(crate) fn stream_pool(stream_index: u64, pool: super::size::Pool) -> u64 {
+    (stream_index << 1) | pool as u64
+}
+
+#[derive(Default)]
+pub(crate) struct FreeSet(BTreeSet<FreeKey>);
+
+impl FreeSet {
+    #[inline]
+    pub fn insert(&mut self, stream_pool: u64, size: u64, addr: u64, id: u32) {
+        let fresh = self.0.insert(key(stream_pool, size, addr, id));
+        debug_assert!(fresh, "free block listed twice");
+    }
+    #[inline]
+    pub fn remove(&mut self, stream_pool: u64, size: u64, addr: u64, id: u32) {
+        let found = self.0.remove(&key(stream_pool, size, addr, id));
+        debug_assert!(found, "free block missing from the free set");
+    }
+    /// The smallest free block of `stream_pool` holding at least `size` bytes, as
+    /// (size, slot).
+    #[inline]
+    pub fn best_fit(&self, stream_pool: u64, size: u64) -> Option<(u64, u32)> {
+        let from = key(stream_pool, size, 0, 0);
+        let to = key(stream_pool + 1, 0, 0, 0);
+        // An open range descends the tree once; a closed one would find both ends.
+        self.0
+            .range(from..)
+            .next()
+            .filter(|&&k| k < to)
+            .map(|&k| ((((k >> 72) as u64) & ((1 << 40) - 1)) << 9, k as u32))
+    }
+    pub fn contains(&self, stream_pool: u64, size: u64, addr: u64, id: u32) -> bool {
+        self.0.contains(&key(stream_pool, size, addr, id))
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}

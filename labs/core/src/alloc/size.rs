@@ -1,0 +1,77 @@
+//! Size classes: how a request is rounded, which pool serves it, how big a new segment is.
+//! The constants are PyTorch's, so that replayed traces compare like with like.
+
+/// Every block is a multiple of this.
+pub const MIN_BLOCK: u64 = 512;
+/// Requests up to this size come from the small pool.
+pub const SMALL_SIZE: u64 = 1 << 20;
+/// Fixed segments of the small pool.
+pub const SMALL_BUFFER: u64 = 2 << 20;
+/// Fixed segments for 1-10 MiB requests.
+pub const LARGE_BUFFER: u64 = 20 << 20;
+/// Requests below this share 20 MiB segments; larger ones get their own.
+pub const MIN_LARGE_ALLOC: u64 = 10 << 20;
+/// Larger requests' segments are rounded to this.
+pub const ROUND_LARGE: u64 = 2 << 20;
+/// The virtual size of an expandable segment: address space is free, so it is large
+/// enough that a pool rarely needs a second one.
+pub const EXPANDABLE_VA: u64 = 1 << 30;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Pool {
+    Small = 0,
+    Large = 1,
+}
+
+pub fn pool_of(rounded: u64) -> Pool {
+    if rounded <= SMALL_SIZE {
+        Pool::Small
+    } else {
+        Pool::Large
+    }
+}
+
+/// The size a request of `size` bytes occupies.
+pub fn round_size(size: u64, divisions: u32) -> u64 {
+    if size < MIN_BLOCK {
+        return MIN_BLOCK;
+    }
+    if divisions > 1 && size > MIN_BLOCK * divisions as u64 && !size.is_power_of_two() {
+        // One of `divisions` equal steps between the powers of two around `size`.
+        let floor = 1u64 << (63 - size.leading_zeros());
+        let step = floor / divisions as u64;
+        return size.div_ceil(step) * step;
+    }
+    size.div_ceil(MIN_BLOCK) * MIN_BLOCK
+}
+
+/// The size of a fixed segment for a rounded request.
+pub fn segment_size(rounded: u64) -> u64 {
+    if rounded <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else if rounded < MIN_LARGE_ALLOC {
+        LARGE_BUFFER
+    } else {
+        rounded.div_ceil(ROUND_LARGE) * ROUND_LARGE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding_and_classes() {
+        assert_eq!(round_size(1, 0), 512);
+        assert_eq!(round_size(513, 0), 1024);
+        assert_eq!(round_size(1 << 20, 0), 1 << 20);
+        // 1,200 KiB with 4 divisions: between 1 MiB and 2 MiB in 256 KiB steps.
+        assert_eq!(round_size(1200 << 10, 4), 1280 << 10);
+        assert_eq!(round_size(1 << 21, 4), 1 << 21);
+        assert_eq!(pool_of(1 << 20), Pool::Small);
+        assert_eq!(pool_of((1 << 20) + 512), Pool::Large);
+        assert_eq!(segment_size(512), SMALL_BUFFER);
+        assert_eq!(segment_size(5 << 20), LARGE_BUFFER);
+        assert_eq!(segment_size((11 << 20) + 1), 12 << 20);
+    }
+}

@@ -1,0 +1,480 @@
+//! The caching allocator against the device under test (`LABS_DEVICE`, default the
+//! simulator): structure and statistics after random operations, threads, every knob,
+//! the two cases where PyTorch's allocator fails, and data integrity.
+
+use std::sync::Arc;
+
+use labs_core::alloc::{Allocator, BlockState, Config};
+use labs_core::device::FillPattern;
+use labs_core::testing::test_device;
+use labs_core::{Device, Stream, Tensor};
+use proptest::prelude::*;
+
+const MIB: u64 = 1 << 20;
+
+fn allocator(device: &Device, conf: &str) -> Allocator {
+    Allocator::new(device.backend_arc(), Config::parse(conf).unwrap()).unwrap()
+}
+
+/// A limit of about `bytes`, whatever the device's real size, so that out-of-memory
+/// cases behave the same on a 16 GiB simulator and an 80 GB GPU.
+fn small_device_conf(device: &Device, bytes: u64, conf: &str) -> Allocator {
+    let a = allocator(device, conf);
+    let total = device.mem_info().unwrap().total;
+    a.set_memory_fraction(bytes as f64 / total as f64).unwrap();
+    a
+}
+
+fn assert_no_overlap(blocks: &[labs_core::alloc::Block]) {
+    let mut spans: Vec<(u64, u64)> = blocks
+        .iter()
+        .map(|b| (b.ptr(), b.ptr() + b.size()))
+        .collect();
+    spans.sort();
+    for w in spans.windows(2) {
+        assert!(
+            w[0].1 <= w[1].0,
+            "live blocks overlap: {:x?} and {:x?}",
+            w[0],
+            w[1]
+        );
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Alloc { size: u64, stream: usize },
+    Free(usize),
+    RecordStream { block: usize, stream: usize },
+    EmptyCache,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let size = prop_oneof![
+        1u64..4096,
+        4096u64..(1 << 20),
+        (1u64 << 20)..(12 << 20),
+        (12u64 << 20)..(40 << 20),
+    ];
+    prop_oneof![
+        6 => (size, 0usize..3).prop_map(|(size, stream)| Op::Alloc { size, stream }),
+        4 => (0usize..64).prop_map(Op::Free),
+        1 => (0usize..64, 0usize..3).prop_map(|(block, stream)| Op::RecordStream { block, stream }),
+        1 => Just(Op::EmptyCache),
+    ]
+}
+
+fn run_ops(conf: &str, ops: &[Op]) {
+    run_ops_limited(conf, None, ops)
+}
+
+/// With a limit, allocations may fail: the failure paths (waiting for events, releasing
+/// the cache, undoing a half-mapped block) must leave everything consistent.
+fn run_ops_limited(conf: &str, limit: Option<u64>, ops: &[Op]) {
+    let device = test_device();
+    let a = match limit {
+        Some(bytes) => small_device_conf(&device, bytes, conf),
+        None => allocator(&device, conf),
+    };
+    let streams: Vec<Stream> = vec![
+        device.default_stream().unwrap(),
+        device.new_stream().unwrap(),
+        device.new_stream().unwrap(),
+    ];
+    let mut live = Vec::new();
+    for op in ops {
+        match *op {
+            Op::Alloc { size, stream } => match a.malloc(size as usize, &streams[stream]) {
+                Ok(b) => {
+                    assert!(b.size() >= size && b.size() & 511 == 0);
+                    live.push(b);
+                }
+                Err(e) if limit.is_some() && e.is_out_of_memory() => {}
+                Err(e) => panic!("{e}"),
+            },
+            Op::Free(i) if !live.is_empty() => {
+                let b = live.swap_remove(i % live.len());
+                a.free(b).unwrap();
+            }
+            Op::RecordStream { block, stream } if !live.is_empty() => {
+                let b = live[block % live.len()];
+                a.record_stream(&b, &streams[stream]).unwrap();
+            }
+            Op::EmptyCache => {
+                a.empty_cache().unwrap();
+            }
+            _ => {}
+        }
+        a.check_invariants()
+            .unwrap_or_else(|e| panic!("after {op:?}: {e}"));
+        assert_no_overlap(&live);
+        let s = a.stats();
+        assert_eq!(
+            s.allocated.current,
+            live.iter().map(|b| b.size()).sum::<u64>()
+        );
+        assert_eq!(
+            s.requested.current,
+            live.iter().map(|b| b.requested()).sum::<u64>()
+        );
+    }
+    for b in live {
+        a.free(b).unwrap();
+    }
+    a.empty_cache().unwrap();
+    a.check_invariants().unwrap();
+    assert_eq!(
+        a.stats().reserved.current,
+        0,
+        "empty_cache with nothing live returns everything"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_operations_keep_the_invariants_expandable(ops in prop::collection::vec(op(), 1..80)) {
+        run_ops("expandable_segments:True", &ops);
+    }
+
+    #[test]
+    fn random_operations_keep_the_invariants_near_the_limit(ops in prop::collection::vec(op(), 1..80)) {
+        run_ops_limited("expandable_segments:True", Some(96 * MIB), &ops);
+        run_ops_limited("expandable_segments:False", Some(96 * MIB), &ops);
+    }
+
+    #[test]
+    fn random_operations_keep_the_invariants_fixed(ops in prop::collection::vec(op(), 1..80)) {
+        run_ops("expandable_segments:False,max_split_size_mb:32,roundup_power2_divisions:4", &ops);
+    }
+}
+
+#[test]
+fn threads_share_one_allocator() {
+    let device = test_device();
+    for conf in ["expandable_segments:True", "expandable_segments:False"] {
+        let a = Arc::new(allocator(&device, conf));
+        let handles: Vec<_> = (0..4u64)
+            .map(|t| {
+                let a = a.clone();
+                let stream = device.default_stream().unwrap();
+                std::thread::spawn(move || {
+                    let mut live = Vec::new();
+                    let mut x = t * 7919 + 1;
+                    for _ in 0..2000 {
+                        x = x
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let size = 1 + (x >> 33) % (3 << 20);
+                        live.push(a.malloc(size as usize, &stream).unwrap());
+                        if live.len() > 16 || (x & 1) == 1 {
+                            let b = live.swap_remove((x >> 20) as usize % live.len());
+                            a.free(b).unwrap();
+                        }
+                    }
+                    live
+                })
+            })
+            .collect();
+        let live: Vec<_> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        assert_no_overlap(&live);
+        a.check_invariants().unwrap();
+        for b in live {
+            a.free(b).unwrap();
+        }
+        assert_eq!(a.stats().allocated.current, 0);
+        a.empty_cache().unwrap();
+        assert_eq!(a.stats().reserved.current, 0);
+    }
+}
+
+#[test]
+fn freed_blocks_are_reused_without_the_driver() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    for conf in ["expandable_segments:True", "expandable_segments:False"] {
+        let a = allocator(&device, conf);
+        let b = a.malloc(1000, &stream).unwrap();
+        let ptr = b.ptr();
+        a.free(b).unwrap();
+        let calls = a.stats().device_allocs;
+        let again = a.malloc(1000, &stream).unwrap();
+        assert_eq!(again.ptr(), ptr, "{conf}");
+        assert_eq!(a.stats().device_allocs, calls, "{conf}");
+        a.free(again).unwrap();
+        assert!(a.free(again).is_err(), "a double free is an error");
+    }
+}
+
+#[test]
+fn streams_do_not_share_blocks() {
+    let device = test_device();
+    let (s0, s1) = (
+        device.default_stream().unwrap(),
+        device.new_stream().unwrap(),
+    );
+    let a = allocator(&device, "");
+    let b = a.malloc(4096, &s0).unwrap();
+    let ptr = b.ptr();
+    a.free(b).unwrap();
+    let other = a.malloc(4096, &s1).unwrap();
+    assert_ne!(other.ptr(), ptr);
+    a.free(other).unwrap();
+}
+
+#[test]
+fn record_stream_defers_reuse_until_the_other_stream_is_done() {
+    let device = test_device();
+    let (s0, s1) = (
+        device.default_stream().unwrap(),
+        device.new_stream().unwrap(),
+    );
+    let a = allocator(&device, "");
+    let b = a.malloc(8 << 20, &s0).unwrap();
+    device
+        .backend()
+        .fill(b.ptr(), FillPattern::U32(7), (8 << 20) / 4, &s1)
+        .unwrap();
+    a.record_stream(&b, &s1).unwrap();
+    a.free(b).unwrap();
+    assert_eq!(a.stats().num_deferred_frees, 1);
+    s1.synchronize().unwrap();
+    // The event has completed: the next allocation collects the block.
+    let again = a.malloc(8 << 20, &s0).unwrap();
+    assert_eq!(again.ptr(), b.ptr());
+    let snapshot = a.snapshot();
+    assert!(snapshot
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .all(|b| b.state != BlockState::Pending));
+    a.free(again).unwrap();
+}
+
+/// PyTorch issue 189504: the device is full, the block that would fit was freed after
+/// use on another stream and waits on that stream's event. Ours waits for the event
+/// instead of raising out-of-memory.
+#[test]
+fn no_oom_while_a_fitting_block_waits_on_another_stream() {
+    let device = test_device();
+    let (s0, s1) = (
+        device.default_stream().unwrap(),
+        device.new_stream().unwrap(),
+    );
+    for conf in ["expandable_segments:True", "expandable_segments:False"] {
+        let a = small_device_conf(&device, 64 * MIB, conf);
+        let block = a.malloc((48 * MIB) as usize, &s0).unwrap();
+        // Work on the other stream keeps the block busy for a while.
+        for _ in 0..16 {
+            device
+                .backend()
+                .fill(
+                    block.ptr(),
+                    FillPattern::U32(1),
+                    (48 * MIB / 4) as usize,
+                    &s1,
+                )
+                .unwrap();
+        }
+        a.record_stream(&block, &s1).unwrap();
+        a.free(block).unwrap();
+        let pending = a
+            .snapshot()
+            .iter()
+            .flat_map(|s| s.blocks.clone())
+            .any(|b| b.state == BlockState::Pending);
+        assert!(pending, "the freed block waits on the other stream");
+        let again = a
+            .malloc((48 * MIB) as usize, &s0)
+            .unwrap_or_else(|e| panic!("{conf}: {e}"));
+        assert_eq!(a.stats().num_ooms, 0);
+        a.free(again).unwrap();
+        a.check_invariants().unwrap();
+        // And a request that can never fit is still an error, counted.
+        assert!(a
+            .malloc((80 * MIB) as usize, &s0)
+            .unwrap_err()
+            .is_out_of_memory());
+        assert_eq!(a.stats().num_ooms, 1);
+    }
+}
+
+/// PyTorch issue 123548: with both knobs, this loop grows PyTorch's reservation to
+/// 14.5 GB for 0.35 GB live. Ours stays within 10% of the live peak.
+#[test]
+fn max_split_with_expandable_segments_does_not_grow_without_bound() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    let a = allocator(&device, "max_split_size_mb:128,expandable_segments:True");
+    let mut kept = Vec::new();
+    for _ in 0..100 {
+        let big = a.malloc((91 * MIB) as usize, &stream).unwrap();
+        let mid = a.malloc((91 * MIB / 2) as usize, &stream).unwrap();
+        kept.push(a.malloc((2 * MIB) as usize, &stream).unwrap());
+        a.free(big).unwrap();
+        a.free(mid).unwrap();
+    }
+    let s = a.stats();
+    assert!(
+        s.reserved.peak as f64 <= 1.10 * s.requested.peak as f64,
+        "reserved {} for a live peak of {}",
+        s.reserved.peak,
+        s.requested.peak
+    );
+    for b in kept {
+        a.free(b).unwrap();
+    }
+}
+
+#[test]
+fn knob_max_split_size_keeps_large_free_blocks_whole() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    let a = allocator(&device, "expandable_segments:False,max_split_size_mb:64");
+    let big = a.malloc((100 * MIB) as usize, &stream).unwrap();
+    let big_ptr = big.ptr();
+    a.free(big).unwrap();
+    // A small request does not carve up the 100 MiB block.
+    let small = a.malloc((30 * MIB) as usize, &stream).unwrap();
+    assert_ne!(small.ptr(), big_ptr);
+    // An oversize request close in size may take it whole.
+    let close = a.malloc((90 * MIB) as usize, &stream).unwrap();
+    assert_eq!(close.ptr(), big_ptr);
+    assert_eq!(close.size(), 100 * MIB);
+    a.free(small).unwrap();
+    a.free(close).unwrap();
+    a.check_invariants().unwrap();
+
+    // Without the knob the same free block is split.
+    let plain = allocator(&device, "expandable_segments:False");
+    let big = plain.malloc((100 * MIB) as usize, &stream).unwrap();
+    let ptr = big.ptr();
+    plain.free(big).unwrap();
+    let small = plain.malloc((30 * MIB) as usize, &stream).unwrap();
+    assert_eq!(small.ptr(), ptr);
+    plain.free(small).unwrap();
+}
+
+#[test]
+fn knob_roundup_power2_divisions() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    let a = allocator(&device, "roundup_power2_divisions:4");
+    let b = a.malloc(1200 << 10, &stream).unwrap();
+    assert_eq!(b.size(), 1280 << 10);
+    a.free(b).unwrap();
+    let plain = allocator(&device, "");
+    let b = plain.malloc(1200 << 10, &stream).unwrap();
+    assert_eq!(b.size(), 1200 << 10);
+    plain.free(b).unwrap();
+}
+
+#[test]
+fn knob_garbage_collection_threshold_releases_cache_before_growing() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    let a = small_device_conf(
+        &device,
+        100 * MIB,
+        "expandable_segments:False,garbage_collection_threshold:0.5",
+    );
+    let b = a.malloc((40 * MIB) as usize, &stream).unwrap();
+    a.free(b).unwrap();
+    assert_eq!(a.stats().reserved.current, 40 * MIB);
+    // 40 cached + 46 new would pass 50% of the limit: the cached segment goes first.
+    let c = a.malloc((45 * MIB) as usize, &stream).unwrap();
+    assert_eq!(a.stats().reserved.current, 46 * MIB);
+    assert_eq!(a.stats().num_ooms, 0);
+    a.free(c).unwrap();
+}
+
+#[test]
+fn knob_expandable_segments_maps_pages_on_demand() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    let a = allocator(&device, "expandable_segments:True");
+    let b = a.malloc(5 << 20, &stream).unwrap();
+    let page = device.backend().vm_granularity().unwrap() as u64;
+    let s = a.stats();
+    assert_eq!(s.reserved.current, (5u64 << 20).div_ceil(page) * page);
+    let snap = a.snapshot();
+    assert!(snap.iter().all(|s| s.expandable));
+    // A neighbour reuses the partly used last page before mapping new ones.
+    let c = a.malloc(512 << 10, &stream).unwrap();
+    a.free(b).unwrap();
+    a.free(c).unwrap();
+    // Freed pages stay mapped (the cache) until empty_cache returns them.
+    assert!(a.stats().reserved.current > 0);
+    let released = a.empty_cache().unwrap();
+    assert!(released > 0);
+    assert_eq!(a.stats().reserved.current, 0);
+}
+
+#[test]
+fn knob_memory_fraction_limits_reservations() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    for conf in ["expandable_segments:True", "expandable_segments:False"] {
+        let a = small_device_conf(&device, 64 * MIB, conf);
+        let b = a.malloc((40 * MIB) as usize, &stream).unwrap();
+        let e = a.malloc((40 * MIB) as usize, &stream).unwrap_err();
+        assert!(e.is_out_of_memory(), "{conf}: {e}");
+        assert_eq!(a.stats().num_alloc_retries, 1);
+        a.free(b).unwrap();
+        assert!(a.stats().reserved.peak <= 64 * MIB);
+    }
+}
+
+#[test]
+fn bad_configuration_is_a_clear_error() {
+    let e = Config::parse("expandable_segments:maybe")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("expandable_segments"), "{e}");
+}
+
+/// Data written into each block survives its neighbours being freed and reused.
+#[test]
+fn patterns_survive_neighbours_being_reused() {
+    let device = test_device();
+    let sizes = [100usize, 4096, 300_000, 1 << 20, 3 << 20, 700_000, 12 << 20];
+    let mut tensors: Vec<(f32, Tensor)> = Vec::new();
+    for (i, &n) in sizes.iter().cycle().take(28).enumerate() {
+        let value = i as f32 + 0.5;
+        tensors.push((value, Tensor::full(&[n / 4], value, &device).unwrap()));
+    }
+    // Free every other tensor and fill the holes with new data.
+    let mut kept: Vec<(f32, Tensor)> = tensors
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| i % 2 == 0)
+        .map(|(_, t)| t)
+        .collect();
+    for (i, &n) in sizes.iter().cycle().take(14).enumerate() {
+        let value = -(i as f32) - 0.25;
+        kept.push((value, Tensor::full(&[n / 4], value, &device).unwrap()));
+    }
+    for (value, t) in &kept {
+        let data = t.to_vec::<f32>().unwrap();
+        assert!(
+            data.iter().all(|x| x == value),
+            "a tensor of {value} was overwritten"
+        );
+    }
+    device.allocator().unwrap().check_invariants().unwrap();
+}
+
+#[test]
+fn tensors_come_from_the_cache() {
+    let device = test_device();
+    let ptr = Tensor::zeros(&[1000, 1000], labs_core::DType::F32, &device)
+        .unwrap()
+        .ptr();
+    let again = Tensor::zeros(&[1000, 1000], labs_core::DType::F32, &device).unwrap();
+    // Other tests use the same device concurrently, so only check the block is valid.
+    assert!(again.ptr() != 0 && ptr != 0);
+    assert!(device.allocator().unwrap().stats().allocated.current >= 4_000_000);
+}

@@ -1,0 +1,139 @@
+//! `bench`: the cost of one alloc+free pair on each path, measured side by side.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use labs_core::alloc::{Allocator, Config};
+use labs_core::Device;
+
+pub const SIZES: [(usize, &str); 3] = [(512, "512 B"), (1 << 20, "1 MiB"), (20 << 20, "20 MiB")];
+
+/// Median nanoseconds per call of `pair`, timed in batches of `batch` calls.
+fn median_ns(batches: usize, batch: usize, mut pair: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..batch.min(100) {
+        pair()?;
+    }
+    let mut samples = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        let start = Instant::now();
+        for _ in 0..batch {
+            pair()?;
+        }
+        samples.push(start.elapsed().as_secs_f64() * 1e9 / batch as f64);
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok(samples[samples.len() / 2])
+}
+
+/// Our cached pair; with `live` blocks of varying sizes allocated first.
+pub fn cached_pair_ns(device: &Device, size: usize, live: usize) -> Result<f64> {
+    let allocator = Allocator::new(device.backend_arc(), Config::default())?;
+    let stream = device.default_stream()?;
+    let mut x: u64 = 12345;
+    let mut kept = Vec::with_capacity(live);
+    for _ in 0..live {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        // Sizes from 512 B to 4 MiB, log-uniform, as in a model's activations.
+        let size = 512u64 << ((x >> 40) % 14);
+        kept.push(allocator.malloc(size as usize, &stream)?);
+    }
+    let handle = stream.handle();
+    let ns = median_ns(101, 2000, || {
+        let b = allocator.malloc_on(size as u64, handle)?;
+        allocator.free(b)?;
+        Ok(())
+    })?;
+    for b in kept {
+        allocator.free(b)?;
+    }
+    Ok(ns)
+}
+
+pub fn raw_pair_ns(device: &Device, size: usize) -> Result<f64> {
+    let backend = device.backend();
+    let (batches, batch) = if device.is_cuda() {
+        (21, 10)
+    } else {
+        (51, 200)
+    };
+    median_ns(batches, batch, || {
+        let p = backend.raw_alloc(size)?;
+        backend.raw_free(p)?;
+        Ok(())
+    })
+}
+
+pub fn async_pair_ns(device: &Device, size: usize) -> Result<f64> {
+    let backend = device.backend();
+    let stream = device.default_stream()?;
+    let ns = median_ns(51, 200, || {
+        let p = backend.raw_alloc_async(size, &stream)?;
+        backend.raw_free_async(p, &stream)?;
+        Ok(())
+    })?;
+    stream.synchronize()?;
+    Ok(ns)
+}
+
+struct Row {
+    size: usize,
+    label: &'static str,
+    alone: f64,
+    busy: f64,
+    raw: f64,
+    pool: Option<f64>,
+}
+
+pub fn run(device: &Device, json: bool) -> Result<()> {
+    let mut rows = Vec::new();
+    for (size, label) in SIZES {
+        let alone = cached_pair_ns(device, size, 0)?;
+        let busy = cached_pair_ns(device, size, 1000)?;
+        let raw = raw_pair_ns(device, size)?;
+        let pool = if device.is_cuda() {
+            Some(async_pair_ns(device, size)?)
+        } else {
+            None
+        };
+        rows.push(Row {
+            size,
+            label,
+            alone,
+            busy,
+            raw,
+            pool,
+        });
+    }
+    if json {
+        let per_size = |f: &dyn Fn(&Row) -> serde_json::Value| {
+            serde_json::Value::Object(rows.iter().map(|r| (r.size.to_string(), f(r))).collect())
+        };
+        let object = serde_json::json!({
+            "device": device.to_string(),
+            "alloc_free_pair_ns": rows[0].alone,
+            "cached_pair_ns": per_size(&|r| r.alone.into()),
+            "cached_pair_1000_live_ns": per_size(&|r| r.busy.into()),
+            "raw_driver_pair_ns": per_size(&|r| r.raw.into()),
+            "alloc_async_pair_ns": per_size(&|r| r.pool.map_or(serde_json::Value::Null, Into::into)),
+        });
+        println!("{object}");
+        return Ok(());
+    }
+    println!("alloc+free pair on {} (median, one thread)", device);
+    println!(
+        "{:<8} {:>14} {:>20} {:>16} {:>18}",
+        "size", "ours, cached", "ours, 1,000 live", "raw driver", "cuMemAllocAsync"
+    );
+    for r in rows {
+        let pool = r
+            .pool
+            .map_or("n/a (sim)".to_string(), |p| format!("{p:.0} ns"));
+        println!(
+            "{:<8} {:>11.0} ns {:>17.0} ns {:>13.0} ns {:>18}",
+            r.label, r.alone, r.busy, r.raw, pool
+        );
+    }
+    Ok(())
+}

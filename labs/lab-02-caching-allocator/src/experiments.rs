@@ -1,0 +1,190 @@
+//! The chapter's experiments, each printed as a table.
+
+use anyhow::Result;
+use labs_core::alloc::{replay, Allocator, Config};
+use labs_core::format::bytes;
+use labs_core::{DType, Device, Tensor};
+
+use crate::bench::{cached_pair_ns, raw_pair_ns, SIZES};
+
+pub fn run(device: &Device) -> Result<()> {
+    println!("Chapter 2 experiments on {device}\n");
+    cost(device)?;
+    reuse(device)?;
+    tutorial_004(device)?;
+    what_empty_cache_returns(device)?;
+    fragmentation()?;
+    Ok(())
+}
+
+fn cost(device: &Device) -> Result<()> {
+    println!("1. The cost of an alloc+free pair: the driver against the cache");
+    println!(
+        "{:<8} {:>14} {:>14} {:>9}",
+        "size", "raw driver", "cached", "ratio"
+    );
+    for (size, label) in SIZES {
+        let raw = raw_pair_ns(device, size)?;
+        let cached = cached_pair_ns(device, size, 0)?;
+        println!(
+            "{label:<8} {raw:>11.0} ns {cached:>11.0} ns {:>8.1}x",
+            raw / cached
+        );
+    }
+    println!();
+    Ok(())
+}
+
+fn reuse(device: &Device) -> Result<()> {
+    println!("2. Reuse: allocate, drop, allocate the same size");
+    let allocator = device.allocator()?;
+    let before = allocator.stats().device_allocs;
+    let first = Tensor::empty(&[1000, 1000], DType::F32, device)?;
+    let first_ptr = first.ptr();
+    let after_first = allocator.stats().device_allocs;
+    drop(first);
+    let second = Tensor::empty(&[1000, 1000], DType::F32, device)?;
+    let after_second = allocator.stats().device_allocs;
+    println!(
+        "{:<10} {:>18} {:>24}",
+        "tensor", "address", "new device allocations"
+    );
+    println!(
+        "{:<10} {:>#18x} {:>24}",
+        "first",
+        first_ptr,
+        after_first - before
+    );
+    println!(
+        "{:<10} {:>#18x} {:>24}",
+        "second",
+        second.ptr(),
+        after_second - after_first
+    );
+    println!(
+        "same block: {}\n",
+        if second.ptr() == first_ptr {
+            "yes"
+        } else {
+            "no"
+        }
+    );
+    Ok(())
+}
+
+fn tutorial_004(device: &Device) -> Result<()> {
+    println!("3. 100 tensors of 1000x1000 f32: kept alive vs dropped (empty_cache each time)");
+    let allocator = device.allocator()?;
+    let mut rows = Vec::new();
+    for keep in [true, false] {
+        allocator.empty_cache()?;
+        allocator.reset_peak_stats();
+        let base = allocator.stats().requested.current;
+        let mut kept = Vec::new();
+        for _ in 0..100 {
+            let t = Tensor::empty(&[1000, 1000], DType::F32, device)?;
+            if keep {
+                kept.push(t);
+            } else {
+                drop(t);
+                allocator.empty_cache()?;
+            }
+        }
+        let s = allocator.stats();
+        rows.push((
+            keep,
+            s.requested.peak - base,
+            s.allocated.peak,
+            s.reserved.peak,
+        ));
+        drop(kept);
+        allocator.empty_cache()?;
+    }
+    println!(
+        "{:<10} {:>16} {:>16} {:>16}",
+        "tensors", "peak requested", "peak allocated", "peak reserved"
+    );
+    for (keep, requested, allocated, reserved) in rows {
+        println!(
+            "{:<10} {:>13.2} MB {:>16} {:>16}",
+            if keep { "kept" } else { "dropped" },
+            requested as f64 / 1e6,
+            bytes(allocated),
+            bytes(reserved)
+        );
+    }
+    println!("(the tutorial's 400.00 MB vs 3.81 MB: 100 x 4,000,000 B in MB against one tensor in MiB)\n");
+    Ok(())
+}
+
+fn what_empty_cache_returns(device: &Device) -> Result<()> {
+    println!("4. What empty_cache really returns");
+    let allocator = Allocator::new(device.backend_arc(), Config::default())?;
+    let stream = device.default_stream()?;
+    let mut blocks = Vec::new();
+    for i in 0..64u64 {
+        blocks.push(allocator.malloc(((i % 8) + 1) as usize * (700 << 10), &stream)?);
+    }
+    let survivor = blocks.remove(17);
+    for b in blocks {
+        allocator.free(b)?;
+    }
+    let before = allocator.stats();
+    let released = allocator.empty_cache()?;
+    let after = allocator.stats();
+    println!(
+        "{:<34} {:>14}",
+        "live (one block)",
+        bytes(before.allocated.current)
+    );
+    println!(
+        "{:<34} {:>14}",
+        "reserved before empty_cache",
+        bytes(before.reserved.current)
+    );
+    println!("{:<34} {:>14}", "returned by empty_cache", bytes(released));
+    println!(
+        "{:<34} {:>14}",
+        "reserved after (pages in use)",
+        bytes(after.reserved.current)
+    );
+    allocator.free(survivor)?;
+    println!("(only whole pages nothing uses go back; the live block keeps its pages)\n");
+    Ok(())
+}
+
+fn fragmentation() -> Result<()> {
+    println!(
+        "5. Fragmentation on real traces (peak reserved / peak requested, simulated 80 GiB GPU)"
+    );
+    let dir = labs_core::testing::shared_dir().join("traces");
+    let mut files: Vec<_> = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.to_string_lossy().ends_with(".trace.csv.gz"))
+            .collect(),
+        Err(_) => {
+            println!("(no traces at {}; set LABS_SHARED_DIR)\n", dir.display());
+            return Ok(());
+        }
+    };
+    files.sort();
+    println!(
+        "{:<28} {:>16} {:>16} {:>16}",
+        "trace", "peak requested", "fixed segments", "expandable"
+    );
+    for path in files {
+        let trace = replay::read_trace(&path)?;
+        let fixed = replay::replay_on_sim(&trace, Config::pytorch_native(), 80 << 30)?;
+        let expandable = replay::replay_on_sim(&trace, Config::default(), 80 << 30)?;
+        println!(
+            "{:<28} {:>16} {:>16.3} {:>16.3}",
+            trace.name,
+            bytes(fixed.peak_requested),
+            fixed.fragmentation(),
+            expandable.fragmentation()
+        );
+    }
+    println!();
+    Ok(())
+}
