@@ -9,6 +9,8 @@ logs=${LOG_DIR:-$here/logs}
 mkdir -p "$logs"
 export LABS_DEVICE=${LABS_DEVICE:-cuda}
 export LABS_SHARED_DIR=$here/shared
+# Tests that run a lab's command line find the binaries here, not where cargo built them.
+export LABS_BIN_DIR=$here/bin
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "run.sh: no NVIDIA GPU found (nvidia-smi cannot list one); this bundle tests the GPU path" >&2
@@ -50,6 +52,7 @@ while read -r line; do
   case "$line" in ''|'#'*) continue ;; esac
   bin=${line%% *}
   args=${line#"$bin"}
+  args=${args//\{shared\}/$here/shared}
   log="$logs/$(echo "$line" | tr -c 'A-Za-z0-9._-' '_').log"
   echo "== $line"
   # shellcheck disable=SC2086
