@@ -5,6 +5,7 @@
 
 pub mod events;
 pub mod exercises;
+pub mod hazard;
 pub mod overlap;
 pub mod priorities;
 pub mod timing;

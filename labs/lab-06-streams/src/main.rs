@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Parser;
 use labs_core::select_device;
 
-use lab_06::{events, overlap, priorities, timing};
+use lab_06::{events, hazard, overlap, priorities, timing};
 
 #[derive(Parser)]
 #[command(about = "Lab 6: streams, priorities and events")]
@@ -55,6 +55,11 @@ fn run(args: Args) -> anyhow::Result<()> {
         "{}",
         priorities::table(&device, &priorities::measure(&device, kernel / 2, 6)?)
     );
+    let hazards = [
+        hazard::run(&device, kernel, false)?,
+        hazard::run(&device, kernel, true)?,
+    ];
+    println!("{}", hazard::table(&device, &hazards));
     if !device.is_cuda() {
         println!(
             "(On {device} every stream is its own thread: streams overlap, but priorities \

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use lab_06::exercises::{make_wait, spin_both, time_with_events};
-use lab_06::{busy_work, events, overlap, priorities, timing};
+use lab_06::{busy_work, events, hazard, overlap, priorities, timing};
 use labs_core::testing::test_device;
 use labs_core::{DType, Tensor};
 
@@ -87,4 +87,26 @@ fn exercise_spin_both_runs_both_kernels() {
     assert!(t.elapsed() > Duration::ZERO);
     assert_ne!(a.to_vec::<f32>().unwrap()[0], before);
     assert!(b.to_vec::<f32>().unwrap().iter().all(|&v| v > 0.0));
+}
+
+#[test]
+fn freeing_a_block_another_stream_reads_corrupts_it_without_record_stream() {
+    let d = test_device();
+    let h = hazard::run(&d, Duration::from_millis(40), false).unwrap();
+    assert!(h.reused, "the freed block was not handed out again at once");
+    assert!(
+        h.intact < h.n,
+        "B read intact data although A overwrote the block"
+    );
+}
+
+#[test]
+fn record_stream_keeps_the_block_until_the_reader_is_done() {
+    let d = test_device();
+    let h = hazard::run(&d, Duration::from_millis(40), true).unwrap();
+    assert!(
+        !h.reused,
+        "the block was reused while stream B still read it"
+    );
+    assert_eq!(h.intact, h.n);
 }
