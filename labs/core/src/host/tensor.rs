@@ -99,6 +99,9 @@ impl PinnedTensor {
     /// tensor before the copy ends cannot hand its memory to someone else.
     pub fn to_non_blocking(&self, device: &Device, stream: &Stream) -> Result<Tensor> {
         let t = Tensor::empty(&self.shape, self.dtype, device)?;
+        // The new tensor comes from the default stream's pool but is written on
+        // `stream`: without this, dropping it early could recycle it under the copy.
+        t.record_stream(stream)?;
         self.buffer
             .copy_to_device_async(t.ptr(), self.nbytes(), stream)?;
         Ok(t)
@@ -115,6 +118,7 @@ impl PinnedTensor {
             });
         }
         let bytes = self.nbytes();
+        src.record_stream(stream)?;
         let buffer = Arc::get_mut(&mut self.buffer).ok_or_else(|| {
             Error::InvalidArgument("the pinned tensor's storage is shared".into())
         })?;
@@ -161,6 +165,7 @@ impl Tensor {
         src.backend()
             .copy_dtoh(&mut host, self.ptr(), &src.default_stream()?)?;
         let t = Tensor::empty(self.shape(), self.dtype(), device)?;
+        t.record_stream(stream)?;
         // SAFETY: pageable memory is staged before the call returns, so `host` may go.
         unsafe {
             device
