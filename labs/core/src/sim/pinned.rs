@@ -46,6 +46,10 @@ impl PinnedHost {
                     format!("out of host memory for {bytes} bytes"),
                 ));
             }
+            // Pinning faults in and locks every page up front; touching them all is
+            // the part of that cost the simulator can reproduce.
+            // SAFETY: `p` is valid for `bytes` bytes.
+            unsafe { std::ptr::write_bytes(p, 0, bytes) };
             (p, None)
         };
         self.records.lock().unwrap().insert(
