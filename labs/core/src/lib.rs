@@ -1,7 +1,7 @@
 //! The shared runtime of the labs: a device layer with a real GPU backend (`cuda`) and
 //! a simulated one (`sim`), the kernels both run, a caching allocator that every
 //! tensor's memory comes from, and tensors on top of them. Every chapter of the book
-//! adds to it.
+//! adds to it; `snapshot` holds the memory snapshots lab 3 reads (ours and PyTorch's).
 
 pub mod alloc;
 pub mod cli;
@@ -12,6 +12,7 @@ pub mod format;
 pub mod host;
 pub mod kernels;
 pub mod sim;
+pub mod snapshot;
 pub mod table;
 pub mod tensor;
 pub mod testing;

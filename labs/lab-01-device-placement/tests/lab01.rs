@@ -60,12 +60,18 @@ fn timing_without_synchronize_misses_the_work() {
         m.without_sync,
         m.with_sync
     );
-    let ratio = m.events.as_secs_f64() / m.with_sync.as_secs_f64();
+    // Events time the device alone; the host clock adds whatever delays the host (on a
+    // loaded machine, a lot), so only one direction is certain.
     assert!(
-        (0.5..1.2).contains(&ratio),
+        m.events.as_secs_f64() <= m.with_sync.as_secs_f64() * 1.2,
         "events {:?} vs clock {:?}",
         m.events,
         m.with_sync
+    );
+    assert!(
+        m.events >= Duration::from_millis(10),
+        "events {:?}",
+        m.events
     );
 }
 

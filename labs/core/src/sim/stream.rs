@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 pub(crate) type Job = Box<dyn FnOnce() -> Result<()> + Send>;
 
 /// What a stream's queue holds: work, or an event to signal. Signals are handled by the
-/// worker itself, in the same step that counts the stream's progress.
+/// worker itself so that the stream's progress and its events agree, as on a GPU.
 enum Work {
     Run(Job),
     Signal(Arc<SimEventInner>, u64),
@@ -55,12 +55,16 @@ impl SimStream {
                     if let Err(e) = outcome {
                         p.error.get_or_insert(e);
                     }
-                    // Under the stream's lock, so that both views agree as on a GPU: who
-                    // sees the stream done sees the event complete, and the reverse.
+                    // The event fires while the progress lock is held, so that the
+                    // stream's being done and its events' completion are seen together
+                    // from either side: a synchronize that returns finds every recorded
+                    // event complete, and whoever sees an event complete finds the stream
+                    // done.
                     if let Some((event, generation)) = signal {
                         event.complete(generation);
                     }
                     cv.notify_all();
+                    drop(p);
                 }
             })
             .expect("spawning a stream worker thread");

@@ -1,0 +1,55 @@
+//! Why a snapshot or trace file could not be read or written. Every message names the
+//! file's problem in words a user can act on; none of these paths panics.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Neither our JSON nor a pickle: says what the file starts with instead.
+    #[error("not a memory snapshot: expected a PyTorch pickle or a labs JSON snapshot, but the file {0}")]
+    UnknownFormat(String),
+
+    /// The pickle itself is broken (truncated, corrupt, or uses objects we do not load).
+    #[error("not a readable pickle: {0}")]
+    Pickle(String),
+
+    /// A well-formed file whose contents are not a snapshot of the expected shape.
+    #[error("unexpected snapshot contents at `{at}`: {problem}")]
+    Shape { at: String, problem: String },
+
+    /// A JSON file that is not one of our snapshots, or a damaged one.
+    #[error("not a valid labs JSON snapshot: {0}")]
+    Json(String),
+
+    /// A trace CSV that is not in the `action,addr,size,stream` format.
+    #[error("trace CSV line {line}: {problem}")]
+    TraceCsv { line: usize, problem: String },
+
+    /// A request about a device the snapshot has nothing for, or several devices where
+    /// one is needed.
+    #[error("{0}")]
+    Device(String),
+}
+
+impl SnapshotError {
+    pub(crate) fn shape(at: impl Into<String>, problem: impl Into<String>) -> Self {
+        SnapshotError::Shape {
+            at: at.into(),
+            problem: problem.into(),
+        }
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        SnapshotError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! `cargo run --release -p lab-03 -- COMMAND`: lab 3's views of memory. Snapshots may
+//! be ours (JSON) or PyTorch's (`torch.cuda.memory._dump_snapshot` pickles); the
+//! format is told from the content.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use labs_core::select_device;
+use labs_core::snapshot::{self, Snapshot, SourceFormat, Summary};
+
+use lab_03::{plots, report, smi};
+
+#[derive(Parser)]
+#[command(about = "Lab 3: memory monitoring: snapshot summaries, pictures, trace export, smi")]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Totals of a snapshot, and its segments.
+    Summary {
+        /// A snapshot: our JSON, or a PyTorch pickle.
+        file: PathBuf,
+        /// Print one JSON object instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Draws a snapshot as SVG files: timeline, active memory bands, segment map.
+    Plot {
+        file: PathBuf,
+        /// Directory to write the pictures into (created if needed).
+        #[arg(short, long)]
+        out: PathBuf,
+        /// Which device's memory to draw, for snapshots of several GPUs.
+        #[arg(long)]
+        gpu: Option<i64>,
+    },
+    /// Writes a snapshot's trace as gzip'd CSV (action,addr,size,stream) for replay.
+    ExportTrace {
+        file: PathBuf,
+        /// The output file (conventionally NAME.trace.csv.gz).
+        #[arg(short, long)]
+        out: PathBuf,
+        /// Which device's trace to export, for snapshots of several GPUs.
+        #[arg(long)]
+        gpu: Option<i64>,
+    },
+    /// The device-wide view: memory, utilisation, temperature, power, processes.
+    Smi {
+        /// Device: cuda, cuda:N, sim (default: LABS_DEVICE, else the first GPU, else
+        /// the simulated GPU).
+        #[arg(long)]
+        device: Option<String>,
+        /// Report again every SECONDS (until --count reports, or forever). Fractions
+        /// are allowed.
+        #[arg(long = "loop", value_name = "SECONDS", value_parser = parse_period)]
+        period: Option<Duration>,
+        /// Number of reports (default: 1, or unlimited with --loop; one second apart
+        /// unless --loop says otherwise).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
+    },
+}
+
+fn parse_period(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    if !(secs.is_finite() && secs > 0.0 && secs < 1e9) {
+        return Err(format!(
+            "`{text}`: the period must be a positive number of seconds"
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn load(file: &Path) -> anyhow::Result<(Snapshot, SourceFormat)> {
+    snapshot::load_file(file).with_context(|| format!("reading snapshot {}", file.display()))
+}
+
+fn main() -> anyhow::Result<()> {
+    match Args::parse().command {
+        Command::Summary { file, json } => {
+            let (snap, format) = load(&file)?;
+            let summary = Summary::of(&snap);
+            if json {
+                println!("{}", report::json(&summary, format));
+            } else {
+                for t in report::tables(&snap, &summary) {
+                    println!("{t}");
+                }
+            }
+        }
+        Command::Plot { file, out, gpu } => {
+            let (snap, _) = load(&file)?;
+            let device = snap.pick_device(gpu)?;
+            for path in plots::write_all(&snap, device, &out)? {
+                println!("wrote {}", path.display());
+            }
+        }
+        Command::ExportTrace { file, out, gpu } => {
+            let (snap, _) = load(&file)?;
+            let device = snap.pick_device(gpu)?;
+            if snap.trace.is_empty() {
+                bail!(
+                    "{} has no trace to export (was the history recorded?)",
+                    file.display()
+                );
+            }
+            let n = snapshot::export_trace(&snap, device, &out)?;
+            println!("wrote {n} events of device {device} to {}", out.display());
+        }
+        Command::Smi {
+            device,
+            period,
+            count,
+        } => {
+            // `cuda` shows every GPU, as nvidia-smi does; `cuda:N` just that one.
+            let named = device
+                .clone()
+                .or_else(|| std::env::var(labs_core::device::ENV_DEVICE).ok())
+                .is_some_and(|d| d.contains(':'));
+            let selection = select_device(device.as_deref()).context("choosing a device")?;
+            if let Some(notice) = &selection.notice {
+                eprintln!("{notice}");
+            }
+            let source = smi::Source::for_device(&selection.device, named)?;
+            let count = count.unwrap_or(if period.is_some() { u64::MAX } else { 1 });
+            // Several reports without a period come a second apart, as `nvidia-smi -l`.
+            let period = period.unwrap_or(Duration::from_secs(1));
+            for i in 0..count {
+                if i > 0 {
+                    std::thread::sleep(period);
+                }
+                let reports = source.sample()?;
+                let heading = format!("{} at {}", selection.device, utc_now());
+                for t in smi::tables(&heading, &reports) {
+                    println!("{t}");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `HH:MM:SS UTC`: enough to tell successive `--loop` reports apart.
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+        % 86_400;
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}

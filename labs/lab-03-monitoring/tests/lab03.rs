@@ -1,0 +1,294 @@
+//! Lab 3 through its command line and its library: the figures PyTorch's own snapshot
+//! holds, the pictures, the exported trace, `smi` on the simulated GPU, and the errors
+//! users get for bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use lab_03::{plots, smi};
+use labs_core::snapshot::{
+    self, read_trace_csv, Segment, SegmentType, Snapshot, TraceAction, TraceEvent,
+};
+use labs_core::testing::{shared_dir, test_device};
+use labs_core::Device;
+
+fn mlp_path() -> PathBuf {
+    shared_dir().join("snapshots/mlp_adam.pickle")
+}
+
+fn lab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lab-03"))
+        .args(args)
+        .env_remove("LABS_DEVICE")
+        .output()
+        .expect("the lab binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A fresh directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lab03-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn summary_json(file: &Path) -> serde_json::Value {
+    let out = lab(&["summary", file.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(
+        text.trim().lines().count(),
+        1,
+        "one object on one line: {text}"
+    );
+    serde_json::from_str(text.trim()).expect("summary --json prints JSON")
+}
+
+fn assert_mlp_figures(v: &serde_json::Value) {
+    assert_eq!(v["segments"], 16);
+    assert_eq!(v["reserved_bytes"], 247_463_936u64);
+    assert_eq!(v["allocated_bytes"], 190_902_784u64);
+    assert_eq!(v["active_blocks"], 22);
+    assert_eq!(v["trace_events"], 239);
+    assert_eq!(v["trace_allocs"], 89);
+}
+
+#[test]
+fn summary_json_of_the_pytorch_pickle_has_pytorchs_figures() {
+    let v = summary_json(&mlp_path());
+    assert_mlp_figures(&v);
+    assert_eq!(v["source"], "pytorch-pickle");
+}
+
+#[test]
+fn summary_of_our_json_dump_gives_the_same_figures() {
+    let dir = scratch("json");
+    let (snap, _) = snapshot::load_file(mlp_path()).unwrap();
+    let path = dir.join("mlp.json");
+    snapshot::dump_to_file(&snap, &path).unwrap();
+    let v = summary_json(&path);
+    assert_mlp_figures(&v);
+    assert_eq!(v["source"], "labs-json");
+    let tables = lab(&["summary", path.to_str().unwrap()]);
+    assert!(tables.status.success());
+    assert!(
+        stdout(&tables).contains("236.00 MiB"),
+        "{}",
+        stdout(&tables)
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn plot_writes_legible_svgs() {
+    let dir = scratch("plot");
+    let out = lab(&[
+        "plot",
+        mlp_path().to_str().unwrap(),
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for (name, title) in plots::PICTURES {
+        let svg = std::fs::read_to_string(dir.join(name)).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{name}"
+        );
+        assert!(svg.contains(title), "{name} lacks its title");
+        assert!(svg.contains("MiB"), "{name} lacks its unit");
+        assert!(!svg.contains("<module>"), "{name} has raw markup in text");
+    }
+    let bands = std::fs::read_to_string(dir.join("active_memory.svg")).unwrap();
+    assert!(bands.contains("all other allocations"));
+    assert!(bands.contains("linear.py:134 forward"));
+    let map = std::fs::read_to_string(dir.join("segments.svg")).unwrap();
+    assert!(map.contains("active_pending_free") && map.contains("16 segments"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn export_trace_reads_back_with_the_snapshots_sums() {
+    let dir = scratch("export");
+    let path = dir.join("mlp.trace.csv.gz");
+    let out = lab(&[
+        "export-trace",
+        mlp_path().to_str().unwrap(),
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let events = read_trace_csv(std::fs::File::open(&path).unwrap()).unwrap();
+    let (snap, _) = snapshot::load_file(mlp_path()).unwrap();
+    assert_eq!(events.len(), snap.trace.len());
+    for action in [TraceAction::Alloc, TraceAction::FreeRequested] {
+        let csv: u64 = events
+            .iter()
+            .filter(|e| e.action == action)
+            .map(|e| e.size)
+            .sum();
+        let ours: u64 = snap
+            .trace
+            .iter()
+            .filter(|e| e.action == action)
+            .map(|e| e.size)
+            .sum();
+        assert_eq!(csv, ours, "{action}");
+    }
+    // Every freed address was allocated before: the file replays as it stands.
+    let mut live = std::collections::HashSet::new();
+    for e in &events {
+        match e.action {
+            TraceAction::Alloc => assert!(live.insert(e.addr)),
+            TraceAction::FreeRequested => assert!(live.remove(&e.addr)),
+            _ => {}
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn synthetic(events: usize) -> Snapshot {
+    let mut trace = Vec::new();
+    for i in 0..events as u64 {
+        let (action, addr) = if i % 2 == 0 {
+            (TraceAction::Alloc, i)
+        } else {
+            (TraceAction::FreeCompleted, i - 1)
+        };
+        trace.push(TraceEvent {
+            device: 0,
+            action,
+            addr,
+            size: (i % 7 + 1) << 20,
+            stream: 0,
+            time_us: i as i64,
+            frames: Vec::new(),
+        });
+    }
+    Snapshot {
+        segments: vec![Segment {
+            device: 0,
+            address: 0,
+            total_size: 64 << 20,
+            stream: 0,
+            segment_type: SegmentType::Large,
+            is_expandable: false,
+            blocks: Vec::new(),
+        }],
+        trace,
+        settings: Default::default(),
+    }
+}
+
+#[test]
+fn long_traces_are_thinned_and_empty_snapshots_still_draw() {
+    let dir = scratch("thin");
+    let files = plots::write_all(&synthetic(50_000), 0, &dir).unwrap();
+    for f in &files {
+        let size = std::fs::metadata(f).unwrap().len();
+        assert!(size < 2 << 20, "{} is {size} bytes", f.display());
+    }
+    let files = plots::write_all(&Snapshot::default(), 0, &dir.join("empty")).unwrap();
+    assert_eq!(files.len(), 3);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn smi_on_the_simulated_gpu_reports_its_own_figures() {
+    let d = Device::new_sim(8 << 30);
+    let _held = d.raw_buffer(3 << 20).unwrap();
+    let r = smi::sim_report(&d).unwrap();
+    let mem = d.mem_info().unwrap();
+    assert_eq!((r.total, r.used), (mem.total, mem.total - mem.free));
+    assert!(r.used >= 3 << 20);
+    assert_eq!(r.name, d.properties().unwrap().name);
+    assert_eq!(r.processes.len(), 1);
+    let text: String = smi::tables("t", &[r])
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    assert!(text.contains("8.00 GiB"), "{text}");
+
+    let out = lab(&["smi", "--device", "sim", "--loop", "0.01", "--count", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).matches("Processes").count(), 2);
+}
+
+#[test]
+fn smi_reports_the_device_under_test() {
+    // NVML on a GPU (LABS_DEVICE=cuda), the simulator's figures otherwise.
+    let d = test_device();
+    let reports = smi::Source::for_device(&d, true).unwrap().sample().unwrap();
+    assert_eq!(reports.len(), 1);
+    assert!(reports[0].total > 0 && reports[0].used <= reports[0].total);
+    assert!(!reports[0].name.is_empty());
+}
+
+#[test]
+fn missing_nvml_is_a_message_not_a_panic() {
+    // On a machine with the driver this opens; without one the message must say what
+    // is missing and what to do.
+    if let Err(e) = smi::open_nvml() {
+        let text = e.to_string();
+        assert!(
+            text.contains("libnvidia-ml") && text.contains("--device sim"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn bad_input_is_a_clear_error_with_a_non_zero_exit() {
+    let dir = scratch("errors");
+    let garbage = dir.join("garbage.bin");
+    std::fs::write(&garbage, b"\x00\x01not a snapshot").unwrap();
+    let truncated = dir.join("truncated.pickle");
+    let bytes = std::fs::read(mlp_path()).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() / 3]).unwrap();
+    let foreign = dir.join("foreign.json");
+    std::fs::write(&foreign, br#"{"hello": "world"}"#).unwrap();
+    let missing = dir.join("nope.pickle");
+    let p = |p: &Path| p.to_str().unwrap().to_string();
+
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["summary".into(), p(&missing)], "nope.pickle"),
+        (vec!["summary".into(), p(&garbage)], "not a memory snapshot"),
+        (vec!["summary".into(), p(&truncated)], "truncated"),
+        (vec!["summary".into(), p(&foreign)], "labs-memory-snapshot"),
+        (
+            vec!["plot".into(), p(&truncated), "-o".into(), p(&dir)],
+            "not a readable pickle",
+        ),
+        (
+            vec![
+                "export-trace".into(),
+                p(&garbage),
+                "-o".into(),
+                p(&dir.join("x.gz")),
+            ],
+            "not a memory snapshot",
+        ),
+        (vec!["summary".into(), "--bogus".into()], "--bogus"),
+        (vec!["smi".into(), "--count".into(), "0".into()], "count"),
+        (vec!["smi".into(), "--loop".into(), "soon".into()], "soon"),
+        (vec!["smi".into(), "--device".into(), "cpu".into()], "host"),
+        (vec!["smi".into(), "--device".into(), "tpu".into()], "tpu"),
+    ];
+    for (args, expect) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = lab(&args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = stderr(&out);
+        assert!(err.contains(expect), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
