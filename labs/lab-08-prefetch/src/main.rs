@@ -55,7 +55,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         Some(Command::Bench { json }) => {
             let report = bench::run(&device, args.quick, std::io::stderr().is_terminal())?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                println!("{}", serde_json::to_string(&report)?);
             } else {
                 for t in bench::tables(&device, &report) {
                     println!("{t}");
