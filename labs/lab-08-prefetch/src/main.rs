@@ -107,6 +107,7 @@ fn experiments(device: &Device, quick: bool) -> anyhow::Result<()> {
         "copy {:.3} ms, compute {:.3} ms: naive step {:.3} ms, prefetched step {:.3} ms",
         steps.copy_ms, steps.compute_ms, steps.naive_step_ms, steps.prefetch_step_ms
     );
-    println!("Training-like loop on {device}: {report_line}");
+    println!("Training-like loop on {device}: {report_line}\n");
+    println!("{}", lab_08::training::pool_table(device));
     Ok(())
 }

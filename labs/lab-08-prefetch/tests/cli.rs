@@ -58,6 +58,7 @@ fn the_default_command_prints_every_experiment() {
         "non_blocking=True",
         "where its input lives",
         "Training-like loop",
+        "pinned-memory pool",
     ] {
         assert!(text.contains(title), "missing {title}:\n{text}");
     }
