@@ -222,7 +222,9 @@ pub fn measure(device: &Device, config: LoaderConfig, show: bool) -> Result<Step
     // Fill the pinned pool first: a miss costs a slow cuMemHostAlloc under the
     // allocator's lock, which belongs to a first epoch, not to a step time.
     let allocator = HostAllocator::get(device);
-    let blocks = 2 * config.workers + 2 * config.prefetch_depth + 2;
+    // Each worker holds a batch it built and one in its queue; the loop has up to
+    // `depth` copies in flight and a step's worth waiting for events; then a margin.
+    let blocks = 3 * config.workers + 2 * config.prefetch_depth + 4;
     let warm = (0..blocks)
         .map(|_| allocator.allocate(config.batch_bytes()))
         .collect::<Result<Vec<_>>>()?;
