@@ -3,7 +3,10 @@
 use std::process::Command;
 
 fn lab() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_lab-02"));
+    let mut c = Command::new(labs_core::testing::lab_binary(
+        "lab-02",
+        env!("CARGO_BIN_EXE_lab-02"),
+    ));
     c.args(["--device", "sim"]);
     c
 }

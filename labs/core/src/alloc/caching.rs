@@ -549,6 +549,7 @@ impl State {
                 if !*synced {
                     // Freed blocks may still be in use by work queued on their stream.
                     be.synchronize()?;
+                    self.stats.num_sync_all_streams += 1;
                     *synced = true;
                 }
                 self.unmap_page(be, is, ip as usize)?;
@@ -569,6 +570,7 @@ impl State {
         seg.pages[p].mapped = true;
         seg.mapped_pages += 1;
         self.stats.device_allocs += 1;
+        self.stats.num_maps += 1;
         self.stats.reserved.add(page);
         Ok(())
     }
@@ -579,6 +581,7 @@ impl State {
         seg.pages[p].mapped = false;
         seg.mapped_pages -= 1;
         self.stats.device_frees += 1;
+        self.stats.num_unmaps += 1;
         self.stats.reserved.sub(self.page);
         Ok(())
     }
@@ -714,6 +717,7 @@ impl State {
                     if page.mapped && page.users == 0 {
                         if !synced {
                             be.synchronize()?;
+                            self.stats.num_sync_all_streams += 1;
                             synced = true;
                         }
                         self.unmap_page(be, s as u32, p)?;

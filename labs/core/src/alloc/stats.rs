@@ -37,10 +37,21 @@ pub struct Stats {
     pub allocations: Stat,
     /// Segments (`segment`).
     pub segments: Stat,
-    /// Driver allocations: `cuMemAlloc`s and page mappings.
+    /// Driver allocations of physical memory: `cuMemAlloc` for fixed segments,
+    /// `cuMemCreate` of one page for expandable segments (each `vm_map` creates the
+    /// page it maps).
     pub device_allocs: u64,
-    /// Driver frees: `cuMemFree`s and page unmappings.
+    /// Driver frees of physical memory: `cuMemFree`, or `cuMemRelease` of one page.
     pub device_frees: u64,
+    /// Pages mapped into an expandable segment (`cuMemMap` + `cuMemSetAccess`, one
+    /// page per call). Zero with fixed segments.
+    pub num_maps: u64,
+    /// Pages unmapped from an expandable segment (`cuMemUnmap`, one page per call).
+    pub num_unmaps: u64,
+    /// Times the allocator waited for all the device's work (`cudaDeviceSynchronize`),
+    /// PyTorch's `num_sync_all_streams`: before unmapping pages, and before releasing
+    /// cached memory.
+    pub num_sync_all_streams: u64,
     /// Allocations that had to release cached memory and try again.
     pub num_alloc_retries: u64,
     /// Allocations that failed with out-of-memory.
