@@ -22,6 +22,9 @@ use super::stats::Stats;
 use crate::device::{Backend, DeviceId, DevicePtr, Event, Stream};
 use crate::error::{Error, Result};
 
+/// How many free blocks past the best fit are looked at for one on mapped pages.
+const MAPPED_CANDIDATES: usize = 16;
+
 /// A block handed out by the allocator. It is a plain handle: give it back with
 /// [`Allocator::free`] (tensors do this when dropped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +122,11 @@ struct State {
     /// (taking the newest makes blocks land on just-unmapped pages again and again).
     idle: std::collections::VecDeque<(u32, u32, u64)>,
     idle_stamp: u64,
+    /// `idle_stamp` at the last device-wide synchronisation: pages idle since then or
+    /// earlier are unused by any queued work.
+    sync_stamp: u64,
+    /// The most memory ever reserved. Mapping below it costs the peak nothing.
+    high_water: u64,
     /// Events of cross-stream frees, with the block each one holds back.
     pending: Vec<(Event, u32)>,
     stats: Stats,
@@ -149,6 +157,8 @@ impl Allocator {
                 vacant_segments: Vec::new(),
                 idle: Default::default(),
                 idle_stamp: 0,
+                sync_stamp: 0,
+                high_water: 0,
                 pending: Vec::new(),
                 stats: Stats::default(),
                 streams: Vec::new(),
@@ -409,6 +419,9 @@ impl State {
 
     #[inline]
     fn find_free(&self, sp: u64, rounded: u64) -> Option<(u64, u32)> {
+        if self.conf.expandable_segments {
+            return self.find_free_expandable(sp, rounded);
+        }
         let key = self.free.best_fit(sp, rounded)?;
         if let (false, Some(max_split)) = (self.conf.expandable_segments, self.conf.max_split_size)
         {
@@ -422,6 +435,34 @@ impl State {
             }
         }
         Some(key)
+    }
+
+    /// Best fit among the free blocks whose first `rounded` bytes lie on mapped pages
+    /// (the first few candidates in best-fit order); the plain best fit when none does.
+    /// Landing on mapped memory is what keeps page moves, and their driver calls and
+    /// synchronisations, out of the steady state.
+    #[inline]
+    fn find_free_expandable(&self, sp: u64, rounded: u64) -> Option<(u64, u32)> {
+        let mut fits = self.free.fits(sp, rounded);
+        let (size, addr, id) = fits.next()?;
+        if self.is_mapped(id, addr, rounded) {
+            return Some((size, id));
+        }
+        for (size, addr, id) in fits.take(MAPPED_CANDIDATES) {
+            if self.is_mapped(id, addr, rounded) {
+                return Some((size, id));
+            }
+        }
+        Some((size, id))
+    }
+
+    /// Whether `addr..addr + len` of free block `id`'s segment has memory behind it.
+    #[inline]
+    fn is_mapped(&self, id: u32, addr: u64, len: u64) -> bool {
+        let seg = &self.segments[self.blocks[id].segment as usize];
+        let first = ((addr - seg.base) / self.page) as usize;
+        let last = ((addr + len - 1 - seg.base) / self.page) as usize;
+        seg.pages[first..=last].iter().all(|p| p.mapped)
     }
 
     #[inline]
@@ -513,20 +554,48 @@ impl State {
             unmapped += usize::from(!page.mapped);
         }
         if unmapped > 0 {
-            let mut synced = false;
             for p in span {
                 if !self.segments[s as usize].pages[p].mapped {
-                    self.map_page(be, s, p, &mut synced)?;
+                    self.map_page(be, s, p)?;
                 }
             }
         }
         Ok(())
     }
 
-    /// Maps one page; `synced` says whether the device was already synchronised during
-    /// this allocation (once is enough before unmapping any number of idle pages).
-    fn map_page(&mut self, be: &dyn Backend, s: u32, p: usize, synced: &mut bool) -> Result<()> {
-        // Move an idle page's memory here rather than take more from the driver.
+    /// Maps one page. Below the high-water mark of reserved memory a new page costs the
+    /// peak nothing, so it is simply mapped and idle pages stay where they are (a
+    /// training loop's next iteration finds them mapped). At the mark, the page idle the
+    /// longest is unmapped first so that reserved memory does not grow while memory
+    /// sits idle. Unmapping needs the work that used the page to be done: a page idle
+    /// since before the last device-wide synchronisation needs no new one, and the
+    /// oldest idle pages are taken first, so synchronisations are rare.
+    fn map_page(&mut self, be: &dyn Backend, s: u32, p: usize) -> Result<()> {
+        let page = self.page;
+        if self.stats.reserved.current + page > self.high_water {
+            self.recycle_idle_page(be)?;
+        }
+        if self.stats.reserved.current + page > self.limit {
+            return Err(Error::OutOfMemory {
+                device: be.id(),
+                requested: page,
+                free: self.limit.saturating_sub(self.stats.reserved.current),
+                total: self.limit,
+            });
+        }
+        let seg = &mut self.segments[s as usize];
+        be.vm_map(seg.base + p as u64 * page, page as usize)?;
+        seg.pages[p].mapped = true;
+        seg.mapped_pages += 1;
+        self.stats.device_allocs += 1;
+        self.stats.num_maps += 1;
+        self.stats.reserved.add(page);
+        self.high_water = self.high_water.max(self.stats.reserved.current);
+        Ok(())
+    }
+
+    /// Unmaps the page idle the longest, if any.
+    fn recycle_idle_page(&mut self, be: &dyn Backend) -> Result<()> {
         while let Some((is, ip, stamp)) = self.idle.pop_front() {
             let Some(page) = self
                 .segments
@@ -545,33 +614,20 @@ impl State {
                 continue;
             }
             page.queued = false;
-            {
-                if !*synced {
-                    // Freed blocks may still be in use by work queued on their stream.
-                    be.synchronize()?;
-                    self.stats.num_sync_all_streams += 1;
-                    *synced = true;
-                }
-                self.unmap_page(be, is, ip as usize)?;
-                break;
+            if page.idle_since > self.sync_stamp {
+                // Work queued before the page fell idle may still use it.
+                self.synchronize(be)?;
             }
+            return self.unmap_page(be, is, ip as usize);
         }
-        let page = self.page;
-        if self.stats.reserved.current + page > self.limit {
-            return Err(Error::OutOfMemory {
-                device: be.id(),
-                requested: page,
-                free: self.limit.saturating_sub(self.stats.reserved.current),
-                total: self.limit,
-            });
-        }
-        let seg = &mut self.segments[s as usize];
-        be.vm_map(seg.base + p as u64 * page, page as usize)?;
-        seg.pages[p].mapped = true;
-        seg.mapped_pages += 1;
-        self.stats.device_allocs += 1;
-        self.stats.num_maps += 1;
-        self.stats.reserved.add(page);
+        Ok(())
+    }
+
+    /// Waits for all the device's work; every page idle now is then safe to unmap.
+    fn synchronize(&mut self, be: &dyn Backend) -> Result<()> {
+        be.synchronize()?;
+        self.stats.num_sync_all_streams += 1;
+        self.sync_stamp = self.idle_stamp;
         Ok(())
     }
 
@@ -706,7 +762,6 @@ impl State {
     /// Gives back whole free segments and idle pages; returns the bytes released.
     fn release_cached(&mut self, be: &dyn Backend) -> Result<u64> {
         let before = self.stats.reserved.current;
-        let mut synced = false;
         for s in 0..self.segments.len() {
             if !self.segments[s].alive {
                 continue;
@@ -715,10 +770,8 @@ impl State {
                 for p in 0..self.segments[s].pages.len() {
                     let page = self.segments[s].pages[p];
                     if page.mapped && page.users == 0 {
-                        if !synced {
-                            be.synchronize()?;
-                            self.stats.num_sync_all_streams += 1;
-                            synced = true;
+                        if page.idle_since > self.sync_stamp {
+                            self.synchronize(be)?;
                         }
                         self.unmap_page(be, s as u32, p)?;
                     }
