@@ -81,10 +81,18 @@ struct Page {
     /// Blocks that are not free (allocated or pending) overlapping the page.
     users: u32,
     mapped: bool,
-    /// Listed in the idle queue (at most once).
+    /// The first page of the mapping this page belongs to (while mapped). Pages are
+    /// mapped in runs, one driver mapping per run, and unmapped by the same run.
+    head: u32,
+    /// On a mapping's first page: the mapping's length in pages.
+    len: u32,
+    /// On a mapping's first page: its pages that have users. The mapping is idle when
+    /// this is zero.
+    busy: u32,
+    /// On a mapping's first page: listed in the idle queue (at most once).
     queued: bool,
-    /// When the page last became idle. An entry whose stamp is older belongs to an
-    /// earlier idle spell and is moved to the back when met.
+    /// On a mapping's first page: when the mapping last became idle. An entry whose
+    /// stamp is older belongs to an earlier idle spell and is moved to the back when met.
     idle_since: u64,
 }
 
@@ -544,58 +552,83 @@ impl State {
         (b.segment, first..last + 1)
     }
 
-    /// Counts the block as a user of its pages and maps the ones without memory.
+    /// Counts the block as a user of its pages and maps the ones without memory, each
+    /// run of unmapped pages with one driver mapping.
     fn occupy(&mut self, be: &dyn Backend, id: u32) -> Result<()> {
         let (s, span) = self.page_span(id);
         let mut unmapped = 0;
+        let seg = &mut self.segments[s as usize];
         for p in span.clone() {
-            let page = &mut self.segments[s as usize].pages[p];
+            let page = &mut seg.pages[p];
             page.users += 1;
-            unmapped += usize::from(!page.mapped);
+            if !page.mapped {
+                unmapped += 1;
+            } else if page.users == 1 {
+                let head = page.head as usize;
+                seg.pages[head].busy += 1;
+            }
         }
         if unmapped > 0 {
-            for p in span {
-                if !self.segments[s as usize].pages[p].mapped {
-                    self.map_page(be, s, p)?;
+            let mut p = span.start;
+            while p < span.end {
+                if self.segments[s as usize].pages[p].mapped {
+                    p += 1;
+                    continue;
                 }
+                let mut end = p + 1;
+                while end < span.end && !self.segments[s as usize].pages[end].mapped {
+                    end += 1;
+                }
+                self.map_run(be, s, p, end)?;
+                p = end;
             }
         }
         Ok(())
     }
 
-    /// Maps one page. Below the high-water mark of reserved memory a new page costs the
-    /// peak nothing, so it is simply mapped and idle pages stay where they are (a
-    /// training loop's next iteration finds them mapped). At the mark, the page idle the
-    /// longest is unmapped first so that reserved memory does not grow while memory
-    /// sits idle. Unmapping needs the work that used the page to be done: a page idle
-    /// since before the last device-wide synchronisation needs no new one, and the
-    /// oldest idle pages are taken first, so synchronisations are rare.
-    fn map_page(&mut self, be: &dyn Backend, s: u32, p: usize) -> Result<()> {
-        let page = self.page;
-        if self.stats.reserved.current + page > self.high_water {
-            self.recycle_idle_page(be)?;
+    /// Maps pages `first..end` of segment `s` (all unmapped, all with users) as one
+    /// mapping. Below the high-water mark of reserved memory new memory costs the peak
+    /// nothing, so it is simply mapped and idle memory stays where it is (a training
+    /// loop's next iteration finds it mapped). Above it, the mappings idle the longest
+    /// are unmapped first, so that reserved memory does not grow while memory sits idle.
+    /// Unmapping needs the work that used the memory to be done: memory idle since
+    /// before the last device-wide synchronisation needs no new one, and the oldest idle
+    /// mappings are taken first, so synchronisations are rare.
+    fn map_run(&mut self, be: &dyn Backend, s: u32, first: usize, end: usize) -> Result<()> {
+        let n = (end - first) as u64;
+        let bytes = n * self.page;
+        while self.stats.reserved.current + bytes > self.high_water {
+            if !self.recycle_idle(be)? {
+                break;
+            }
         }
-        if self.stats.reserved.current + page > self.limit {
+        if self.stats.reserved.current + bytes > self.limit {
             return Err(Error::OutOfMemory {
                 device: be.id(),
-                requested: page,
+                requested: bytes,
                 free: self.limit.saturating_sub(self.stats.reserved.current),
                 total: self.limit,
             });
         }
         let seg = &mut self.segments[s as usize];
-        be.vm_map(seg.base + p as u64 * page, page as usize)?;
-        seg.pages[p].mapped = true;
-        seg.mapped_pages += 1;
+        be.vm_map(seg.base + first as u64 * self.page, bytes as usize)?;
+        for page in &mut seg.pages[first..end] {
+            page.mapped = true;
+            page.head = first as u32;
+        }
+        let head = &mut seg.pages[first];
+        head.len = n as u32;
+        head.busy = n as u32;
+        seg.mapped_pages += n;
         self.stats.device_allocs += 1;
         self.stats.num_maps += 1;
-        self.stats.reserved.add(page);
+        self.stats.reserved.add(bytes);
         self.high_water = self.high_water.max(self.stats.reserved.current);
         Ok(())
     }
 
-    /// Unmaps the page idle the longest, if any.
-    fn recycle_idle_page(&mut self, be: &dyn Backend) -> Result<()> {
+    /// Unmaps the mapping idle the longest; false when none is idle.
+    fn recycle_idle(&mut self, be: &dyn Backend) -> Result<bool> {
         while let Some((is, ip, stamp)) = self.idle.pop_front() {
             let Some(page) = self
                 .segments
@@ -605,7 +638,7 @@ impl State {
             else {
                 continue;
             };
-            if !(page.mapped && page.users == 0) {
+            if !(page.mapped && page.head == ip && page.busy == 0) {
                 page.queued = false;
                 continue;
             }
@@ -615,15 +648,16 @@ impl State {
             }
             page.queued = false;
             if page.idle_since > self.sync_stamp {
-                // Work queued before the page fell idle may still use it.
+                // Work queued before the memory fell idle may still use it.
                 self.synchronize(be)?;
             }
-            return self.unmap_page(be, is, ip as usize);
+            self.unmap_run(be, is, ip as usize)?;
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
 
-    /// Waits for all the device's work; every page idle now is then safe to unmap.
+    /// Waits for all the device's work; all memory idle now is then safe to unmap.
     fn synchronize(&mut self, be: &dyn Backend) -> Result<()> {
         be.synchronize()?;
         self.stats.num_sync_all_streams += 1;
@@ -631,14 +665,19 @@ impl State {
         Ok(())
     }
 
-    fn unmap_page(&mut self, be: &dyn Backend, s: u32, p: usize) -> Result<()> {
+    /// Unmaps the mapping whose first page is `head`.
+    fn unmap_run(&mut self, be: &dyn Backend, s: u32, head: usize) -> Result<()> {
         let seg = &mut self.segments[s as usize];
-        be.vm_unmap(seg.base + p as u64 * self.page, self.page as usize)?;
-        seg.pages[p].mapped = false;
-        seg.mapped_pages -= 1;
+        let n = seg.pages[head].len as usize;
+        let bytes = n as u64 * self.page;
+        be.vm_unmap(seg.base + head as u64 * self.page, bytes as usize)?;
+        for page in &mut seg.pages[head..head + n] {
+            page.mapped = false;
+        }
+        seg.mapped_pages -= n as u64;
         self.stats.device_frees += 1;
         self.stats.num_unmaps += 1;
-        self.stats.reserved.sub(self.page);
+        self.stats.reserved.sub(bytes);
         Ok(())
     }
 
@@ -721,11 +760,16 @@ impl State {
                 let page = &mut seg.pages[p];
                 page.users -= 1;
                 if page.users == 0 && page.mapped {
-                    self.idle_stamp += 1;
-                    page.idle_since = self.idle_stamp;
-                    if !page.queued {
-                        page.queued = true;
-                        self.idle.push_back((s, p as u32, self.idle_stamp));
+                    let h = page.head;
+                    let head = &mut seg.pages[h as usize];
+                    head.busy -= 1;
+                    if head.busy == 0 {
+                        self.idle_stamp += 1;
+                        head.idle_since = self.idle_stamp;
+                        if !head.queued {
+                            head.queued = true;
+                            self.idle.push_back((s, h, self.idle_stamp));
+                        }
                     }
                 }
             }
@@ -769,11 +813,11 @@ impl State {
             if self.segments[s].expandable {
                 for p in 0..self.segments[s].pages.len() {
                     let page = self.segments[s].pages[p];
-                    if page.mapped && page.users == 0 {
+                    if page.mapped && page.head == p as u32 && page.busy == 0 {
                         if page.idle_since > self.sync_stamp {
                             self.synchronize(be)?;
                         }
-                        self.unmap_page(be, s as u32, p)?;
+                        self.unmap_run(be, s as u32, p)?;
                     }
                 }
             }
@@ -874,6 +918,30 @@ impl State {
                         "segment {:#x}: mapped page count is stale",
                         seg.base
                     ));
+                }
+                let mut p = 0;
+                while p < seg.pages.len() {
+                    let page = &seg.pages[p];
+                    if !page.mapped {
+                        p += 1;
+                        continue;
+                    }
+                    let n = page.len as usize;
+                    let run = seg.pages.get(p..p + n).unwrap_or(&[]);
+                    if n == 0
+                        || run.len() != n
+                        || run.iter().any(|q| !q.mapped || q.head != p as u32)
+                    {
+                        return Err(format!("segment {:#x}: mapping at page {p} broken", seg.base));
+                    }
+                    let busy = users[p..p + n].iter().filter(|&&u| u > 0).count() as u32;
+                    if busy != page.busy {
+                        return Err(format!(
+                            "segment {:#x}: mapping at page {p} busy {} vs recount {busy}",
+                            seg.base, page.busy
+                        ));
+                    }
+                    p += n;
                 }
                 if let Some(p) = (0..users.len()).find(|&p| users[p] != seg.pages[p].users) {
                     return Err(format!(
