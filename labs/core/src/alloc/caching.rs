@@ -453,24 +453,29 @@ impl State {
     fn find_free_expandable(&self, sp: u64, rounded: u64) -> Option<(u64, u32)> {
         let mut fits = self.free.fits(sp, rounded);
         let (size, addr, id) = fits.next()?;
-        if self.is_mapped(id, addr, rounded) {
+        let mut best = (self.unmapped_pages(id, addr, rounded), size, id);
+        if best.0 == 0 {
             return Some((size, id));
         }
         for (size, addr, id) in fits.take(MAPPED_CANDIDATES) {
-            if self.is_mapped(id, addr, rounded) {
-                return Some((size, id));
+            let u = self.unmapped_pages(id, addr, rounded);
+            if u < best.0 {
+                best = (u, size, id);
+                if u == 0 {
+                    break;
+                }
             }
         }
-        Some((size, id))
+        Some((best.1, best.2))
     }
 
-    /// Whether `addr..addr + len` of free block `id`'s segment has memory behind it.
+    /// How many pages of `addr..addr + len` of free block `id`'s segment have no memory.
     #[inline]
-    fn is_mapped(&self, id: u32, addr: u64, len: u64) -> bool {
+    fn unmapped_pages(&self, id: u32, addr: u64, len: u64) -> usize {
         let seg = &self.segments[self.blocks[id].segment as usize];
         let first = ((addr - seg.base) / self.page) as usize;
         let last = ((addr + len - 1 - seg.base) / self.page) as usize;
-        seg.pages[first..=last].iter().all(|p| p.mapped)
+        seg.pages[first..=last].iter().filter(|p| !p.mapped).count()
     }
 
     #[inline]
@@ -576,7 +581,8 @@ impl State {
                     continue;
                 }
                 let mut end = p + 1;
-                while end < span.end && !self.segments[s as usize].pages[end].mapped {
+                let kmax: usize = std::env::var("K").map(|v| v.parse().unwrap()).unwrap_or(1 << 30);
+                while end < span.end && end - p < kmax && !self.segments[s as usize].pages[end].mapped {
                     end += 1;
                 }
                 self.map_run(be, s, p, end)?;
