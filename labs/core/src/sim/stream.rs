@@ -50,18 +50,18 @@ impl SimStream {
                         Work::Run(job) => (job(), None),
                         Work::Signal(event, generation) => (Ok(()), Some((event, generation))),
                     };
-                    {
-                        let (lock, cv) = &*worker_progress;
-                        let mut p = lock.lock().unwrap();
-                        p.completed += 1;
-                        if let Err(e) = outcome {
-                            p.error.get_or_insert(e);
-                        }
-                        cv.notify_all();
-                    }
+                    // The event completes before the stream counts the work done, so
+                    // that a stream synchronize never returns ahead of its events.
                     if let Some((event, generation)) = signal {
                         event.complete(generation);
                     }
+                    let (lock, cv) = &*worker_progress;
+                    let mut p = lock.lock().unwrap();
+                    p.completed += 1;
+                    if let Err(e) = outcome {
+                        p.error.get_or_insert(e);
+                    }
+                    cv.notify_all();
                 }
             })
             .expect("spawning a stream worker thread");
