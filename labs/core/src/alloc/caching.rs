@@ -98,6 +98,11 @@ struct Page {
     /// On a mapping's first page: its pages that have users. The mapping is idle when
     /// this is zero.
     busy: u32,
+    /// On a mapping's first page: listed in one of the idle sets.
+    queued: bool,
+    /// On a mapping's first page: the synchronisation epoch in which it last became
+    /// idle; idle since an earlier epoch, no queued work can use it.
+    idle_epoch: u64,
 }
 
 struct Segment {
@@ -129,8 +134,10 @@ struct State {
     free: FreeSet,
     segments: Vec<Segment>,
     vacant_segments: Vec<u32>,
+    /// Device-wide synchronisations so far (the current epoch).
+    epoch: u64,
     /// Idle mappings (segment, first page) that no queued work can use any more: idle
-    /// since before the last device-wide synchronisation.
+    /// since before the last device-wide synchronisation (lazy: see `recycle_idle`).
     idle: std::collections::BTreeSet<(u32, u32)>,
     /// Idle mappings that queued work may still use (idle since the last
     /// synchronisation).
@@ -165,6 +172,7 @@ impl Allocator {
                 free: FreeSet::default(),
                 segments: Vec::new(),
                 vacant_segments: Vec::new(),
+                epoch: 0,
                 idle: Default::default(),
                 idle_dirty: Default::default(),
                 high_water: 0,
@@ -570,12 +578,8 @@ impl State {
             if !page.mapped {
                 unmapped += 1;
             } else if page.users == 1 {
-                let head = page.head;
-                let h = &mut seg.pages[head as usize];
-                h.busy += 1;
-                if h.busy == 1 && !self.idle.remove(&(s, head)) {
-                    self.idle_dirty.remove(&(s, head));
-                }
+                let head = page.head as usize;
+                seg.pages[head].busy += 1;
             }
         }
         if unmapped > 0 {
@@ -644,23 +648,57 @@ impl State {
     /// last device-wide synchronisation go first, as unmapping them needs no new one;
     /// among them, the one at the highest address (live blocks pack towards low
     /// addresses, so it is the least likely to be wanted back where it is).
+    ///
+    /// The idle sets are lazy, so that the allocation fast path touches neither: an
+    /// entry is checked when taken, and dropped when its mapping is busy or gone.
     fn recycle_idle(&mut self, be: &dyn Backend) -> Result<bool> {
-        if self.idle.is_empty() {
-            if self.idle_dirty.is_empty() {
+        loop {
+            while let Some((s, h)) = self.idle.pop_last() {
+                let epoch = self.epoch;
+                let Some(page) = self.idle_head(s, h) else {
+                    continue;
+                };
+                if page.idle_epoch == epoch {
+                    // Idle again since the last synchronisation.
+                    self.idle_dirty.insert((s, h));
+                    continue;
+                }
+                page.queued = false;
+                self.unmap_run(be, s, h as usize)?;
+                return Ok(true);
+            }
+            let mut dirty = std::mem::take(&mut self.idle_dirty);
+            dirty.retain(|&(s, h)| self.idle_head(s, h).is_some());
+            if dirty.is_empty() {
                 return Ok(false);
             }
+            self.idle_dirty = dirty;
             // Work queued before the memory fell idle may still use it.
             self.synchronize(be)?;
         }
-        let (s, head) = self.idle.pop_last().expect("an idle mapping");
-        self.unmap_run(be, s, head as usize)?;
-        Ok(true)
+    }
+
+    /// The first page of an idle mapping, for an entry of the idle sets; `None` (and
+    /// the page unlisted) when the entry is stale.
+    fn idle_head(&mut self, s: u32, h: u32) -> Option<&mut Page> {
+        let page = self
+            .segments
+            .get_mut(s as usize)
+            .filter(|g| g.alive)
+            .and_then(|g| g.pages.get_mut(h as usize))?;
+        if page.mapped && page.head == h && page.busy == 0 {
+            Some(page)
+        } else {
+            page.queued = false;
+            None
+        }
     }
 
     /// Waits for all the device's work; all memory idle now is then safe to unmap.
     fn synchronize(&mut self, be: &dyn Backend) -> Result<()> {
         be.synchronize()?;
         self.stats.num_sync_all_streams += 1;
+        self.epoch += 1;
         let mut dirty = std::mem::take(&mut self.idle_dirty);
         self.idle.append(&mut dirty);
         Ok(())
@@ -674,9 +712,6 @@ impl State {
         be.vm_unmap(seg.base + head as u64 * self.page, bytes as usize)?;
         for page in &mut seg.pages[head..head + n] {
             page.mapped = false;
-        }
-        if !self.idle.remove(&(s, head as u32)) {
-            self.idle_dirty.remove(&(s, head as u32));
         }
         seg.mapped_pages -= n as u64;
         self.stats.device_frees += 1;
@@ -768,7 +803,11 @@ impl State {
                     let head = &mut seg.pages[h as usize];
                     head.busy -= 1;
                     if head.busy == 0 {
-                        self.idle_dirty.insert((s, h));
+                        head.idle_epoch = self.epoch;
+                        if !head.queued {
+                            head.queued = true;
+                            self.idle_dirty.insert((s, h));
+                        }
                     }
                 }
             }
@@ -805,9 +844,6 @@ impl State {
     /// Gives back whole free segments and idle pages; returns the bytes released.
     fn release_cached(&mut self, be: &dyn Backend) -> Result<u64> {
         let before = self.stats.reserved.current;
-        if !self.idle_dirty.is_empty() {
-            self.synchronize(be)?;
-        }
         for s in 0..self.segments.len() {
             if !self.segments[s].alive {
                 continue;
@@ -816,6 +852,9 @@ impl State {
                 for p in 0..self.segments[s].pages.len() {
                     let page = self.segments[s].pages[p];
                     if page.mapped && page.head == p as u32 && page.busy == 0 {
+                        if page.idle_epoch == self.epoch {
+                            self.synchronize(be)?;
+                        }
                         self.unmap_run(be, s as u32, p)?;
                     }
                 }
