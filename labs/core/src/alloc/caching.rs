@@ -4,10 +4,14 @@
 //! Two segment sources. Fixed segments (PyTorch's native mode) are `cuMemAlloc`
 //! blocks of 2 MiB, 20 MiB or the request rounded to 2 MiB. Expandable segments (the
 //! default) are large reserved address ranges whose pages get memory only while some
-//! block uses them; a page that no block uses is "idle" and, before any new memory is
-//! taken from the driver, an idle page is unmapped and its memory mapped where it is
-//! needed. Reserved memory then only grows when every page held is in use, which is
-//! what keeps peak reserved close to peak allocated on real traces.
+//! block uses them, mapped in runs of up to [`MAX_RUN_PAGES`] pages per driver mapping.
+//! A mapping no block uses is "idle". Reserved memory grows freely up to its
+//! high-water mark; past it, idle mappings are unmapped first (those idle since the
+//! last device-wide synchronisation, so no new one is needed; else one synchronisation
+//! makes every idle mapping safe at once). Reserved memory then only passes its
+//! high-water mark when no memory is idle, which keeps peak reserved close to peak
+//! allocated, while best fit prefers free blocks on mapped memory, so that a training
+//! loop's steady state moves no pages and calls no driver.
 
 use std::sync::Arc;
 
