@@ -91,17 +91,17 @@ pub struct BlockInfo {
 
 #[derive(Clone, Copy, Default)]
 struct Page {
-    /// Blocks that are not free (allocated or pending) overlapping the page.
-    users: u32,
     mapped: bool,
     /// The first page of the mapping this page belongs to (while mapped). Pages are
     /// mapped in runs, one driver mapping per run, and unmapped by the same run.
     head: u32,
     /// On a mapping's first page: the mapping's length in pages.
     len: u32,
-    /// On a mapping's first page: its pages that have users. The mapping is idle when
-    /// this is zero.
-    busy: u32,
+    /// On a mapping's first page: the (block, page) pairs of blocks that are not free
+    /// (allocated or pending) on its pages. The mapping is idle when this is zero.
+    /// Counted per mapping rather than per page, so that occupying a block walks its
+    /// mappings, not its pages.
+    users: u32,
     /// On a mapping's first page: listed in one of the idle sets.
     queued: bool,
     /// On a mapping's first page: the synchronisation epoch in which it last became
@@ -464,13 +464,16 @@ impl State {
     /// synchronisations, out of the steady state.
     #[inline]
     fn find_free_expandable(&self, sp: u64, rounded: u64) -> Option<(u64, u32)> {
-        let mut fits = self.free.fits(sp, rounded);
-        let (size, addr, id) = fits.next()?;
-        let mut best = (self.unmapped_pages(id, addr, rounded), size, id);
+        let (size, id) = self.free.best_fit(sp, rounded)?;
+        let mut best = (
+            self.unmapped_pages(id, self.blocks[id].addr, rounded),
+            size,
+            id,
+        );
         if best.0 == 0 {
             return Some((size, id));
         }
-        for (size, addr, id) in fits.take(MAPPED_CANDIDATES) {
+        for (size, addr, id) in self.free.fits(sp, rounded).skip(1).take(MAPPED_CANDIDATES) {
             let u = self.unmapped_pages(id, addr, rounded);
             if u < best.0 {
                 best = (u, size, id);
@@ -486,9 +489,19 @@ impl State {
     #[inline]
     fn unmapped_pages(&self, id: u32, addr: u64, len: u64) -> usize {
         let seg = &self.segments[self.blocks[id].segment as usize];
-        let first = ((addr - seg.base) / self.page) as usize;
-        let last = ((addr + len - 1 - seg.base) / self.page) as usize;
-        seg.pages[first..=last].iter().filter(|p| !p.mapped).count()
+        let mut p = ((addr - seg.base) / self.page) as usize;
+        let end = ((addr + len - 1 - seg.base) / self.page) as usize + 1;
+        let mut unmapped = 0;
+        while p < end {
+            let page = &seg.pages[p];
+            if page.mapped {
+                p = page.head as usize + seg.pages[page.head as usize].len as usize;
+            } else {
+                unmapped += 1;
+                p += 1;
+            }
+        }
+        unmapped
     }
 
     #[inline]
@@ -574,19 +587,22 @@ impl State {
     /// run of unmapped pages with one driver mapping.
     fn occupy(&mut self, be: &dyn Backend, id: u32) -> Result<()> {
         let (s, span) = self.page_span(id);
-        let mut unmapped = 0;
+        let mut unmapped = false;
         let seg = &mut self.segments[s as usize];
-        for p in span.clone() {
-            let page = &mut seg.pages[p];
-            page.users += 1;
-            if !page.mapped {
-                unmapped += 1;
-            } else if page.users == 1 {
-                let head = page.head as usize;
-                seg.pages[head].busy += 1;
+        let mut p = span.start;
+        while p < span.end {
+            let page = seg.pages[p];
+            if page.mapped {
+                let head = &mut seg.pages[page.head as usize];
+                let end = (page.head as usize + head.len as usize).min(span.end);
+                head.users += (end - p) as u32;
+                p = end;
+            } else {
+                unmapped = true;
+                p += 1;
             }
         }
-        if unmapped > 0 {
+        if unmapped {
             let mut p = span.start;
             while p < span.end {
                 if self.segments[s as usize].pages[p].mapped {
@@ -639,7 +655,7 @@ impl State {
         }
         let head = &mut seg.pages[first];
         head.len = n as u32;
-        head.busy = n as u32;
+        head.users = n as u32;
         seg.mapped_pages += n;
         self.stats.device_allocs += 1;
         self.stats.num_maps += 1;
@@ -690,7 +706,7 @@ impl State {
             .get_mut(s as usize)
             .filter(|g| g.alive)
             .and_then(|g| g.pages.get_mut(h as usize))?;
-        if page.mapped && page.head == h && page.busy == 0 {
+        if page.mapped && page.head == h && page.users == 0 {
             Some(page)
         } else {
             page.queued = false;
@@ -799,19 +815,24 @@ impl State {
         if seg.expandable {
             let (s, span) = self.page_span(id);
             let seg = &mut self.segments[s as usize];
-            for p in span {
-                let page = &mut seg.pages[p];
-                page.users -= 1;
-                if page.users == 0 && page.mapped {
-                    let h = page.head;
-                    let head = &mut seg.pages[h as usize];
-                    head.busy -= 1;
-                    if head.busy == 0 {
-                        head.idle_epoch = self.epoch;
-                        if !head.queued {
-                            head.queued = true;
-                            self.idle_dirty.insert((s, h));
-                        }
+            let mut p = span.start;
+            while p < span.end {
+                let page = seg.pages[p];
+                if !page.mapped {
+                    // Only on the way out of a failed `occupy`.
+                    p += 1;
+                    continue;
+                }
+                let h = page.head;
+                let head = &mut seg.pages[h as usize];
+                let end = (h as usize + head.len as usize).min(span.end);
+                head.users -= (end - p) as u32;
+                p = end;
+                if head.users == 0 {
+                    head.idle_epoch = self.epoch;
+                    if !head.queued {
+                        head.queued = true;
+                        self.idle_dirty.insert((s, h));
                     }
                 }
             }
@@ -855,7 +876,7 @@ impl State {
             if self.segments[s].expandable {
                 for p in 0..self.segments[s].pages.len() {
                     let page = self.segments[s].pages[p];
-                    if page.mapped && page.head == p as u32 && page.busy == 0 {
+                    if page.mapped && page.head == p as u32 && page.users == 0 {
                         if page.idle_epoch == self.epoch {
                             self.synchronize(be)?;
                         }
@@ -979,20 +1000,14 @@ impl State {
                             seg.base
                         ));
                     }
-                    let busy = users[p..p + n].iter().filter(|&&u| u > 0).count() as u32;
-                    if busy != page.busy {
+                    let recount: u32 = users[p..p + n].iter().sum();
+                    if recount != page.users {
                         return Err(format!(
-                            "segment {:#x}: mapping at page {p} busy {} vs recount {busy}",
-                            seg.base, page.busy
+                            "segment {:#x}: mapping at page {p} users {} vs recount {recount}",
+                            seg.base, page.users
                         ));
                     }
                     p += n;
-                }
-                if let Some(p) = (0..users.len()).find(|&p| users[p] != seg.pages[p].users) {
-                    return Err(format!(
-                        "segment {:#x}: page {p} users {} vs recount {}",
-                        seg.base, seg.pages[p].users, users[p]
-                    ));
                 }
                 reserved += mapped * self.page;
             } else {
