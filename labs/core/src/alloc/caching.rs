@@ -637,7 +637,8 @@ impl State {
     fn map_run(&mut self, be: &dyn Backend, s: u32, first: usize, end: usize) -> Result<()> {
         let n = (end - first) as u64;
         let bytes = n * self.page;
-        while self.stats.reserved.current + bytes > self.high_water {
+        // The limit may have been lowered below the high-water mark since.
+        while self.stats.reserved.current + bytes > self.high_water.min(self.limit) {
             if !self.recycle_idle(be)? {
                 break;
             }
