@@ -145,11 +145,14 @@ fn what_empty_cache_returns(device: &Device) -> Result<()> {
     println!("{:<34} {:>14}", "returned by empty_cache", bytes(released));
     println!(
         "{:<34} {:>14}",
-        "reserved after (pages in use)",
+        "reserved after (mappings in use)",
         bytes(after.reserved.current)
     );
     allocator.free(survivor)?;
-    println!("(only whole pages nothing uses go back; the live block keeps its pages)\n");
+    println!(
+        "(only whole mappings nothing uses go back: the live block keeps the driver mapping \
+         it lies in, a run of up to 8 pages of 2 MiB)\n"
+    );
     Ok(())
 }
 
