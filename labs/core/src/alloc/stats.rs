@@ -37,20 +37,27 @@ pub struct Stats {
     pub allocations: Stat,
     /// Segments (`segment`).
     pub segments: Stat,
-    /// Driver allocations of physical memory: `cuMemAlloc` for fixed segments,
-    /// `cuMemCreate` of one page for expandable segments (each `vm_map` creates the
-    /// page it maps).
+    /// Driver allocations of physical memory: `cuMemAlloc` of a fixed segment, or
+    /// `cuMemCreate` of one mapping of an expandable segment (each `vm_map` creates the
+    /// memory it maps, a run of 1 to 8 pages of 2 MiB). Equal to `num_maps` when all
+    /// segments are expandable.
     pub device_allocs: u64,
-    /// Driver frees of physical memory: `cuMemFree`, or `cuMemRelease` of one page.
+    /// Driver frees of physical memory: `cuMemFree` of a fixed segment, or
+    /// `cuMemRelease` of one mapping. Equal to `num_unmaps` when all segments are
+    /// expandable.
     pub device_frees: u64,
-    /// Pages mapped into an expandable segment (`cuMemMap` + `cuMemSetAccess`, one
-    /// page per call). Zero with fixed segments.
+    /// Mappings made in expandable segments: one `cuMemMap` + `cuMemSetAccess` each (and
+    /// the `cuMemCreate` counted in `device_allocs`), of a run of 1 to 8 pages. Zero
+    /// with fixed segments.
     pub num_maps: u64,
-    /// Pages unmapped from an expandable segment (`cuMemUnmap`, one page per call).
+    /// Mappings undone in expandable segments: one `cuMemUnmap` each (and the
+    /// `cuMemRelease` counted in `device_frees`).
     pub num_unmaps: u64,
-    /// Times the allocator waited for all the device's work (`cudaDeviceSynchronize`),
-    /// PyTorch's `num_sync_all_streams`: before unmapping pages, and before releasing
-    /// cached memory.
+    /// Times the allocator waited for all the device's work (`cuCtxSynchronize`),
+    /// PyTorch's `num_sync_all_streams`: before unmapping memory that became idle since
+    /// the last such wait (when reserved memory would otherwise pass its high-water
+    /// mark, or in `empty_cache`). The implicit synchronisation of `cuMemFree` (fixed
+    /// segments) is not counted.
     pub num_sync_all_streams: u64,
     /// Allocations that had to release cached memory and try again.
     pub num_alloc_retries: u64,
