@@ -50,13 +50,14 @@ impl SimStream {
                         Work::Run(job) => (job(), None),
                         Work::Signal(event, generation) => (Ok(()), Some((event, generation))),
                     };
-                    // The event completes before the stream counts the work done, so
-                    // that a stream synchronize never returns ahead of its events.
+                    // The event completes while the stream's progress is locked, and
+                    // before it counts the work done: whichever of the stream or the
+                    // event a waiter syncs on, the other reads complete after it.
+                    let (lock, cv) = &*worker_progress;
+                    let mut p = lock.lock().unwrap();
                     if let Some((event, generation)) = signal {
                         event.complete(generation);
                     }
-                    let (lock, cv) = &*worker_progress;
-                    let mut p = lock.lock().unwrap();
                     p.completed += 1;
                     if let Err(e) = outcome {
                         p.error.get_or_insert(e);
