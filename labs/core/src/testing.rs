@@ -23,3 +23,14 @@ pub fn shared_dir() -> std::path::PathBuf {
         Err(_) => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
     }
 }
+
+/// The path of a lab's binary for tests that run it: `LABS_BIN_DIR/name` when
+/// `LABS_BIN_DIR` is set (a test bundle run on another machine, where the path cargo
+/// built does not exist), else `built`, the path cargo gives in
+/// `env!("CARGO_BIN_EXE_<name>")`.
+pub fn lab_binary(name: &str, built: &str) -> std::path::PathBuf {
+    match std::env::var_os("LABS_BIN_DIR") {
+        Some(dir) if !dir.is_empty() => std::path::Path::new(&dir).join(name),
+        _ => built.into(),
+    }
+}

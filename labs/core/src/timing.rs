@@ -37,6 +37,10 @@ pub fn calibrate_spin(
 ) -> crate::Result<u32> {
     let device = x.device();
     let (begin, end) = (device.new_event()?, device.new_event()?);
+    // One launch first: the first launch in a process compiles the kernel (NVRTC), and
+    // that host-side pause would land between the events and shrink the count.
+    x.spin_on(1, stream)?;
+    stream.synchronize()?;
     let mut iterations = 16u32;
     loop {
         stream.record(&begin)?;

@@ -478,3 +478,56 @@ fn tensors_come_from_the_cache() {
     assert!(again.ptr() != 0 && ptr != 0);
     assert!(device.allocator().unwrap().stats().allocated.current >= 4_000_000);
 }
+
+/// A training loop's steady state: the same sizes allocated and freed every iteration,
+/// with a few blocks that outlive an iteration. After the first iterations the cache
+/// serves everything from mapped memory: no driver call, no device synchronisation.
+#[test]
+fn a_steady_loop_moves_no_pages_and_never_synchronises() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    let a = allocator(&device, "");
+    let sizes: Vec<usize> = (0..40)
+        .map(|i| match i % 5 {
+            0 => 512 << (i % 11),
+            1 => (3 << 20) + i * 4096,
+            2 => 24 << 20,
+            3 => (90 << 20) / (1 + i % 3),
+            _ => 1 << 20,
+        })
+        .collect();
+    let mut kept = Vec::new();
+    let mut after_warmup = None;
+    for iteration in 0..6 {
+        let blocks: Vec<_> = sizes
+            .iter()
+            .map(|&s| a.malloc(s, &stream).unwrap())
+            .collect();
+        for (i, b) in blocks.into_iter().enumerate() {
+            if i % 13 == 0 {
+                kept.push(b);
+            } else {
+                a.free(b).unwrap();
+            }
+        }
+        // Blocks kept for one iteration (gradients, optimizer state).
+        while kept.len() > 3 {
+            a.free(kept.remove(0)).unwrap();
+        }
+        a.check_invariants().unwrap();
+        if iteration == 2 {
+            after_warmup = Some(a.stats());
+        }
+    }
+    let (before, after) = (after_warmup.unwrap(), a.stats());
+    assert_eq!(
+        after.num_maps, before.num_maps,
+        "mappings in the steady state"
+    );
+    assert_eq!(after.num_unmaps, before.num_unmaps);
+    assert_eq!(after.num_sync_all_streams, before.num_sync_all_streams);
+    assert_eq!(after.device_allocs, before.device_allocs);
+    for b in kept {
+        a.free(b).unwrap();
+    }
+}

@@ -85,23 +85,10 @@ fn fills_write_each_width() {
     }
 }
 
-/// An iteration count for `spin_` that keeps the device busy for at least `at_least`,
-/// measured with events so that only device time counts.
+/// An iteration count for `spin_` that keeps the device busy for about `at_least`.
 fn busy(x: &Tensor, at_least: Duration) -> u32 {
-    let d = x.device();
-    let stream = d.default_stream().unwrap();
-    let (a, b) = (d.new_event().unwrap(), d.new_event().unwrap());
-    let mut it = 64;
-    loop {
-        stream.record(&a).unwrap();
-        x.spin_(it).unwrap();
-        stream.record(&b).unwrap();
-        b.synchronize().unwrap();
-        if a.elapsed_ms(&b).unwrap() >= at_least.as_secs_f32() * 1e3 {
-            return it;
-        }
-        it *= 2;
-    }
+    let stream = x.device().default_stream().unwrap();
+    labs_core::timing::calibrate_spin(x, &stream, at_least).unwrap()
 }
 
 #[test]

@@ -14,25 +14,10 @@ pub struct AsyncTiming {
     pub events: Duration,
 }
 
-/// Chooses a `spin_` iteration count that keeps `x`'s device busy for about `target`.
-/// It times with events, so that only the kernel is measured, not the host.
+/// Chooses a `spin_` iteration count that keeps `x`'s device busy for about `target`
+/// (timed with events on the default stream, so that only the kernel is measured).
 pub fn calibrate(x: &Tensor, target: Duration) -> Result<u32> {
-    let device = x.device();
-    let stream = device.default_stream()?;
-    let (begin, end) = (device.new_event()?, device.new_event()?);
-    let mut iterations = 16u32;
-    loop {
-        stream.record(&begin)?;
-        x.spin_(iterations)?;
-        stream.record(&end)?;
-        end.synchronize()?;
-        let took = Duration::from_secs_f64(begin.elapsed_ms(&end)? as f64 / 1e3);
-        if took >= target / 8 || iterations >= 1 << 24 {
-            let scale = target.as_secs_f64() / took.as_secs_f64().max(1e-9);
-            return Ok(((iterations as f64 * scale) as u32).clamp(1, 1 << 28));
-        }
-        iterations *= 4;
-    }
+    labs_core::timing::calibrate_spin(x, &x.device().default_stream()?, target)
 }
 
 // ANCHOR: async_timing

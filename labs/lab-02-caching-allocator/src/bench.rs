@@ -10,8 +10,14 @@ pub const SIZES: [(usize, &str); 3] = [(512, "512 B"), (1 << 20, "1 MiB"), (20 <
 
 /// Median nanoseconds per call of `pair`, timed in batches of `batch` calls.
 fn median_ns(batches: usize, batch: usize, mut pair: impl FnMut() -> Result<()>) -> Result<f64> {
-    for _ in 0..batch.min(100) {
-        pair()?;
+    // Warm up for a while, not a number of calls: the first case measured otherwise
+    // pays for cold caches and a CPU still raising its clock (it read 2x slower on the
+    // GPU machine).
+    let warm = Instant::now();
+    while warm.elapsed().as_millis() < 50 {
+        for _ in 0..batch.min(100) {
+            pair()?;
+        }
     }
     let mut samples = Vec::with_capacity(batches);
     for _ in 0..batches {

@@ -145,11 +145,14 @@ fn what_empty_cache_returns(device: &Device) -> Result<()> {
     println!("{:<34} {:>14}", "returned by empty_cache", bytes(released));
     println!(
         "{:<34} {:>14}",
-        "reserved after (pages in use)",
+        "reserved after (mappings in use)",
         bytes(after.reserved.current)
     );
     allocator.free(survivor)?;
-    println!("(only whole pages nothing uses go back; the live block keeps its pages)\n");
+    println!(
+        "(only whole mappings nothing uses go back: the live block keeps the driver mapping \
+         it lies in, a run of up to 8 pages of 2 MiB)\n"
+    );
     Ok(())
 }
 
@@ -170,21 +173,31 @@ fn fragmentation() -> Result<()> {
     };
     files.sort();
     println!(
-        "{:<28} {:>16} {:>16} {:>16}",
-        "trace", "peak requested", "fixed segments", "expandable"
+        "{:<28} {:>14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8}",
+        "trace", "peak requested", "fixed", "allocs", "expand.", "maps", "unmaps", "syncs", "ns/op"
     );
     for path in files {
         let trace = replay::read_trace(&path)?;
         let fixed = replay::replay_on_sim(&trace, Config::pytorch_native(), 80 << 30)?;
         let expandable = replay::replay_on_sim(&trace, Config::default(), 80 << 30)?;
         println!(
-            "{:<28} {:>16} {:>16.3} {:>16.3}",
+            "{:<28} {:>14} {:>8.3} {:>8} {:>8.3} {:>8} {:>8} {:>6} {:>8.0}",
             trace.name,
             bytes(fixed.peak_requested),
             fixed.fragmentation(),
-            expandable.fragmentation()
+            fixed.device_allocs,
+            expandable.fragmentation(),
+            expandable.num_maps,
+            expandable.num_unmaps,
+            expandable.num_sync_all_streams,
+            expandable.ns_per_op()
         );
     }
+    println!(
+        "(fixed: PyTorch's native segments, and their cuMemAlloc calls; expand.: the default, \
+         expandable segments, with its page maps, unmaps, device-wide synchronisations and \
+         time per operation on the simulated GPU)"
+    );
     println!();
     Ok(())
 }

@@ -113,6 +113,9 @@ fn run_replay(
             "peak_allocated": r.peak_allocated,
             "peak_reserved": r.peak_reserved,
             "device_allocs": r.device_allocs,
+            "num_maps": r.num_maps,
+            "num_unmaps": r.num_unmaps,
+            "num_sync_all_streams": r.num_sync_all_streams,
             "ns_per_op": r.ns_per_op(),
         });
         println!("{object}");
@@ -128,6 +131,8 @@ fn run_replay(
             r.fragmentation()
         );
         println!("device allocs    {}", r.device_allocs);
+        println!("maps / unmaps    {} / {}", r.num_maps, r.num_unmaps);
+        println!("device syncs     {}", r.num_sync_all_streams);
         println!("time per op      {:.0} ns", r.ns_per_op());
         if r.unknown_frees > 0 {
             println!("unknown frees    {} (skipped)", r.unknown_frees);

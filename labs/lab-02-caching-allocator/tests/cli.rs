@@ -3,7 +3,10 @@
 use std::process::Command;
 
 fn lab() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_lab-02"));
+    let mut c = Command::new(labs_core::testing::lab_binary(
+        "lab-02",
+        env!("CARGO_BIN_EXE_lab-02"),
+    ));
     c.args(["--device", "sim"]);
     c
 }
@@ -37,6 +40,9 @@ fn replay_json_is_one_object_with_the_documented_keys() {
         "peak_allocated",
         "peak_reserved",
         "device_allocs",
+        "num_maps",
+        "num_unmaps",
+        "num_sync_all_streams",
         "ns_per_op",
     ] {
         assert!(v.get(key).is_some(), "missing {key}: {v}");
@@ -45,6 +51,10 @@ fn replay_json_is_one_object_with_the_documented_keys() {
     let ratio =
         v["peak_reserved"].as_u64().unwrap() as f64 / v["peak_requested"].as_u64().unwrap() as f64;
     assert!(ratio <= 1.037, "{ratio}");
+    // Driver calls on sim are exact: few syncs, no more mappings than pages at the peak.
+    let pages = v["peak_reserved"].as_u64().unwrap().div_ceil(2 << 20);
+    assert!(v["num_maps"].as_u64().unwrap() <= pages, "{v}");
+    assert!(v["num_sync_all_streams"].as_u64().unwrap() <= 24, "{v}");
 }
 
 #[test]

@@ -17,11 +17,14 @@ fn mlp_path() -> PathBuf {
 }
 
 fn lab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lab-03"))
-        .args(args)
-        .env_remove("LABS_DEVICE")
-        .output()
-        .expect("the lab binary runs")
+    Command::new(labs_core::testing::lab_binary(
+        "lab-03",
+        env!("CARGO_BIN_EXE_lab-03"),
+    ))
+    .args(args)
+    .env_remove("LABS_DEVICE")
+    .output()
+    .expect("the lab binary runs")
 }
 
 fn stdout(o: &Output) -> String {

@@ -4,10 +4,7 @@ use std::process::Command;
 
 /// The lab's binary: where cargo built it, or in the GPU bundle, `LABS_BIN_DIR`.
 fn binary() -> std::path::PathBuf {
-    match std::env::var_os("LABS_BIN_DIR") {
-        Some(dir) => std::path::Path::new(&dir).join("lab-06"),
-        None => env!("CARGO_BIN_EXE_lab-06").into(),
-    }
+    labs_core::testing::lab_binary("lab-06", env!("CARGO_BIN_EXE_lab-06"))
 }
 
 #[test]

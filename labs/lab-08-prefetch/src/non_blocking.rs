@@ -1,6 +1,9 @@
 //! What `to(device, non_blocking=True)` really does. From pinned memory the call
-//! returns as soon as the copy is queued; from pageable memory the driver has to wait
-//! for the stream and stage the bytes, so the call returns only when the copy is done.
+//! returns as soon as the copy is queued. From pageable memory the driver must first
+//! copy the bytes into pinned staging buffers of its own: a small copy fits in them
+//! and the call returns early, but a large one can only be staged as the DMA engine
+//! drains the buffers, which waits for the stream's earlier work, so the call returns
+//! only when the copy is all but done.
 
 use std::time::{Duration, Instant};
 

@@ -29,9 +29,10 @@ pub struct Config {
 
 impl Default for Config {
     /// Chosen by replaying the real traces in `shared/traces`: expandable segments whose
-    /// free pages move to wherever memory is needed keep peak reserved within a few
-    /// pages of peak allocated, where fixed segments strand 10-50% (`lab-02` prints the
-    /// comparison).
+    /// idle memory moves to wherever memory is needed (only when reserved memory would
+    /// otherwise pass its high-water mark) keep peak reserved within about 2% of peak
+    /// requested, where fixed segments strand 10-50% (`lab-02` prints the comparison,
+    /// with the driver calls and synchronisations each trace cost).
     fn default() -> Self {
         Config {
             max_split_size: None,

@@ -149,6 +149,24 @@ impl FreeSet {
             .filter(|&&k| k < to)
             .map(|&k| ((((k >> 72) as u64) & ((1 << 40) - 1)) << 9, k as u32))
     }
+    /// The free blocks of `stream_pool` holding at least `size` bytes, best fit first,
+    /// as (size, address, slot).
+    #[inline]
+    pub fn fits(&self, stream_pool: u64, size: u64) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
+        let from = key(stream_pool, size, 0, 0);
+        let to = key(stream_pool + 1, 0, 0, 0);
+        // An open range descends the tree once; a closed one would find both ends.
+        self.0
+            .range(from..)
+            .take_while(move |&&k| k < to)
+            .map(|&k| {
+                (
+                    (((k >> 72) as u64) & ((1 << 40) - 1)) << 9,
+                    (((k >> 32) as u64) & ((1 << 40) - 1)) << 9,
+                    k as u32,
+                )
+            })
+    }
     pub fn contains(&self, stream_pool: u64, size: u64, addr: u64, id: u32) -> bool {
         self.0.contains(&key(stream_pool, size, addr, id))
     }

@@ -153,7 +153,14 @@ pub struct ReplayReport {
     pub peak_requested: u64,
     pub peak_allocated: u64,
     pub peak_reserved: u64,
+    /// Driver allocations of physical memory ([`crate::alloc::Stats::device_allocs`]).
     pub device_allocs: u64,
+    /// Page mappings and unmappings of expandable segments ([`crate::alloc::Stats::num_maps`],
+    /// [`crate::alloc::Stats::num_unmaps`]).
+    pub num_maps: u64,
+    pub num_unmaps: u64,
+    /// Device-wide synchronisations the allocator did ([`crate::alloc::Stats::num_sync_all_streams`]).
+    pub num_sync_all_streams: u64,
     /// Frees of addresses the trace never allocated (skipped).
     pub unknown_frees: u64,
     pub elapsed: Duration,
@@ -226,6 +233,9 @@ pub fn replay(trace: &Trace, allocator: &Allocator) -> Result<ReplayReport> {
         peak_allocated: stats.allocated.peak,
         peak_reserved: stats.reserved.peak,
         device_allocs: stats.device_allocs - before.device_allocs,
+        num_maps: stats.num_maps - before.num_maps,
+        num_unmaps: stats.num_unmaps - before.num_unmaps,
+        num_sync_all_streams: stats.num_sync_all_streams - before.num_sync_all_streams,
         unknown_frees,
         elapsed,
     })

@@ -37,10 +37,28 @@ pub struct Stats {
     pub allocations: Stat,
     /// Segments (`segment`).
     pub segments: Stat,
-    /// Driver allocations: `cuMemAlloc`s and page mappings.
+    /// Driver allocations of physical memory: `cuMemAlloc` of a fixed segment, or
+    /// `cuMemCreate` of one mapping of an expandable segment (each `vm_map` creates the
+    /// memory it maps, a run of 1 to 8 pages of 2 MiB). Equal to `num_maps` when all
+    /// segments are expandable.
     pub device_allocs: u64,
-    /// Driver frees: `cuMemFree`s and page unmappings.
+    /// Driver frees of physical memory: `cuMemFree` of a fixed segment, or
+    /// `cuMemRelease` of one mapping. Equal to `num_unmaps` when all segments are
+    /// expandable.
     pub device_frees: u64,
+    /// Mappings made in expandable segments: one `cuMemMap` + `cuMemSetAccess` each (and
+    /// the `cuMemCreate` counted in `device_allocs`), of a run of 1 to 8 pages. Zero
+    /// with fixed segments.
+    pub num_maps: u64,
+    /// Mappings undone in expandable segments: one `cuMemUnmap` each (and the
+    /// `cuMemRelease` counted in `device_frees`).
+    pub num_unmaps: u64,
+    /// Times the allocator waited for all the device's work (`cuCtxSynchronize`),
+    /// PyTorch's `num_sync_all_streams`: before unmapping memory that became idle since
+    /// the last such wait (when reserved memory would otherwise pass its high-water
+    /// mark, or in `empty_cache`). The implicit synchronisation of `cuMemFree` (fixed
+    /// segments) is not counted.
+    pub num_sync_all_streams: u64,
     /// Allocations that had to release cached memory and try again.
     pub num_alloc_retries: u64,
     /// Allocations that failed with out-of-memory.
