@@ -2,6 +2,7 @@
 // any n, and each has a CPU twin in labs/core/src/kernels/cpu.rs that the simulated GPU
 // runs. n is 64-bit: tensors past 2^31 elements are real on an 80 GB card.
 
+// ANCHOR: add_f32
 extern "C" __global__ void add_f32(const float* a, const float* b, float* out,
                                    unsigned long long n) {
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
@@ -9,6 +10,7 @@ extern "C" __global__ void add_f32(const float* a, const float* b, float* out,
         out[i] = a[i] + b[i];
     }
 }
+// ANCHOR_END: add_f32
 
 extern "C" __global__ void mul_f32(const float* a, const float* b, float* out,
                                    unsigned long long n) {

@@ -8,6 +8,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Error {
+    // ANCHOR: out_of_memory
     /// The device could not satisfy an allocation. The message mirrors PyTorch's
     /// `torch.cuda.OutOfMemoryError` so that readers recognise it.
     #[error(
@@ -21,6 +22,7 @@ pub enum Error {
         total: u64,
     },
 
+    // ANCHOR_END: out_of_memory
     /// The CUDA driver library could not be loaded or initialised.
     #[error("no usable NVIDIA driver: {0}")]
     NoDriver(String),
@@ -40,10 +42,12 @@ pub enum Error {
     #[error("compiling kernel module `{module}` failed:\n{log}")]
     Compile { module: &'static str, log: String },
 
+    // ANCHOR: device_mismatch
     /// Two tensors of one operation live on different devices; worded like PyTorch.
     #[error("expected all tensors to be on the same device, but found {a} and {b}")]
     DeviceMismatch { a: DeviceId, b: DeviceId },
 
+    // ANCHOR_END: device_mismatch
     /// An operation got a tensor of a dtype it does not support.
     #[error("{op} does not support dtype {found} (supported: {supported})")]
     DType {

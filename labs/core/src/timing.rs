@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+// ANCHOR: median_of
 /// The median of `samples` runs of `f`, after `warmup` untimed runs.
 pub fn median_of<E>(
     warmup: usize,
@@ -20,6 +21,7 @@ pub fn median_of<E>(
     }
     Ok(median(&mut times))
 }
+// ANCHOR_END: median_of
 
 pub fn median(times: &mut [Duration]) -> Duration {
     times.sort_unstable();

@@ -28,11 +28,13 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
+    // ANCHOR: select
     let selection = select_device(args.device.as_deref()).context("choosing a device")?;
     if let Some(notice) = &selection.notice {
         eprintln!("{notice}");
     }
     let device = selection.device;
+    // ANCHOR_END: select
 
     // Lazy initialisation must be measured before anything else touches the device.
     let lazy = lazy_init::measure(&device)?;

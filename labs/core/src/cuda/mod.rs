@@ -18,6 +18,7 @@ use crate::kernels::Kernel;
 use kernels::ModuleCache;
 use stream::{cuda_stream, CudaEvent, CudaStream};
 
+// ANCHOR: driver_probe
 /// Loads the driver library once. cudarc panics when it cannot load `libcuda`, so the
 /// presence check comes first and turns absence into an error.
 fn driver() -> Result<()> {
@@ -33,6 +34,7 @@ fn driver() -> Result<()> {
         .clone()
         .map_err(Error::NoDriver)
 }
+// ANCHOR_END: driver_probe
 
 /// Number of CUDA devices; an error when there is no usable driver.
 pub fn device_count() -> Result<usize> {
@@ -74,6 +76,7 @@ impl CudaBackend {
         })
     }
 
+    // ANCHOR: lazy_context
     /// The context, created on first use and bound to the calling thread.
     fn state(&self) -> Result<&State> {
         let state = match self.state.get() {
@@ -102,6 +105,7 @@ impl CudaBackend {
             .map_err(|e| Error::driver("cuCtxSetCurrent", e))?;
         Ok(state)
     }
+    // ANCHOR_END: lazy_context
 
     fn id_(&self) -> DeviceId {
         DeviceId::Cuda(self.ordinal)
@@ -168,6 +172,7 @@ impl Backend for CudaBackend {
         })
     }
 
+    // ANCHOR: cuda_raw_alloc
     fn raw_alloc(&self, bytes: usize) -> Result<DevicePtr> {
         self.state()?;
         // SAFETY: a plain allocation; the pointer is owned by the caller.
@@ -192,6 +197,7 @@ impl Backend for CudaBackend {
         // SAFETY: the caller owns `ptr`, obtained from `raw_alloc` and not yet freed.
         unsafe { result::free_sync(ptr) }.map_err(|e| Error::driver("cuMemFree", e))
     }
+    // ANCHOR_END: cuda_raw_alloc
 
     fn raw_alloc_async(&self, bytes: usize, stream: &Stream) -> Result<DevicePtr> {
         self.state()?;

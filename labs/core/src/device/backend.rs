@@ -13,6 +13,7 @@ use crate::kernels::Kernel;
 /// address in the backend's own simulated address space.
 pub type DevicePtr = u64;
 
+// ANCHOR: device_properties
 /// What a device says about itself.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceProperties {
@@ -22,13 +23,16 @@ pub struct DeviceProperties {
     /// (major, minor); the simulator reports (0, 0).
     pub compute_capability: (u32, u32),
 }
+// ANCHOR_END: device_properties
 
+// ANCHOR: mem_info
 /// Free and total memory, as `cudaMemGetInfo` reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemInfo {
     pub free: u64,
     pub total: u64,
 }
+// ANCHOR_END: mem_info
 
 /// A bit pattern to fill memory with (`cuMemsetD8/D16/D32`): fills work for every dtype
 /// by writing the element's bits.
@@ -49,6 +53,7 @@ impl FillPattern {
     }
 }
 
+// ANCHOR: backend_trait
 pub trait Backend: Send + Sync + 'static {
     fn id(&self) -> DeviceId;
     /// Name, memory, multiprocessors, compute capability. On `cuda` this is the first
@@ -115,6 +120,7 @@ pub trait Backend: Send + Sync + 'static {
     /// Waits for all work on all streams (`cudaDeviceSynchronize`).
     fn synchronize(&self) -> Result<()>;
 }
+// ANCHOR_END: backend_trait
 
 /// One backend's stream. Work on one stream runs in order; work on two may overlap.
 pub trait StreamImpl: Send + Sync + Any {

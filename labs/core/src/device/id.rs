@@ -5,6 +5,7 @@ use std::str::FromStr;
 
 use crate::error::Error;
 
+// ANCHOR: device_id
 /// Which device a tensor or buffer lives on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DeviceId {
@@ -15,6 +16,7 @@ pub enum DeviceId {
     /// A simulated GPU in host memory, by ordinal.
     Sim(usize),
 }
+// ANCHOR_END: device_id
 
 impl DeviceId {
     pub fn is_accelerator(self) -> bool {
@@ -32,6 +34,7 @@ impl fmt::Display for DeviceId {
     }
 }
 
+// ANCHOR: parse_device_id
 impl FromStr for DeviceId {
     type Err = Error;
 
@@ -58,6 +61,7 @@ impl FromStr for DeviceId {
         }
     }
 }
+// ANCHOR_END: parse_device_id
 
 #[cfg(test)]
 mod tests {

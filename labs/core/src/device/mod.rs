@@ -37,6 +37,7 @@ fn registry() -> &'static Mutex<HashMap<DeviceId, Device>> {
 }
 
 impl Device {
+    // ANCHOR: device_get
     /// The process-wide device with this id, created on first use. Creating a `cuda`
     /// device checks that it exists but does not create its context: that happens at
     /// its first real use, as in PyTorch.
@@ -57,6 +58,7 @@ impl Device {
         map.insert(id, device.clone());
         Ok(device)
     }
+    // ANCHOR_END: device_get
 
     /// Host memory.
     pub fn cpu() -> Device {
@@ -146,6 +148,7 @@ impl Device {
         self.backend().launch(kernel, &self.default_stream()?)
     }
 
+    // ANCHOR: raw_buffer
     /// A raw device allocation, owned: freed with `cuMemFree` when dropped. This is the
     /// slow path lab-01 measures.
     pub fn raw_buffer(&self, bytes: usize) -> Result<RawBuffer> {
@@ -156,6 +159,7 @@ impl Device {
             bytes,
         })
     }
+    // ANCHOR_END: raw_buffer
 
     /// Two handles to the same device?
     pub fn same(&self, other: &Device) -> bool {
@@ -213,6 +217,7 @@ impl RawBuffer {
     }
 }
 
+// ANCHOR: raw_buffer_drop
 impl Drop for RawBuffer {
     fn drop(&mut self) {
         if let Err(e) = self.device.backend().raw_free(self.ptr) {
@@ -222,6 +227,7 @@ impl Drop for RawBuffer {
         }
     }
 }
+// ANCHOR_END: raw_buffer_drop
 
 /// Rejects sizes no device could ever hold before they reach a driver.
 pub(crate) fn check_size(device: DeviceId, bytes: usize, total: u64) -> Result<()> {

@@ -5,12 +5,14 @@ use super::{Device, DeviceId};
 use crate::error::{Error, Result};
 use crate::format::{bytes, parse_bytes};
 
+// ANCHOR: env_vars
 /// Environment variable naming the device (`cuda`, `cuda:1`, `sim`, `cpu`).
 pub const ENV_DEVICE: &str = "LABS_DEVICE";
 /// Environment variable setting the simulated GPU's capacity (`16GiB`, `80GiB`, ...).
 pub const ENV_SIM_CAPACITY: &str = "LABS_SIM_CAPACITY";
 /// The simulated GPU's capacity unless `LABS_SIM_CAPACITY` says otherwise.
 pub const DEFAULT_SIM_CAPACITY: u64 = 16 << 30;
+// ANCHOR_END: env_vars
 
 pub(crate) fn sim_capacity_from_env() -> Result<u64> {
     match std::env::var(ENV_SIM_CAPACITY) {
@@ -28,6 +30,7 @@ pub struct Selection {
     pub notice: Option<String>,
 }
 
+// ANCHOR: select_device
 /// Chooses the device. `flag` is the value of a `--device` option, if given.
 pub fn select_device(flag: Option<&str>) -> Result<Selection> {
     let explicit = match flag {
@@ -66,3 +69,4 @@ pub fn select_device(flag: Option<&str>) -> Result<Selection> {
         }
     }
 }
+// ANCHOR_END: select_device

@@ -57,6 +57,7 @@ pub(crate) fn run(kernel: &Kernel, memory: &Memory) -> Result<()> {
     }
 }
 
+// ANCHOR: cpu_binary
 fn binary(
     memory: &Memory,
     a: u64,
@@ -75,6 +76,7 @@ fn binary(
         }
     })
 }
+// ANCHOR_END: cpu_binary
 
 /// # Safety
 /// `dst` must be valid for `count * pattern.width()` bytes.

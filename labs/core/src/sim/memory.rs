@@ -33,6 +33,7 @@ struct State {
     mapped: std::collections::HashSet<u64>,
 }
 
+// ANCHOR: sim_allocation
 struct Allocation {
     base: u64,
     size: usize,
@@ -42,6 +43,7 @@ struct Allocation {
     /// `None` until first touched.
     data: Mutex<Option<Box<[u8]>>>,
 }
+// ANCHOR_END: sim_allocation
 
 impl SimMemory {
     pub fn new(device: DeviceId, capacity: u64) -> Self {
@@ -65,6 +67,7 @@ impl SimMemory {
         self.state.read().unwrap().used
     }
 
+    // ANCHOR: sim_alloc
     pub fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
         let mut s = self.state.write().unwrap();
         let free = self.capacity - s.used;
@@ -91,6 +94,7 @@ impl SimMemory {
         );
         Ok(base)
     }
+    // ANCHOR_END: sim_alloc
 
     /// Reserves a virtual range (`cuMemAddressReserve`): no capacity is used until
     /// pages are mapped. Host backing, if a kernel ever touches it, is zeroed memory

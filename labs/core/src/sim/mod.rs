@@ -117,12 +117,14 @@ impl Backend for SimBackend {
         self.memory.alloc(bytes)
     }
 
+    // ANCHOR: sim_raw_free
     fn raw_free(&self, ptr: DevicePtr) -> Result<()> {
         // cuMemFree waits for the device to go idle; so does the simulator, so that no
         // queued kernel can touch memory after it is gone.
         self.synchronize()?;
         self.memory.free(ptr)
     }
+    // ANCHOR_END: sim_raw_free
 
     fn raw_alloc_async(&self, bytes: usize, stream: &Stream) -> Result<DevicePtr> {
         // The simulator has no pool of its own: a stream-ordered allocation is an
@@ -177,6 +179,7 @@ impl Backend for SimBackend {
         Ok(SimEvent::new_event())
     }
 
+    // ANCHOR: sim_copies
     fn copy_htod(&self, dst: DevicePtr, src: &[u8], stream: &Stream) -> Result<()> {
         stream.synchronize()?;
         self.memory.write(dst, src)
@@ -200,6 +203,7 @@ impl Backend for SimBackend {
             })
         })
     }
+    // ANCHOR_END: sim_copies
 
     fn fill(
         &self,

@@ -36,6 +36,7 @@ pub(crate) struct SimStream {
 }
 
 impl SimStream {
+    // ANCHOR: stream_worker
     pub fn threaded(handle: u64, name: String) -> Arc<Self> {
         let (tx, rx) = channel::<Work>();
         let progress: Arc<(Mutex<Progress>, Condvar)> = Arc::default();
@@ -74,6 +75,7 @@ impl SimStream {
             progress,
         })
     }
+    // ANCHOR_END: stream_worker
 
     pub fn inline(handle: u64) -> Arc<Self> {
         Arc::new(SimStream {

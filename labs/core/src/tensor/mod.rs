@@ -34,6 +34,7 @@ impl Drop for Storage {
     }
 }
 
+// ANCHOR: tensor_struct
 /// A tensor. Cloning is cheap and shares the storage, like a Python reference.
 #[derive(Clone)]
 pub struct Tensor {
@@ -41,6 +42,7 @@ pub struct Tensor {
     shape: Vec<usize>,
     dtype: DType,
 }
+// ANCHOR_END: tensor_struct
 
 fn numel(shape: &[usize]) -> Result<usize> {
     shape
@@ -157,6 +159,7 @@ impl Tensor {
         Arc::ptr_eq(&self.storage, &other.storage)
     }
 
+    // ANCHOR: tensor_to
     /// This tensor on `device`: itself (no copy) when already there, else a copy.
     pub fn to(&self, device: &Device) -> Result<Tensor> {
         if self.device().id() == device.id() {
@@ -169,6 +172,7 @@ impl Tensor {
         device.backend().copy_htod(t.ptr(), &host, &stream)?;
         Ok(t)
     }
+    // ANCHOR_END: tensor_to
 
     /// This tensor in host memory.
     pub fn cpu(&self) -> Result<Tensor> {
@@ -206,6 +210,7 @@ impl Tensor {
         Ok(dtype::from_bytes(&bytes))
     }
 
+    // ANCHOR: check_same_device
     pub(crate) fn check_same_device(&self, other: &Tensor) -> Result<()> {
         if self.device().id() != other.device().id() {
             return Err(Error::DeviceMismatch {
@@ -215,6 +220,7 @@ impl Tensor {
         }
         Ok(())
     }
+    // ANCHOR_END: check_same_device
 }
 
 impl std::fmt::Debug for Tensor {

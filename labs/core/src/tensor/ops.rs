@@ -31,6 +31,7 @@ impl Tensor {
         Ok(())
     }
 
+    // ANCHOR: tensor_add
     /// `self + other`, elementwise.
     pub fn add(&self, other: &Tensor) -> Result<Tensor> {
         self.check_binary(other, "add")?;
@@ -43,6 +44,7 @@ impl Tensor {
         })?;
         Ok(out)
     }
+    // ANCHOR_END: tensor_add
 
     /// `self * other`, elementwise.
     pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
