@@ -169,6 +169,7 @@ impl ReplayReport {
     }
 }
 
+// ANCHOR: replay
 /// Replays `trace` through `allocator` and frees what is still live at the end.
 pub fn replay(trace: &Trace, allocator: &Allocator) -> Result<ReplayReport> {
     allocator.reset_peak_stats();
@@ -230,6 +231,7 @@ pub fn replay(trace: &Trace, allocator: &Allocator) -> Result<ReplayReport> {
         elapsed,
     })
 }
+// ANCHOR_END: replay
 
 /// A simulated GPU of `capacity` bytes for one replay, outside the device registry so
 /// that replays do not share memory.

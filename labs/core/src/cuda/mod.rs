@@ -237,6 +237,7 @@ impl Backend for CudaBackend {
         Ok(granularity)
     }
 
+    // ANCHOR: vm_reserve
     fn vm_reserve(&self, bytes: usize) -> Result<DevicePtr> {
         // Page-aligned, so that every page of the range can be mapped on its own.
         let alignment = self.vm_granularity()?;
@@ -247,6 +248,7 @@ impl Backend for CudaBackend {
             .map_err(|e| Error::driver("cuMemAddressReserve", e))?;
         Ok(ptr)
     }
+    // ANCHOR_END: vm_reserve
 
     fn vm_release(&self, base: DevicePtr, bytes: usize) -> Result<()> {
         self.state()?;
@@ -256,6 +258,7 @@ impl Backend for CudaBackend {
             .map_err(|e| Error::driver("cuMemAddressFree", e))
     }
 
+    // ANCHOR: vm_map
     fn vm_map(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
         let s = self.state()?;
         let prop = self.allocation_prop();
@@ -288,6 +291,7 @@ impl Backend for CudaBackend {
         s.handles.lock().unwrap().insert(ptr, handle);
         Ok(())
     }
+    // ANCHOR_END: vm_map
 
     fn vm_unmap(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
         let s = self.state()?;
