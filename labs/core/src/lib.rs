@@ -9,6 +9,7 @@ pub mod cuda;
 pub mod device;
 pub mod error;
 pub mod format;
+pub mod host;
 pub mod kernels;
 pub mod sim;
 pub mod snapshot;

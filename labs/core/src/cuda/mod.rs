@@ -10,7 +10,8 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::{result, sys, CudaContext};
 
 use crate::device::{
-    check_size, Backend, DeviceId, DeviceProperties, DevicePtr, Event, FillPattern, MemInfo, Stream,
+    check_size, Backend, DeviceId, DeviceProperties, DevicePtr, Event, FillPattern, HostPtr,
+    ManagedAdvice, MemInfo, MemLocation, Stream,
 };
 use crate::error::{Error, Result};
 use crate::kernels::Kernel;
@@ -389,5 +390,132 @@ impl Backend for CudaBackend {
             .ctx
             .synchronize()
             .map_err(|e| Error::driver("cuCtxSynchronize", e))
+    }
+
+    fn host_alloc(&self, bytes: usize, mapped: bool) -> Result<HostPtr> {
+        self.state()?;
+        let mut flags = sys::CU_MEMHOSTALLOC_PORTABLE;
+        if mapped {
+            flags |= sys::CU_MEMHOSTALLOC_DEVICEMAP;
+        }
+        // SAFETY: a plain allocation; the caller owns the memory.
+        unsafe { result::malloc_host(bytes.max(1), flags) }
+            .map(|p| p as HostPtr)
+            .map_err(|e| Error::driver("cuMemHostAlloc", e))
+    }
+
+    fn host_free(&self, ptr: HostPtr) -> Result<()> {
+        self.state()?;
+        // SAFETY: the caller passes memory from `host_alloc`, once.
+        unsafe { result::free_host(ptr as *mut std::ffi::c_void) }
+            .map_err(|e| Error::driver("cuMemFreeHost", e))
+    }
+
+    fn host_device_ptr(&self, ptr: HostPtr) -> Result<DevicePtr> {
+        self.state()?;
+        let mut d: sys::CUdeviceptr = 0;
+        // SAFETY: writes one device pointer; fails cleanly for memory that is not mapped.
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, ptr as *mut std::ffi::c_void, 0) }
+            .result()
+            .map_err(|e| Error::driver("cuMemHostGetDevicePointer", e))?;
+        Ok(d)
+    }
+
+    unsafe fn copy_htod_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.state()?;
+        let raw = cuda_stream(stream)?.raw();
+        sys::cuMemcpyHtoDAsync_v2(dst, src as *const std::ffi::c_void, bytes, raw)
+            .result()
+            .map_err(|e| Error::driver("cuMemcpyHtoDAsync", e))
+    }
+
+    unsafe fn copy_dtoh_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.state()?;
+        let raw = cuda_stream(stream)?.raw();
+        sys::cuMemcpyDtoHAsync_v2(dst as *mut std::ffi::c_void, src, bytes, raw)
+            .result()
+            .map_err(|e| Error::driver("cuMemcpyDtoHAsync", e))
+    }
+
+    fn managed_alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        self.state()?;
+        // Oversubscribed managed memory makes the driver evict and fault pages back
+        // for as long as the work runs, which can stall the GPU for minutes: refuse.
+        let info = self.mem_info()?;
+        if bytes as u64 > info.free {
+            return Err(Error::OutOfMemory {
+                device: self.id_(),
+                requested: bytes as u64,
+                free: info.free,
+                total: info.total,
+            });
+        }
+        // SAFETY: a plain allocation; the caller owns the pointer.
+        unsafe {
+            result::malloc_managed(bytes.max(1), sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL)
+        }
+        .map_err(|e| Error::driver("cuMemAllocManaged", e))
+    }
+
+    fn managed_free(&self, ptr: DevicePtr) -> Result<()> {
+        self.raw_free(ptr)
+    }
+
+    fn managed_prefetch(
+        &self,
+        ptr: DevicePtr,
+        bytes: usize,
+        to: MemLocation,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.state()?;
+        let raw = cuda_stream(stream)?.raw();
+        // SAFETY: the caller passes a range of managed memory.
+        unsafe { result::mem_prefetch_async(ptr, bytes, self.location(to), raw) }
+            .map_err(|e| Error::driver("cuMemPrefetchAsync", e))
+    }
+
+    fn managed_advise(&self, ptr: DevicePtr, bytes: usize, advice: ManagedAdvice) -> Result<()> {
+        self.state()?;
+        let (advice, location) = match advice {
+            ManagedAdvice::ReadMostly => (
+                sys::CUmem_advise::CU_MEM_ADVISE_SET_READ_MOSTLY,
+                self.location(MemLocation::Device),
+            ),
+            ManagedAdvice::PreferredLocation(to) => (
+                sys::CUmem_advise::CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
+                self.location(to),
+            ),
+        };
+        // SAFETY: the caller passes a range of managed memory.
+        unsafe { result::mem_advise(ptr, bytes, advice, location) }
+            .map_err(|e| Error::driver("cuMemAdvise", e))
+    }
+}
+
+impl CudaBackend {
+    fn location(&self, to: MemLocation) -> sys::CUmemLocation {
+        match to {
+            MemLocation::Device => sys::CUmemLocation {
+                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                id: self.ordinal as i32,
+            },
+            MemLocation::Host => sys::CUmemLocation {
+                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST,
+                id: 0,
+            },
+        }
     }
 }

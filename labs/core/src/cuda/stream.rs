@@ -151,14 +151,26 @@ impl Drop for CudaEvent {
     }
 }
 
+impl CudaEvent {
+    /// Events are queried from threads that may never have used the device (the
+    /// host allocator's callers, loader workers): bind the context first.
+    fn bind(&self) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| Error::driver("cuCtxSetCurrent", e))
+    }
+}
+
 impl EventImpl for CudaEvent {
     fn synchronize(&self) -> Result<()> {
+        self.bind()?;
         // SAFETY: a live event.
         unsafe { result::event::synchronize(self.raw) }
             .map_err(|e| Error::driver("cuEventSynchronize", e))
     }
 
     fn query(&self) -> Result<bool> {
+        self.bind()?;
         // SAFETY: a live event.
         match unsafe { sys::cuEventQuery(self.raw) } {
             sys::CUresult::CUDA_SUCCESS => Ok(true),

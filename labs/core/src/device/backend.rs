@@ -119,6 +119,77 @@ pub trait Backend: Send + Sync + 'static {
     fn launch(&self, kernel: &Kernel, stream: &Stream) -> Result<()>;
     /// Waits for all work on all streams (`cudaDeviceSynchronize`).
     fn synchronize(&self) -> Result<()>;
+
+    // Host memory the device can reach, and memory that migrates (chapters 6 and 8).
+
+    /// Page-locked host memory (`cuMemHostAlloc`, portable to every context): the DMA
+    /// engines read it directly, so copies from it can run asynchronously. `mapped` also
+    /// maps it into the device's address space (`CU_MEMHOSTALLOC_DEVICEMAP`).
+    fn host_alloc(&self, bytes: usize, mapped: bool) -> Result<HostPtr>;
+    /// Releases memory from `host_alloc` (`cuMemFreeHost`); no queued copy may still use it.
+    fn host_free(&self, ptr: HostPtr) -> Result<()>;
+    /// The device address of mapped host memory (`cuMemHostGetDevicePointer`): kernels
+    /// given it read and write host memory over the bus.
+    fn host_device_ptr(&self, ptr: HostPtr) -> Result<DevicePtr>;
+    /// Enqueues a copy of `bytes` from host memory at `src` (`cuMemcpyHtoDAsync`). From
+    /// page-locked memory it returns at once; from pageable memory the driver stages it
+    /// and the call returns only once the source has been read.
+    ///
+    /// # Safety
+    /// `src..src+bytes` must stay valid and unmodified until the stream has passed the
+    /// copy (record an event after it and wait for that).
+    unsafe fn copy_htod_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<()>;
+    /// Enqueues a copy to host memory at `dst` (`cuMemcpyDtoHAsync`); see `copy_htod_async`.
+    ///
+    /// # Safety
+    /// `dst..dst+bytes` must stay valid, and unread, until the stream has passed the copy.
+    unsafe fn copy_dtoh_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<()>;
+    /// Managed (unified) memory (`cuMemAllocManaged`), refused with an out-of-memory
+    /// error when larger than the device's free memory: oversubscribing managed memory
+    /// can stall the GPU for minutes.
+    fn managed_alloc(&self, bytes: usize) -> Result<DevicePtr>;
+    fn managed_free(&self, ptr: DevicePtr) -> Result<()>;
+    /// Enqueues a migration of managed memory (`cuMemPrefetchAsync`).
+    fn managed_prefetch(
+        &self,
+        ptr: DevicePtr,
+        bytes: usize,
+        to: MemLocation,
+        stream: &Stream,
+    ) -> Result<()>;
+    /// A hint about how managed memory will be used (`cuMemAdvise`).
+    fn managed_advise(&self, ptr: DevicePtr, bytes: usize, advice: ManagedAdvice) -> Result<()>;
+}
+
+/// A host address of page-locked memory from `Backend::host_alloc`.
+pub type HostPtr = *mut u8;
+
+/// Where managed memory should live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemLocation {
+    Device,
+    Host,
+}
+
+/// The `cuMemAdvise` hints the labs use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ManagedAdvice {
+    /// Read-only copies may live on every processor that reads.
+    ReadMostly,
+    /// Pages stay at this location and others map them rather than migrating them.
+    PreferredLocation(MemLocation),
 }
 // ANCHOR_END: backend_trait
 

@@ -6,8 +6,8 @@ mod id;
 mod select;
 
 pub use backend::{
-    Backend, DeviceProperties, DevicePtr, Event, EventImpl, FillPattern, MemInfo, Stream,
-    StreamImpl,
+    Backend, DeviceProperties, DevicePtr, Event, EventImpl, FillPattern, HostPtr, ManagedAdvice,
+    MemInfo, MemLocation, Stream, StreamImpl,
 };
 pub use id::DeviceId;
 pub use select::{select_device, Selection, DEFAULT_SIM_CAPACITY, ENV_DEVICE, ENV_SIM_CAPACITY};

@@ -199,6 +199,41 @@ impl SimMemory {
         Ok(())
     }
 
+    /// Host memory mapped into the simulated address space: backed at once, because the
+    /// host writes it through the returned pointer, and not counted against the
+    /// capacity, because it is not device memory.
+    pub fn alloc_mapped(&self, bytes: usize) -> Result<(DevicePtr, *mut u8)> {
+        let mut s = self.state.write().unwrap();
+        let base = s.next_address;
+        let span = (bytes as u64).max(1).div_ceil(ALIGNMENT) * ALIGNMENT + GUARD;
+        s.next_address += span;
+        let mut data = vec![0u8; bytes.max(1)].into_boxed_slice();
+        // The boxed bytes never move, so the pointer stays valid while the allocation lives.
+        let host = data.as_mut_ptr();
+        s.allocations.insert(
+            base,
+            Arc::new(Allocation {
+                base,
+                size: bytes,
+                reserved: false,
+                data: Mutex::new(Some(data)),
+            }),
+        );
+        Ok((base, host))
+    }
+
+    /// Unregisters memory from `alloc_mapped`.
+    pub fn free_mapped(&self, ptr: DevicePtr) -> Result<()> {
+        let mut s = self.state.write().unwrap();
+        match s.allocations.remove(&ptr) {
+            Some(_) => Ok(()),
+            None => Err(Error::InvalidArgument(format!(
+                "free of mapped {ptr:#x} on {}: not a live mapping",
+                self.device
+            ))),
+        }
+    }
+
     pub fn free(&self, ptr: DevicePtr) -> Result<()> {
         let mut s = self.state.write().unwrap();
         match s.allocations.get(&ptr).filter(|a| !a.reserved).cloned() {

@@ -4,18 +4,21 @@
 //! (`cpu`) is the same machinery with the capacity of the machine and inline execution.
 
 mod memory;
+mod pinned;
 mod stream;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::device::{
-    Backend, DeviceId, DeviceProperties, DevicePtr, Event, FillPattern, MemInfo, Stream,
+    Backend, DeviceId, DeviceProperties, DevicePtr, Event, FillPattern, HostPtr, ManagedAdvice,
+    MemInfo, MemLocation, Stream,
 };
 use crate::error::Result;
 use crate::kernels::{cpu, Kernel};
 
 use memory::SimMemory;
+use pinned::{staged_copy, PinnedHost};
 use stream::{sim_stream, SimEvent, SimStream};
 
 pub struct SimBackend {
@@ -25,6 +28,7 @@ pub struct SimBackend {
     default_stream: Arc<SimStream>,
     streams: Mutex<Vec<Weak<SimStream>>>,
     next_handle: AtomicU64,
+    pinned: PinnedHost,
 }
 
 impl SimBackend {
@@ -38,6 +42,7 @@ impl SimBackend {
             streams: Mutex::new(vec![Arc::downgrade(&default_stream)]),
             default_stream,
             next_handle: AtomicU64::new(1),
+            pinned: PinnedHost::default(),
         }
     }
 
@@ -52,6 +57,7 @@ impl SimBackend {
             streams: Mutex::new(vec![Arc::downgrade(&default_stream)]),
             default_stream,
             next_handle: AtomicU64::new(1),
+            pinned: PinnedHost::default(),
         }
     }
 
@@ -119,6 +125,11 @@ impl Backend for SimBackend {
 
     // ANCHOR: sim_raw_free
     fn raw_free(&self, ptr: DevicePtr) -> Result<()> {
+        if self.pinned.is_mapped_device_ptr(ptr) {
+            return Err(crate::error::Error::InvalidArgument(format!(
+                "cuMemFree of {ptr:#x}: mapped host memory is freed with host_free"
+            )));
+        }
         // cuMemFree waits for the device to go idle; so does the simulator, so that no
         // queued kernel can touch memory after it is gone.
         self.synchronize()?;
@@ -182,12 +193,24 @@ impl Backend for SimBackend {
     // ANCHOR: sim_copies
     fn copy_htod(&self, dst: DevicePtr, src: &[u8], stream: &Stream) -> Result<()> {
         stream.synchronize()?;
-        self.memory.write(dst, src)
+        if self.inline || self.pinned.contains(src.as_ptr() as usize, src.len()) {
+            return self.memory.write(dst, src);
+        }
+        // Pageable memory goes through a staging buffer, as with the driver.
+        self.memory.access(&[(dst, src.len())], |p| unsafe {
+            staged_copy(src.as_ptr(), p[0], src.len())
+        })
     }
 
     fn copy_dtoh(&self, dst: &mut [u8], src: DevicePtr, stream: &Stream) -> Result<()> {
         stream.synchronize()?;
-        self.memory.read(dst, src)
+        if self.inline || self.pinned.contains(dst.as_ptr() as usize, dst.len()) {
+            return self.memory.read(dst, src);
+        }
+        let len = dst.len();
+        self.memory.access(&[(src, len)], |p| unsafe {
+            staged_copy(p[0], dst.as_mut_ptr(), len)
+        })
     }
 
     fn copy_dtod(
@@ -236,6 +259,95 @@ impl Backend for SimBackend {
             crate::device::StreamImpl::synchronize(&*s)?;
         }
         Ok(())
+    }
+
+    fn host_alloc(&self, bytes: usize, mapped: bool) -> Result<HostPtr> {
+        self.pinned.alloc(&self.memory, bytes, mapped)
+    }
+
+    fn host_free(&self, ptr: HostPtr) -> Result<()> {
+        self.pinned.free(&self.memory, ptr)
+    }
+
+    fn host_device_ptr(&self, ptr: HostPtr) -> Result<DevicePtr> {
+        self.pinned.device_ptr(self.id, ptr)
+    }
+
+    unsafe fn copy_htod_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        let src = src as usize;
+        if self.pinned.contains(src, bytes) {
+            return self.enqueue(stream, move |m| {
+                m.access(&[(dst, bytes)], |p| unsafe {
+                    std::ptr::copy_nonoverlapping(src as *const u8, p[0], bytes)
+                })
+            });
+        }
+        // Pageable: what the driver does, it waits for the stream and copies through a
+        // staging buffer before returning, so "async" costs the host the whole copy.
+        stream.synchronize()?;
+        self.memory.access(&[(dst, bytes)], |p| unsafe {
+            staged_copy(src as *const u8, p[0], bytes)
+        })
+    }
+
+    unsafe fn copy_dtoh_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        let dst = dst as usize;
+        if self.pinned.contains(dst, bytes) {
+            return self.enqueue(stream, move |m| {
+                m.access(&[(src, bytes)], |p| unsafe {
+                    std::ptr::copy_nonoverlapping(p[0], dst as *mut u8, bytes)
+                })
+            });
+        }
+        stream.synchronize()?;
+        self.memory.access(&[(src, bytes)], |p| unsafe {
+            staged_copy(p[0], dst as *mut u8, bytes)
+        })
+    }
+
+    fn managed_alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        // The same rule as on the GPU: never more managed memory than is free.
+        let info = self.mem_info()?;
+        if bytes as u64 > info.free {
+            return Err(crate::error::Error::OutOfMemory {
+                device: self.id,
+                requested: bytes as u64,
+                free: info.free,
+                total: info.total,
+            });
+        }
+        self.memory.alloc(bytes)
+    }
+
+    fn managed_free(&self, ptr: DevicePtr) -> Result<()> {
+        self.raw_free(ptr)
+    }
+
+    fn managed_prefetch(
+        &self,
+        ptr: DevicePtr,
+        bytes: usize,
+        _to: MemLocation,
+        stream: &Stream,
+    ) -> Result<()> {
+        // One memory for host and device: a prefetch only has to be ordered and valid.
+        self.enqueue(stream, move |m| m.access(&[(ptr, bytes)], |_| ()))
+    }
+
+    fn managed_advise(&self, ptr: DevicePtr, bytes: usize, _advice: ManagedAdvice) -> Result<()> {
+        self.memory.access(&[(ptr, bytes)], |_| ())
     }
 }
 

@@ -93,4 +93,17 @@ impl Tensor {
             iterations,
         })
     }
+
+    /// `spin_` enqueued on a chosen stream.
+    pub fn spin_on(&self, iterations: u32, stream: &crate::Stream) -> Result<()> {
+        self.check_f32("spin")?;
+        self.device().backend().launch(
+            &Kernel::Spin {
+                x: self.ptr(),
+                n: self.numel(),
+                iterations,
+            },
+            stream,
+        )
+    }
 }

@@ -1,0 +1,70 @@
+//! `cargo run --release -p lab-06 [-- --device cuda|sim|cpu]`: the experiments of
+//! chapter 6, printed as tables.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use labs_core::select_device;
+
+use lab_06::{events, hazard, overlap, priorities, timing};
+
+#[derive(Parser)]
+#[command(about = "Lab 6: streams, priorities and events")]
+struct Args {
+    /// Device to run on: cuda, cuda:N, sim or cpu (default: LABS_DEVICE, else the first
+    /// GPU, else the simulated GPU).
+    #[arg(long)]
+    device: Option<String>,
+    /// Shorter kernels (for smoke tests).
+    #[arg(long)]
+    quick: bool,
+}
+
+fn main() -> ExitCode {
+    labs_core::cli::exit(run(Args::parse()))
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let selection = select_device(args.device.as_deref()).context("choosing a device")?;
+    if let Some(notice) = &selection.notice {
+        eprintln!("{notice}");
+    }
+    let device = selection.device;
+    println!("Device {device}: {}\n", device.properties()?.name);
+    let kernel = Duration::from_millis(if args.quick { 10 } else { 50 });
+
+    println!(
+        "{}",
+        events::lifecycle_table(&device, &events::lifecycle(&device, kernel)?)
+    );
+    println!(
+        "{}",
+        timing::table(&device, &timing::measure(&device, kernel / 5, 10)?)
+    );
+    println!(
+        "{}",
+        overlap::table(&device, &overlap::measure(&device, kernel)?)
+    );
+    println!(
+        "{}",
+        events::ordering_table(&device, events::ordering(&device, kernel)?)
+    );
+    println!(
+        "{}",
+        priorities::table(&device, &priorities::measure(&device, kernel / 2, 6)?)
+    );
+    let hazards = [
+        hazard::run(&device, kernel, false)?,
+        hazard::run(&device, kernel, true)?,
+    ];
+    println!("{}", hazard::table(&device, &hazards));
+    if !device.is_cuda() {
+        println!(
+            "(On {device} every stream is its own thread: streams overlap, but priorities \
+             are not modelled.)"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,112 @@
+//! `cargo run --release -p lab-08 [-- --device cuda|sim|cpu]`: the experiments of
+//! chapter 8 as tables. `bench [--json]`: bandwidth and the prefetching loop side by side.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use labs_core::{select_device, Device};
+
+use lab_08::{bandwidth, bench, mapped, non_blocking};
+
+#[derive(Parser)]
+#[command(
+    about = "Lab 8: pinned memory, non-blocking copies, mapped and managed memory, prefetching"
+)]
+struct Args {
+    /// Device to run on: cuda, cuda:N, sim or cpu (default: LABS_DEVICE, else the first
+    /// GPU, else the simulated GPU).
+    #[arg(long, global = true)]
+    device: Option<String>,
+    /// Fewer repetitions and smaller sizes (for smoke tests).
+    #[arg(long, global = true)]
+    quick: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Bandwidth (pageable and pinned) and the training loop, naive and prefetched.
+    Bench {
+        /// One JSON object instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    labs_core::cli::exit(run(Args::parse()))
+}
+
+fn device(choice: Option<&str>) -> anyhow::Result<Device> {
+    let selection = select_device(choice).context("choosing a device")?;
+    if let Some(notice) = &selection.notice {
+        eprintln!("{notice}");
+    }
+    Ok(selection.device)
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let device = device(args.device.as_deref())?;
+    match args.command {
+        Some(Command::Bench { json }) => {
+            let report = bench::run(&device, args.quick, std::io::stderr().is_terminal())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                for t in bench::tables(&device, &report) {
+                    println!("{t}");
+                }
+            }
+        }
+        None => experiments(&device, args.quick)?,
+    }
+    Ok(())
+}
+
+fn experiments(device: &Device, quick: bool) -> anyhow::Result<()> {
+    let props = device.properties()?;
+    println!("Device {device}: {}\n", props.name);
+
+    let big = if device.is_cuda() && !quick {
+        256 << 20
+    } else {
+        16 << 20
+    };
+    let mut costs = Vec::new();
+    for size in [1 << 20, big] {
+        costs.push(bandwidth::pin_cost(device, size)?);
+    }
+    println!("{}", bandwidth::pin_cost_table(device, &costs));
+
+    let rows = bandwidth::measure(device, &bandwidth::sizes(device, quick))?;
+    println!("{}", bandwidth::table(device, &rows));
+
+    let busy = Duration::from_millis(if quick { 10 } else { 50 });
+    let size = if device.is_cuda() && !quick {
+        64 << 20
+    } else {
+        8 << 20
+    };
+    let nb = non_blocking::measure(device, size, busy)?;
+    println!("{}", non_blocking::table(device, &nb));
+
+    let read = mapped::measure(
+        device,
+        if quick { 4 << 20 } else { big },
+        if quick { 3 } else { 5 },
+    )?;
+    println!("{}", mapped::table(device, &read));
+
+    let config = bench::loader_config(device, quick);
+    let steps = lab_08::training::measure(device, config, std::io::stderr().is_terminal())?;
+    let report_line = format!(
+        "copy {:.3} ms, compute {:.3} ms: naive step {:.3} ms, prefetched step {:.3} ms",
+        steps.copy_ms, steps.compute_ms, steps.naive_step_ms, steps.prefetch_step_ms
+    );
+    println!("Training-like loop on {device}: {report_line}");
+    Ok(())
+}
