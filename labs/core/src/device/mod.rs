@@ -101,6 +101,7 @@ impl Device {
         self.inner.backend.clone()
     }
 
+    // ANCHOR: device_allocator
     /// The device's caching allocator, where every tensor's memory comes from. It is
     /// configured from `LABS_ALLOC_CONF` when first used; a bad setting is an error
     /// here (and at every later call).
@@ -114,6 +115,7 @@ impl Device {
             .as_ref()
             .map_err(Clone::clone)
     }
+    // ANCHOR_END: device_allocator
 
     pub fn is_cuda(&self) -> bool {
         matches!(self.id(), DeviceId::Cuda(_))

@@ -52,6 +52,7 @@ fn numel(shape: &[usize]) -> Result<usize> {
 }
 
 impl Tensor {
+    // ANCHOR: tensor_empty
     /// Uninitialised memory for `shape` elements of `dtype` on `device`.
     pub fn empty(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
         let bytes = numel(shape)?
@@ -69,6 +70,7 @@ impl Tensor {
             dtype,
         })
     }
+    // ANCHOR_END: tensor_empty
 
     /// Every element set to `value`.
     pub fn full<T: Element>(shape: &[usize], value: T, device: &Device) -> Result<Tensor> {
