@@ -449,6 +449,7 @@ impl Backend for CudaBackend {
             .map_err(|e| Error::driver("cuMemcpyDtoHAsync", e))
     }
 
+    // ANCHOR: managed_alloc
     fn managed_alloc(&self, bytes: usize) -> Result<DevicePtr> {
         self.state()?;
         // Oversubscribed managed memory makes the driver evict and fault pages back
@@ -468,6 +469,7 @@ impl Backend for CudaBackend {
         }
         .map_err(|e| Error::driver("cuMemAllocManaged", e))
     }
+    // ANCHOR_END: managed_alloc
 
     fn managed_free(&self, ptr: DevicePtr) -> Result<()> {
         self.raw_free(ptr)
