@@ -49,6 +49,8 @@ fn only_pinned_copies_return_before_the_stream_gets_to_them() {
     let x = Tensor::zeros(&[1 << 16], DType::F32, &d).unwrap();
     let spin = calibrate_spin(&x, &stream, Duration::from_millis(60)).unwrap();
     let src = Tensor::zeros(&[1 << 16], DType::F32, &d).unwrap();
+    // The zero fill runs on the default stream; the copies below run on another.
+    d.synchronize().unwrap();
     let done = d.new_event().unwrap();
 
     // Pinned: the copy is queued behind the kernel and the call returns at once.

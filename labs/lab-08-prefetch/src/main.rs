@@ -55,7 +55,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         Some(Command::Bench { json }) => {
             let report = bench::run(&device, args.quick, std::io::stderr().is_terminal())?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                println!("{}", serde_json::to_string(&report)?);
             } else {
                 for t in bench::tables(&device, &report) {
                     println!("{t}");
@@ -107,6 +107,7 @@ fn experiments(device: &Device, quick: bool) -> anyhow::Result<()> {
         "copy {:.3} ms, compute {:.3} ms: naive step {:.3} ms, prefetched step {:.3} ms",
         steps.copy_ms, steps.compute_ms, steps.naive_step_ms, steps.prefetch_step_ms
     );
-    println!("Training-like loop on {device}: {report_line}");
+    println!("Training-like loop on {device}: {report_line}\n");
+    println!("{}", lab_08::training::pool_table(device));
     Ok(())
 }

@@ -222,7 +222,9 @@ pub fn measure(device: &Device, config: LoaderConfig, show: bool) -> Result<Step
     // Fill the pinned pool first: a miss costs a slow cuMemHostAlloc under the
     // allocator's lock, which belongs to a first epoch, not to a step time.
     let allocator = HostAllocator::get(device);
-    let blocks = 2 * config.workers + 2 * config.prefetch_depth + 2;
+    // Each worker holds a batch it built and one in its queue; the loop has up to
+    // `depth` copies in flight and a step's worth waiting for events; then a margin.
+    let blocks = 3 * config.workers + 2 * config.prefetch_depth + 4;
     let warm = (0..blocks)
         .map(|_| allocator.allocate(config.batch_bytes()))
         .collect::<Result<Vec<_>>>()?;
@@ -245,4 +247,27 @@ pub fn measure(device: &Device, config: LoaderConfig, show: bool) -> Result<Step
         naive_step_ms: ms(naive),
         prefetch_step_ms: ms(prefetch),
     })
+}
+
+/// The pinned pool after the loops: how often a batch buffer came from the cache.
+pub fn pool_table(device: &Device) -> labs_core::table::Table {
+    use labs_core::format::bytes;
+    let allocator = HostAllocator::get(device);
+    // Pending blocks are only looked at when someone allocates: look now.
+    let _ = allocator.process_events();
+    let s = allocator.stats();
+    let mut t = labs_core::table::Table::new(
+        format!("The pinned-memory pool of {device} after the experiments"),
+        &["statistic", "value"],
+    );
+    t.row(["allocations", &s.alloc_calls.to_string()]);
+    t.row(["served from the cache", &s.cache_hits.to_string()]);
+    t.row(["cuMemHostAlloc calls", &s.host_alloc_calls.to_string()]);
+    t.row(["reserved now", &bytes(s.reserved_bytes)]);
+    t.row(["peak allocated", &bytes(s.allocated_peak)]);
+    t.row([
+        "freed, waiting for their copies",
+        &s.pending_blocks.to_string(),
+    ]);
+    t
 }

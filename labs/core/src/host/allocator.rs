@@ -127,9 +127,11 @@ impl HostAllocator {
                 ptr
             }
             None => {
-                // The driver call is slow; it runs under the lock, as in PyTorch, so
-                // that two threads missing at once do not both pin memory.
+                // Pinning takes milliseconds: not under the lock, or every thread that
+                // frees or allocates meanwhile (the training loop itself) would stall.
+                drop(inner);
                 let ptr = self.device.backend().host_alloc(size, false)? as usize;
+                inner = self.inner.lock().unwrap();
                 inner.stats.host_alloc_calls += 1;
                 inner.stats.reserved_bytes += size as u64;
                 inner.stats.reserved_peak =
