@@ -138,7 +138,6 @@ impl FreeSet {
         let found = self.0.remove(&key(stream_pool, size, addr, id));
         debug_assert!(found, "free block missing from the free set");
     }
-    // ANCHOR: best_fit
     /// The smallest free block of `stream_pool` holding at least `size` bytes, as
     /// (size, slot).
     #[inline]
@@ -152,7 +151,6 @@ impl FreeSet {
             .filter(|&&k| k < to)
             .map(|&k| ((((k >> 72) as u64) & ((1 << 40) - 1)) << 9, k as u32))
     }
-    // ANCHOR_END: best_fit
     pub fn contains(&self, stream_pool: u64, size: u64, addr: u64, id: u32) -> bool {
         self.0.contains(&key(stream_pool, size, addr, id))
     }
