@@ -226,6 +226,7 @@ fn streams_do_not_share_blocks() {
     a.free(other).unwrap();
 }
 
+// ANCHOR: record_stream_test
 #[test]
 fn record_stream_defers_reuse_until_the_other_stream_is_done() {
     let device = test_device();
@@ -253,7 +254,9 @@ fn record_stream_defers_reuse_until_the_other_stream_is_done() {
         .all(|b| b.state != BlockState::Pending));
     a.free(again).unwrap();
 }
+// ANCHOR_END: record_stream_test
 
+// ANCHOR: issue_189504
 /// PyTorch issue 189504: the device is full, the block that would fit was freed after
 /// use on another stream and waits on that stream's event. Ours waits for the event
 /// instead of raising out-of-memory.
@@ -301,7 +304,9 @@ fn no_oom_while_a_fitting_block_waits_on_another_stream() {
         assert_eq!(a.stats().num_ooms, 1);
     }
 }
+// ANCHOR_END: issue_189504
 
+// ANCHOR: issue_123548
 /// PyTorch issue 123548: with both knobs, this loop grows PyTorch's reservation to
 /// 14.5 GB for 0.35 GB live. Ours stays within 10% of the live peak.
 #[test]
@@ -328,6 +333,7 @@ fn max_split_with_expandable_segments_does_not_grow_without_bound() {
         a.free(b).unwrap();
     }
 }
+// ANCHOR_END: issue_123548
 
 #[test]
 fn knob_max_split_size_keeps_large_free_blocks_whole() {

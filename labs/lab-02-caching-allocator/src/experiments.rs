@@ -72,6 +72,7 @@ fn reuse(device: &Device) -> Result<()> {
     Ok(())
 }
 
+// ANCHOR: tutorial_004
 fn tutorial_004(device: &Device) -> Result<()> {
     println!("3. 100 tensors of 1000x1000 f32: kept alive vs dropped (empty_cache each time)");
     let allocator = device.allocator()?;
@@ -116,7 +117,9 @@ fn tutorial_004(device: &Device) -> Result<()> {
     println!("(the tutorial's 400.00 MB vs 3.81 MB: 100 x 4,000,000 B in MB against one tensor in MiB)\n");
     Ok(())
 }
+// ANCHOR_END: tutorial_004
 
+// ANCHOR: empty_cache
 fn what_empty_cache_returns(device: &Device) -> Result<()> {
     println!("4. What empty_cache really returns");
     let allocator = Allocator::new(device.backend_arc(), Config::default())?;
@@ -155,6 +158,7 @@ fn what_empty_cache_returns(device: &Device) -> Result<()> {
     );
     Ok(())
 }
+// ANCHOR_END: empty_cache
 
 fn fragmentation() -> Result<()> {
     println!(

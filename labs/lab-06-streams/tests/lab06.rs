@@ -89,6 +89,7 @@ fn exercise_spin_both_runs_both_kernels() {
     assert!(b.to_vec::<f32>().unwrap().iter().all(|&v| v > 0.0));
 }
 
+// ANCHOR: hazard_tests
 #[test]
 fn freeing_a_block_another_stream_reads_corrupts_it_without_record_stream() {
     let d = test_device();
@@ -112,3 +113,4 @@ fn record_stream_keeps_the_block_until_the_reader_is_done() {
     );
     assert_eq!(h.intact, h.n);
 }
+// ANCHOR_END: hazard_tests

@@ -223,6 +223,7 @@ impl Allocator {
         st.free(&*self.backend, block)
     }
 
+    // ANCHOR: record_stream
     /// Marks `block` as used by work on `stream`, so that freeing it waits for that work.
     pub fn record_stream(&self, block: &Block, stream: &Stream) -> Result<()> {
         let mut st = self.lock();
@@ -236,6 +237,7 @@ impl Allocator {
         }
         Ok(())
     }
+    // ANCHOR_END: record_stream
 
     /// Returns every byte of cached memory no block uses to the driver (after waiting
     /// for pending cross-stream frees); returns how many bytes that was.
@@ -337,6 +339,7 @@ fn oom(device: DeviceId, requested: u64, st: &State) -> Error {
 }
 
 impl State {
+    // ANCHOR: malloc_retry
     fn malloc(
         &mut self,
         be: &dyn Backend,
@@ -383,6 +386,7 @@ impl State {
             }
         }
     }
+    // ANCHOR_END: malloc_retry
 
     #[allow(clippy::too_many_arguments)]
     fn try_malloc(
@@ -405,6 +409,7 @@ impl State {
         let seg_index = self.blocks[id].segment;
         let expandable = self.segments[seg_index as usize].expandable;
         let remaining = self.blocks[id].size - rounded;
+        // ANCHOR: split
         if self.should_split(expandable, pool, rounded, remaining) {
             let b = &self.blocks[id];
             let (addr, next) = (b.addr + rounded, b.next);
@@ -417,6 +422,7 @@ impl State {
             b.next = rest;
             self.free.insert(sp, remaining, addr, rest);
         }
+        // ANCHOR_END: split
         let b = &mut self.blocks[id];
         b.state = BlockState::Allocated;
         b.requested = requested;
@@ -441,6 +447,7 @@ impl State {
         })
     }
 
+    // ANCHOR: find_free
     #[inline]
     fn find_free(&self, sp: u64, rounded: u64) -> Option<(u64, u32)> {
         if self.conf.expandable_segments {
@@ -460,6 +467,7 @@ impl State {
         }
         Some(key)
     }
+    // ANCHOR_END: find_free
 
     /// Best fit among the free blocks whose first `rounded` bytes lie on mapped pages
     /// (the first few candidates in best-fit order); the plain best fit when none does.
@@ -760,6 +768,7 @@ impl State {
         }
     }
 
+    // ANCHOR: free
     fn free(&mut self, be: &dyn Backend, block: Block) -> Result<()> {
         self.check_handle(&block)?;
         let id = block.id;
@@ -783,6 +792,7 @@ impl State {
         self.stats.num_deferred_frees += 1;
         Ok(())
     }
+    // ANCHOR_END: free
 
     /// Frees blocks whose events have completed; with `wait`, waits for all of them.
     fn process_events(&mut self, be: &dyn Backend, wait: bool) -> Result<()> {
@@ -841,6 +851,7 @@ impl State {
                 }
             }
         }
+        // ANCHOR: merge
         let prev = self.blocks[id].prev;
         if prev != NONE && self.blocks[prev].state == BlockState::Free {
             let p = &self.blocks[prev];
@@ -856,6 +867,7 @@ impl State {
         }
         let b = &self.blocks[id];
         self.free.insert(sp, b.size, b.addr, id);
+        // ANCHOR_END: merge
     }
 
     /// Merges the block after `id` into `id`.

@@ -8,6 +8,7 @@ pub const ENV_ALLOC_CONF: &str = "LABS_ALLOC_CONF";
 
 const MIB: u64 = 1 << 20;
 
+// ANCHOR: config
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Free blocks at least this large are never split for smaller requests (raw
@@ -26,7 +27,9 @@ pub struct Config {
     /// The share of the device's memory this process may reserve.
     pub per_process_memory_fraction: f64,
 }
+// ANCHOR_END: config
 
+// ANCHOR: config_default
 impl Default for Config {
     /// Chosen by replaying the real traces in `shared/traces`: expandable segments whose
     /// idle memory moves to wherever memory is needed (only when reserved memory would
@@ -43,6 +46,7 @@ impl Default for Config {
         }
     }
 }
+// ANCHOR_END: config_default
 
 impl Config {
     /// PyTorch's defaults: fixed segments, no knobs.

@@ -100,6 +100,7 @@ impl std::ops::IndexMut<u32> for Blocks {
     }
 }
 
+// ANCHOR: free_key
 /// A free block's place in the search order: stream and pool first (blocks are reused
 /// only by their own stream and pool), then size (best fit), then address (lowest
 /// first, which packs live blocks together), then the block's slot. Packed into one
@@ -115,6 +116,7 @@ fn key(stream_pool: u64, size: u64, addr: u64, id: u32) -> FreeKey {
         | (((addr >> 9) as u128) << 32)
         | id as u128
 }
+// ANCHOR_END: free_key
 
 /// The key prefix of a stream's pool: the stream's index among those seen (so that it
 /// fits the key whatever the driver's stream handles look like) and the pool.

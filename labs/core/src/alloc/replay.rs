@@ -176,6 +176,7 @@ impl ReplayReport {
     }
 }
 
+// ANCHOR: replay
 /// Replays `trace` through `allocator` and frees what is still live at the end.
 pub fn replay(trace: &Trace, allocator: &Allocator) -> Result<ReplayReport> {
     allocator.reset_peak_stats();
@@ -240,6 +241,7 @@ pub fn replay(trace: &Trace, allocator: &Allocator) -> Result<ReplayReport> {
         elapsed,
     })
 }
+// ANCHOR_END: replay
 
 /// A simulated GPU of `capacity` bytes for one replay, outside the device registry so
 /// that replays do not share memory.

@@ -1,6 +1,7 @@
 //! Size classes: how a request is rounded, which pool serves it, how big a new segment is.
 //! The constants are PyTorch's, so that replayed traces compare like with like.
 
+// ANCHOR: size_constants
 /// Every block is a multiple of this.
 pub const MIN_BLOCK: u64 = 512;
 /// Requests up to this size come from the small pool.
@@ -16,6 +17,7 @@ pub const ROUND_LARGE: u64 = 2 << 20;
 /// The virtual size of an expandable segment: address space is free, so it is large
 /// enough that a pool rarely needs a second one.
 pub const EXPANDABLE_VA: u64 = 1 << 30;
+// ANCHOR_END: size_constants
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Pool {
@@ -31,6 +33,7 @@ pub fn pool_of(rounded: u64) -> Pool {
     }
 }
 
+// ANCHOR: round_size
 /// The size a request of `size` bytes occupies.
 pub fn round_size(size: u64, divisions: u32) -> u64 {
     if size < MIN_BLOCK {
@@ -44,7 +47,9 @@ pub fn round_size(size: u64, divisions: u32) -> u64 {
     }
     size.div_ceil(MIN_BLOCK) * MIN_BLOCK
 }
+// ANCHOR_END: round_size
 
+// ANCHOR: segment_size
 /// The size of a fixed segment for a rounded request.
 pub fn segment_size(rounded: u64) -> u64 {
     if rounded <= SMALL_SIZE {
@@ -55,6 +60,7 @@ pub fn segment_size(rounded: u64) -> u64 {
         rounded.div_ceil(ROUND_LARGE) * ROUND_LARGE
     }
 }
+// ANCHOR_END: segment_size
 
 #[cfg(test)]
 mod tests {

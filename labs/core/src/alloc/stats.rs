@@ -25,6 +25,7 @@ impl Stat {
     }
 }
 
+// ANCHOR: stats
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Bytes the program asked for (`requested_bytes`).
@@ -66,6 +67,7 @@ pub struct Stats {
     /// Frees that waited for another stream's work (`record_stream`).
     pub num_deferred_frees: u64,
 }
+// ANCHOR_END: stats
 
 impl Stats {
     /// Starts the peaks again from the current values.

@@ -238,6 +238,7 @@ impl Backend for CudaBackend {
         Ok(granularity)
     }
 
+    // ANCHOR: vm_reserve
     fn vm_reserve(&self, bytes: usize) -> Result<DevicePtr> {
         // Page-aligned, so that every page of the range can be mapped on its own.
         let alignment = self.vm_granularity()?;
@@ -248,6 +249,7 @@ impl Backend for CudaBackend {
             .map_err(|e| Error::driver("cuMemAddressReserve", e))?;
         Ok(ptr)
     }
+    // ANCHOR_END: vm_reserve
 
     fn vm_release(&self, base: DevicePtr, bytes: usize) -> Result<()> {
         self.state()?;
@@ -257,6 +259,7 @@ impl Backend for CudaBackend {
             .map_err(|e| Error::driver("cuMemAddressFree", e))
     }
 
+    // ANCHOR: vm_map
     fn vm_map(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
         let s = self.state()?;
         let prop = self.allocation_prop();
@@ -289,6 +292,7 @@ impl Backend for CudaBackend {
         s.handles.lock().unwrap().insert(ptr, handle);
         Ok(())
     }
+    // ANCHOR_END: vm_map
 
     fn vm_unmap(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
         let s = self.state()?;
@@ -445,6 +449,7 @@ impl Backend for CudaBackend {
             .map_err(|e| Error::driver("cuMemcpyDtoHAsync", e))
     }
 
+    // ANCHOR: managed_alloc
     fn managed_alloc(&self, bytes: usize) -> Result<DevicePtr> {
         self.state()?;
         // Oversubscribed managed memory makes the driver evict and fault pages back
@@ -464,6 +469,7 @@ impl Backend for CudaBackend {
         }
         .map_err(|e| Error::driver("cuMemAllocManaged", e))
     }
+    // ANCHOR_END: managed_alloc
 
     fn managed_free(&self, ptr: DevicePtr) -> Result<()> {
         self.raw_free(ptr)
