@@ -15,3 +15,16 @@ pub fn exit<E: Display>(result: Result<(), E>) -> ExitCode {
         }
     }
 }
+
+/// The device a lab runs on: its `--device` flag, else `LABS_DEVICE`, else the first GPU,
+/// else the simulated GPU. A fallback is announced on stderr, so that a reader without a
+/// GPU knows which device the figures come from.
+// ANCHOR: open_device
+pub fn open_device(flag: Option<&str>) -> crate::Result<crate::Device> {
+    let selection = crate::select_device(flag)?;
+    if let Some(notice) = &selection.notice {
+        eprintln!("{notice}");
+    }
+    Ok(selection.device)
+}
+// ANCHOR_END: open_device

@@ -7,7 +7,6 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use labs_core::format::bytes;
-use labs_core::select_device;
 
 use lab_01::{async_timing, bandwidth, lazy_init, placement, raw_alloc};
 
@@ -29,11 +28,8 @@ fn main() -> ExitCode {
 
 fn run(args: Args) -> anyhow::Result<()> {
     // ANCHOR: select
-    let selection = select_device(args.device.as_deref()).context("choosing a device")?;
-    if let Some(notice) = &selection.notice {
-        eprintln!("{notice}");
-    }
-    let device = selection.device;
+    let device =
+        labs_core::cli::open_device(args.device.as_deref()).context("choosing a device")?;
     // ANCHOR_END: select
 
     // Lazy initialisation must be measured before anything else touches the device.

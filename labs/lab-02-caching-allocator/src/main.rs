@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use labs_core::alloc::{replay, Allocator, Config};
 use labs_core::format::{bytes, parse_bytes};
-use labs_core::{select_device, Device, DeviceId};
+use labs_core::{Device, DeviceId};
 
 #[derive(Parser)]
 #[command(name = "lab-02", about = "Chapter 2: a caching allocator")]
@@ -46,11 +46,7 @@ enum Command {
 }
 
 fn device(flag: Option<&str>) -> Result<Device> {
-    let selection = select_device(flag)?;
-    if let Some(notice) = selection.notice {
-        eprintln!("{notice}");
-    }
-    Ok(selection.device)
+    Ok(labs_core::cli::open_device(flag)?)
 }
 
 fn main() -> Result<()> {

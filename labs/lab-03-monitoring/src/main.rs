@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use labs_core::select_device;
 use labs_core::snapshot::{self, Snapshot, SourceFormat, Summary};
 
 use lab_03::{plots, report, smi};
@@ -124,11 +123,9 @@ fn main() -> anyhow::Result<()> {
                 .clone()
                 .or_else(|| std::env::var(labs_core::device::ENV_DEVICE).ok())
                 .is_some_and(|d| d.contains(':'));
-            let selection = select_device(device.as_deref()).context("choosing a device")?;
-            if let Some(notice) = &selection.notice {
-                eprintln!("{notice}");
-            }
-            let source = smi::Source::for_device(&selection.device, named)?;
+            let device =
+                labs_core::cli::open_device(device.as_deref()).context("choosing a device")?;
+            let source = smi::Source::for_device(&device, named)?;
             let count = count.unwrap_or(if period.is_some() { u64::MAX } else { 1 });
             // Several reports without a period come a second apart, as `nvidia-smi -l`.
             let period = period.unwrap_or(Duration::from_secs(1));
@@ -137,7 +134,7 @@ fn main() -> anyhow::Result<()> {
                     std::thread::sleep(period);
                 }
                 let reports = source.sample()?;
-                let heading = format!("{} at {}", selection.device, utc_now());
+                let heading = format!("{} at {}", device, utc_now());
                 for t in smi::tables(&heading, &reports) {
                     println!("{t}");
                 }

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use labs_core::select_device;
 
 use lab_06::{events, hazard, overlap, priorities, timing};
 
@@ -27,11 +26,8 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
-    let selection = select_device(args.device.as_deref()).context("choosing a device")?;
-    if let Some(notice) = &selection.notice {
-        eprintln!("{notice}");
-    }
-    let device = selection.device;
+    let device =
+        labs_core::cli::open_device(args.device.as_deref()).context("choosing a device")?;
     println!("Device {device}: {}\n", device.properties()?.name);
     let kernel = Duration::from_millis(if args.quick { 10 } else { 50 });
 

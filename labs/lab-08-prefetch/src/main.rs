@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use labs_core::{select_device, Device};
+use labs_core::Device;
 
 use lab_08::{bandwidth, bench, mapped, non_blocking};
 
@@ -42,11 +42,7 @@ fn main() -> ExitCode {
 }
 
 fn device(choice: Option<&str>) -> anyhow::Result<Device> {
-    let selection = select_device(choice).context("choosing a device")?;
-    if let Some(notice) = &selection.notice {
-        eprintln!("{notice}");
-    }
-    Ok(selection.device)
+    labs_core::cli::open_device(choice).context("choosing a device")
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
