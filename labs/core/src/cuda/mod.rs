@@ -471,10 +471,6 @@ impl Backend for CudaBackend {
     }
     // ANCHOR_END: managed_alloc
 
-    fn managed_free(&self, ptr: DevicePtr) -> Result<()> {
-        self.raw_free(ptr)
-    }
-
     fn managed_prefetch(
         &self,
         ptr: DevicePtr,

@@ -160,7 +160,10 @@ pub trait Backend: Send + Sync + 'static {
     /// error when larger than the device's free memory: oversubscribing managed memory
     /// can stall the GPU for minutes.
     fn managed_alloc(&self, bytes: usize) -> Result<DevicePtr>;
-    fn managed_free(&self, ptr: DevicePtr) -> Result<()>;
+    /// Frees managed memory: `cuMemFree`, as for any device allocation.
+    fn managed_free(&self, ptr: DevicePtr) -> Result<()> {
+        self.raw_free(ptr)
+    }
     /// Enqueues a migration of managed memory (`cuMemPrefetchAsync`).
     fn managed_prefetch(
         &self,

@@ -331,10 +331,6 @@ impl Backend for SimBackend {
         self.memory.alloc(bytes)
     }
 
-    fn managed_free(&self, ptr: DevicePtr) -> Result<()> {
-        self.raw_free(ptr)
-    }
-
     fn managed_prefetch(
         &self,
         ptr: DevicePtr,
