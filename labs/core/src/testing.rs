@@ -34,3 +34,16 @@ pub fn lab_binary(name: &str, built: &str) -> std::path::PathBuf {
         _ => built.into(),
     }
 }
+
+/// The one JSON object a lab's `--json` command prints: the command must have
+/// succeeded and printed exactly one line on stdout.
+pub fn one_json_object(out: std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("stdout is UTF-8");
+    assert_eq!(text.trim().lines().count(), 1, "not one line: {text}");
+    serde_json::from_str(&text).expect("stdout is one JSON object")
+}

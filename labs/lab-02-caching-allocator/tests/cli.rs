@@ -24,14 +24,7 @@ fn replay_json_is_one_object_with_the_documented_keys() {
         .arg(trace("seed_transformer_b64"))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(text.trim().lines().count(), 1);
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let v = labs_core::testing::one_json_object(out);
     for key in [
         "trace",
         "conf",
