@@ -151,6 +151,9 @@ fn what_empty_cache_returns(device: &Device) -> Result<()> {
         "reserved after (mappings in use)",
         bytes(after.reserved.current)
     );
+    // PyTorch users read this table first; the non-releasable rows are the free
+    // fragments around the survivor that empty_cache could not return.
+    println!("\n{}", allocator.memory_summary());
     allocator.free(survivor)?;
     println!(
         "(only whole mappings nothing uses go back: the live block keeps the driver mapping \

@@ -922,13 +922,19 @@ impl State {
     /// Adds a free block to the free set. Every free block enters and leaves the set
     /// through here and [`unlist_free`](Self::unlist_free), and a listed block's
     /// neighbours come and go only by leaving the set first, so these two keep the
-    /// `inactive_split` statistics without a walk.
+    /// `inactive_split` statistics without a walk. Free blocks of expandable segments
+    /// are left out, as PyTorch leaves them out: `empty_cache` unmaps their idle pages,
+    /// so they are not the memory that statistic warns about.
     #[inline]
     fn list_free(&mut self, sp: u64, id: u32) {
         let b = &self.blocks[id];
         self.free.insert(sp, b.size, b.addr, id);
         if b.prev != NONE || b.next != NONE {
-            let pool = self.segments[b.segment as usize].pool;
+            let seg = &self.segments[b.segment as usize];
+            if seg.expandable {
+                return;
+            }
+            let pool = seg.pool;
             self.stats.inactive_split.add(pool, 1);
             self.stats.inactive_split_bytes.add(pool, b.size);
         }
@@ -939,7 +945,11 @@ impl State {
         let b = &self.blocks[id];
         self.free.remove(sp, b.size, b.addr, id);
         if b.prev != NONE || b.next != NONE {
-            let pool = self.segments[b.segment as usize].pool;
+            let seg = &self.segments[b.segment as usize];
+            if seg.expandable {
+                return;
+            }
+            let pool = seg.pool;
             self.stats.inactive_split.sub(pool, 1);
             self.stats.inactive_split_bytes.sub(pool, b.size);
         }
@@ -1038,7 +1048,7 @@ impl State {
                 match b.state {
                     BlockState::Free => {
                         free_blocks += 1;
-                        if b.prev != NONE || b.next != NONE {
+                        if !seg.expandable && (b.prev != NONE || b.next != NONE) {
                             r.inactive_split += 1;
                             r.inactive_split_bytes += b.size;
                         }

@@ -105,8 +105,9 @@ pub struct Stats {
     pub active: PoolStat,
     /// Bytes of the `active` blocks (`active_bytes`).
     pub active_bytes: PoolStat,
-    /// Free blocks that share their segment with other blocks (`inactive_split`): cached
-    /// memory that `empty_cache` cannot return while its neighbours live.
+    /// Free blocks that share a fixed segment with other blocks (`inactive_split`):
+    /// cached memory that `empty_cache` cannot return while its neighbours live.
+    /// Expandable segments are left out, as in PyTorch.
     pub inactive_split: PoolStat,
     /// Bytes of the `inactive_split` blocks (`inactive_split_bytes`).
     pub inactive_split_bytes: PoolStat,
