@@ -151,8 +151,8 @@ fn what_empty_cache_returns(device: &Device) -> Result<()> {
         "reserved after (mappings in use)",
         bytes(after.reserved.current)
     );
-    // PyTorch users read this table first; the non-releasable rows are the free
-    // fragments around the survivor that empty_cache could not return.
+    // PyTorch users read this table first. Its non-releasable rows stay at zero here:
+    // with expandable segments, idle pages go back whatever their neighbours.
     println!("\n{}", allocator.memory_summary());
     allocator.free(survivor)?;
     println!(
