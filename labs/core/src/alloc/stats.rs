@@ -307,3 +307,34 @@ fn format_count(mut v: u64, mut scale: u64) -> String {
     }
     format!("{v:7} {unit} ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_step_up_where_pytorch_steps_up() {
+        assert_eq!(format_size(767 * 1024, 767 * 1024), "785408 B  ");
+        assert_eq!(format_size(768 * 1024, 768 * 1024), "   768 KiB");
+        // A figure follows its column's scale, not its own size.
+        assert_eq!(format_size(512, 3 << 20), "     0 KiB");
+        assert_eq!(format_size(5 << 30, 5 << 30), "  5120 MiB");
+        assert_eq!(format_count(749_999, 749_999), " 749999   ");
+        assert_eq!(format_count(750_000, 750_000), "    750 K ");
+    }
+
+    #[test]
+    fn pools_add_up_and_totals_survive_a_peak_reset() {
+        let mut s = PoolStat::default();
+        s.add(Pool::Small, 10);
+        s.add(Pool::Large, 100);
+        s.sub(Pool::Small, 10);
+        assert_eq!(
+            (s.current, s.peak, s.allocated, s.freed),
+            (100, 110, 110, 10)
+        );
+        assert_eq!((s.small.peak, s.large.current), (10, 100));
+        s.reset_peak();
+        assert_eq!((s.peak, s.small.peak, s.allocated), (100, 0, 110));
+    }
+}
