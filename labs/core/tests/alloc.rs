@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use labs_core::alloc::{Allocator, BlockState, Config};
+use labs_core::alloc::{Allocator, BlockState, Config, Pool};
 use labs_core::device::FillPattern;
 use labs_core::testing::test_device;
 use labs_core::{Device, Stream, Tensor};
@@ -107,6 +107,7 @@ fn run_ops_limited(conf: &str, limit: Option<u64>, ops: &[Op]) {
         }
         a.check_invariants()
             .unwrap_or_else(|e| panic!("after {op:?}: {e}"));
+        assert_stats_match_snapshot(&a);
         assert_no_overlap(&live);
         let s = a.stats();
         assert_eq!(
@@ -128,6 +129,72 @@ fn run_ops_limited(conf: &str, limit: Option<u64>, ops: &[Op]) {
         0,
         "empty_cache with nothing live returns everything"
     );
+}
+
+/// Recounts every `current` figure of `memory_stats()` from the segments and blocks
+/// that `snapshot()` reports, pool by pool, and checks the running totals.
+fn assert_stats_match_snapshot(a: &Allocator) {
+    let stats = a.memory_stats();
+    let snapshot = a.snapshot();
+    for (pool, key) in [(Pool::Small, "small_pool"), (Pool::Large, "large_pool")] {
+        let segs: Vec<_> = snapshot.iter().filter(|s| s.pool == pool).collect();
+        let blocks = || {
+            segs.iter()
+                .flat_map(|s| s.blocks.iter().map(|b| (s.blocks.len(), b)))
+        };
+        let in_state = |state| blocks().filter(move |(_, b)| b.state == state);
+        let active = || blocks().filter(|(_, b)| b.state != BlockState::Free);
+        // PyTorch leaves expandable segments out of `inactive_split`.
+        let split_free = || {
+            segs.iter()
+                .filter(|s| !s.expandable && s.blocks.len() > 1)
+                .flat_map(|s| s.blocks.iter())
+                .filter(|b| b.state == BlockState::Free)
+        };
+        let expected = [
+            (
+                "allocated_bytes",
+                in_state(BlockState::Allocated)
+                    .map(|(_, b)| b.size)
+                    .sum::<u64>(),
+            ),
+            (
+                "requested_bytes",
+                in_state(BlockState::Allocated)
+                    .map(|(_, b)| b.requested)
+                    .sum(),
+            ),
+            ("allocation", in_state(BlockState::Allocated).count() as u64),
+            ("reserved_bytes", segs.iter().map(|s| s.mapped).sum()),
+            ("segment", segs.len() as u64),
+            ("active", active().count() as u64),
+            ("active_bytes", active().map(|(_, b)| b.size).sum()),
+            ("inactive_split", split_free().count() as u64),
+            ("inactive_split_bytes", split_free().map(|b| b.size).sum()),
+        ];
+        for (name, want) in expected {
+            assert_eq!(
+                stats[&format!("{name}.{key}.current")],
+                want,
+                "{name}.{key}"
+            );
+        }
+    }
+    for (k, &v) in &stats {
+        if let Some(stem) = k.strip_suffix(".current") {
+            let total = |f: &str| stats[&format!("{stem}.{f}")];
+            assert_eq!(
+                total("allocated") - total("freed"),
+                v,
+                "{stem}: allocated - freed"
+            );
+            assert!(total("peak") >= v, "{stem}: peak below current");
+        }
+        if let Some(stem) = k.strip_suffix(".all.current") {
+            let pool = |p: &str| stats[&format!("{stem}.{p}.current")];
+            assert_eq!(pool("small_pool") + pool("large_pool"), v, "{stem}: pools");
+        }
+    }
 }
 
 proptest! {
@@ -536,4 +603,165 @@ fn a_steady_loop_moves_no_pages_and_never_synchronises() {
     for b in kept {
         a.free(b).unwrap();
     }
+}
+
+#[test]
+fn memory_stats_have_pytorch_keys_and_meanings() {
+    let device = test_device();
+    let a = allocator(&device, "expandable_segments:False");
+    let stream = device.default_stream().unwrap();
+    let other = device.new_stream().unwrap();
+    let keys = a.memory_stats();
+    for name in [
+        "allocated_bytes",
+        "reserved_bytes",
+        "active_bytes",
+        "inactive_split_bytes",
+        "requested_bytes",
+        "allocation",
+        "segment",
+        "active",
+        "inactive_split",
+    ] {
+        for pool in ["all", "small_pool", "large_pool"] {
+            for field in ["current", "peak", "allocated", "freed"] {
+                let key = format!("{name}.{pool}.{field}");
+                assert_eq!(keys.get(&key), Some(&0), "{key}");
+            }
+        }
+    }
+    for key in [
+        "num_alloc_retries",
+        "num_ooms",
+        "num_device_alloc",
+        "num_device_free",
+        "num_sync_all_streams",
+    ] {
+        assert!(keys.contains_key(key), "{key}");
+    }
+    assert_eq!(keys.len(), 9 * 3 * 4 + 5);
+
+    // Two small blocks split one 2 MiB segment; freeing the first leaves a free
+    // fragment between live neighbours.
+    let x = a.malloc(1000, &stream).unwrap();
+    let y = a.malloc(3000, &stream).unwrap();
+    assert_eq!((x.size(), y.size()), (1024, 3072));
+    a.free(x).unwrap();
+    let s = a.memory_stats();
+    assert_eq!(a.memory_allocated(), 3072);
+    assert_eq!(a.max_memory_allocated(), 4096);
+    assert_eq!(a.memory_reserved(), 2 * MIB);
+    assert_eq!(a.max_memory_reserved(), 2 * MIB);
+    assert_eq!(s["allocated_bytes.small_pool.allocated"], 4096);
+    assert_eq!(s["allocated_bytes.small_pool.freed"], 1024);
+    assert_eq!(s["allocated_bytes.large_pool.peak"], 0);
+    assert_eq!(s["requested_bytes.all.current"], 3000);
+    assert_eq!(s["allocation.all.allocated"], 2);
+    assert_eq!(s["segment.small_pool.current"], 1);
+    assert_eq!(
+        s["inactive_split.small_pool.current"], 2,
+        "x's hole and the tail"
+    );
+    assert_eq!(s["inactive_split_bytes.all.current"], 2 * MIB - 3072);
+    assert_eq!(s["num_device_alloc"], 1);
+
+    // A block freed while another stream uses it stays active until that work is done.
+    let z = a.malloc(2 * MIB as usize, &stream).unwrap();
+    a.record_stream(&z, &other).unwrap();
+    a.free(z).unwrap();
+    let s = a.memory_stats();
+    assert_eq!(s["allocation.large_pool.current"], 0);
+    assert!(s["active.large_pool.current"] <= 1);
+    assert_eq!(
+        s["active_bytes.large_pool.current"],
+        s["active.large_pool.current"] * 2 * MIB
+    );
+    assert_stats_match_snapshot(&a);
+
+    a.free(y).unwrap();
+    a.empty_cache().unwrap();
+    let s = a.memory_stats();
+    assert_eq!(s["active.all.current"], 0);
+    assert_eq!(s["reserved_bytes.all.current"], 0);
+    assert_eq!(
+        s["reserved_bytes.all.freed"],
+        s["reserved_bytes.all.allocated"]
+    );
+    assert_eq!(s["num_device_free"], s["num_device_alloc"]);
+    assert_eq!(a.max_memory_allocated(), 2 * MIB + 3072);
+    a.reset_peak_memory_stats();
+    assert_eq!(a.max_memory_allocated(), 0);
+    assert_eq!(a.max_memory_reserved(), 0);
+    let s = a.memory_stats();
+    assert_eq!(
+        s["allocated_bytes.all.allocated"],
+        2 * MIB + 4096,
+        "totals survive a reset"
+    );
+    assert_stats_match_snapshot(&a);
+}
+
+#[test]
+fn memory_summary_shows_pytorch_rows_and_figures() {
+    let device = test_device();
+    let a = allocator(&device, "expandable_segments:False");
+    let stream = device.default_stream().unwrap();
+    let big = a.malloc(3 * MIB as usize, &stream).unwrap();
+    let small = a.malloc(512, &stream).unwrap();
+    a.free(big).unwrap();
+    let text = a.memory_summary();
+    for row in [
+        "Allocated memory",
+        "Active memory",
+        "Requested memory",
+        "GPU reserved memory",
+        "Non-releasable memory",
+        "Allocations",
+        "Active allocs",
+        "GPU reserved segments",
+        "Non-releasable allocs",
+        "from large pool",
+        "from small pool",
+        "Cur Usage",
+        "Peak Usage",
+        "Tot Alloc",
+        "Tot Freed",
+    ] {
+        assert!(text.contains(row), "no {row:?} in\n{text}");
+    }
+    let row = |label: &str, nth: usize| -> Vec<String> {
+        let line = text
+            .lines()
+            .filter(|l| l.split('|').nth(1).map(str::trim) == Some(label))
+            .nth(nth)
+            .unwrap_or_else(|| panic!("no row {label} in\n{text}"));
+        line.split('|')
+            .skip(2)
+            .map(|c| c.split_whitespace().collect::<Vec<_>>().join(" "))
+            .filter(|c| !c.is_empty())
+            .collect()
+    };
+    // Allocated: 512 B now, 3 MiB + 512 B at the peak; each column's unit follows
+    // its own scale (the peak for the first two), as PyTorch's does.
+    assert_eq!(
+        row("Allocated memory", 0),
+        ["0 KiB", "3072 KiB", "3072 KiB", "3072 KiB"]
+    );
+    assert_eq!(
+        row("from large pool", 0),
+        ["0 KiB", "3072 KiB", "3072 KiB", "3072 KiB"]
+    );
+    assert_eq!(
+        row("from small pool", 0),
+        ["512 B", "512 B", "512 B", "0 B"]
+    );
+    assert_eq!(row("Requested memory", 0)[1], "3072 KiB");
+    let kib = format!("{} KiB", a.memory_reserved() / 1024);
+    assert_eq!(row("GPU reserved memory", 0), [&kib, &kib, &kib, "0 B"]);
+    assert_eq!(row("Allocations", 0), ["1", "2", "2", "1"]);
+    assert_eq!(row("Active allocs", 0), ["1", "2", "2", "1"]);
+    assert_eq!(row("GPU reserved segments", 0), ["2", "2", "2", "0"]);
+    // The tails split off both segments; the large one merged back when `big` went.
+    assert_eq!(row("Non-releasable allocs", 0), ["1", "2", "2", "1"]);
+    a.free(small).unwrap();
 }

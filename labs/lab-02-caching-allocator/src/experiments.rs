@@ -151,6 +151,9 @@ fn what_empty_cache_returns(device: &Device) -> Result<()> {
         "reserved after (mappings in use)",
         bytes(after.reserved.current)
     );
+    // PyTorch users read this table first. Its non-releasable rows stay at zero here:
+    // with expandable segments, idle pages go back whatever their neighbours.
+    println!("\n{}", allocator.memory_summary());
     allocator.free(survivor)?;
     println!(
         "(only whole mappings nothing uses go back: the live block keeps the driver mapping \

@@ -255,6 +255,41 @@ impl Allocator {
         self.lock().stats.reset_peaks();
     }
 
+    /// Bytes in blocks handed out (PyTorch's `memory_allocated`).
+    pub fn memory_allocated(&self) -> u64 {
+        self.lock().stats.allocated.current
+    }
+
+    /// Bytes held from the driver (PyTorch's `memory_reserved`).
+    pub fn memory_reserved(&self) -> u64 {
+        self.lock().stats.reserved.current
+    }
+
+    /// The most bytes handed out at once since the last peak reset.
+    pub fn max_memory_allocated(&self) -> u64 {
+        self.lock().stats.allocated.peak
+    }
+
+    /// The most bytes held from the driver since the last peak reset.
+    pub fn max_memory_reserved(&self) -> u64 {
+        self.lock().stats.reserved.peak
+    }
+
+    /// PyTorch's name for [`reset_peak_stats`](Self::reset_peak_stats).
+    pub fn reset_peak_memory_stats(&self) {
+        self.reset_peak_stats();
+    }
+
+    /// PyTorch's `memory_stats()`: every statistic under its PyTorch key.
+    pub fn memory_stats(&self) -> std::collections::BTreeMap<String, u64> {
+        self.stats().to_map()
+    }
+
+    /// PyTorch's `memory_summary()`: the statistics as a table.
+    pub fn memory_summary(&self) -> String {
+        self.stats().summary(&self.device.to_string())
+    }
+
     /// Caps this process's reservations at `fraction` of the device's memory.
     pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
         if !(fraction > 0.0 && fraction <= 1.0) {
@@ -400,8 +435,8 @@ impl State {
         requested: u64,
     ) -> Result<Block> {
         let id = match self.find_free(sp, rounded) {
-            Some((size, id)) => {
-                self.free.remove(sp, size, self.blocks[id].addr, id);
+            Some((_, id)) => {
+                self.unlist_free(sp, id);
                 id
             }
             None => self.new_segment(be, device, sp, stream, pool, rounded)?,
@@ -420,7 +455,7 @@ impl State {
             let b = &mut self.blocks[id];
             b.size = rounded;
             b.next = rest;
-            self.free.insert(sp, remaining, addr, rest);
+            self.list_free(sp, rest);
         }
         // ANCHOR_END: split
         let b = &mut self.blocks[id];
@@ -434,9 +469,12 @@ impl State {
                 return Err(e);
             }
         }
-        self.stats.requested.add(requested);
-        self.stats.allocated.add(size);
-        self.stats.allocations.add(1);
+        let s = &mut self.stats;
+        s.requested.add(pool, requested);
+        s.allocated.add(pool, size);
+        s.allocations.add(pool, 1);
+        s.active.add(pool, 1);
+        s.active_bytes.add(pool, size);
         Ok(Block {
             id,
             generation: self.blocks[id].generation,
@@ -555,10 +593,10 @@ impl State {
             }
             let base = be.raw_alloc(size as usize)?;
             self.stats.device_allocs += 1;
-            self.stats.reserved.add(size);
+            self.stats.reserved.add(pool, size);
             (base, size, Vec::new())
         };
-        self.stats.segments.add(1);
+        self.stats.segments.add(pool, 1);
         let seg = Segment {
             sp,
             base,
@@ -669,9 +707,10 @@ impl State {
         head.len = n as u32;
         head.users = n as u32;
         seg.mapped_pages += n;
+        let pool = seg.pool;
         self.stats.device_allocs += 1;
         self.stats.num_maps += 1;
-        self.stats.reserved.add(bytes);
+        self.stats.reserved.add(pool, bytes);
         self.high_water = self.high_water.max(self.stats.reserved.current);
         Ok(())
     }
@@ -746,9 +785,10 @@ impl State {
             page.mapped = false;
         }
         seg.mapped_pages -= n as u64;
+        let pool = seg.pool;
         self.stats.device_frees += 1;
         self.stats.num_unmaps += 1;
-        self.stats.reserved.sub(bytes);
+        self.stats.reserved.sub(pool, bytes);
         Ok(())
     }
 
@@ -772,13 +812,15 @@ impl State {
     fn free(&mut self, be: &dyn Backend, block: Block) -> Result<()> {
         self.check_handle(&block)?;
         let id = block.id;
+        let pool = self.segments[self.blocks[id].segment as usize].pool;
         let b = &mut self.blocks[id];
-        self.stats.requested.sub(b.requested);
-        self.stats.allocated.sub(b.size);
-        self.stats.allocations.sub(1);
+        let s = &mut self.stats;
+        s.requested.sub(pool, b.requested);
+        s.allocated.sub(pool, b.size);
+        s.allocations.sub(pool, 1);
         if b.stream_uses.is_empty() {
             b.state = BlockState::Free;
-            self.release_block(id);
+            self.deactivate(id);
             return Ok(());
         }
         b.state = BlockState::Pending;
@@ -811,7 +853,7 @@ impl State {
                 b.pending_events -= 1;
                 if b.pending_events == 0 {
                     b.state = BlockState::Free;
-                    self.release_block(id);
+                    self.deactivate(id);
                 }
             } else {
                 i += 1;
@@ -854,20 +896,63 @@ impl State {
         // ANCHOR: merge
         let prev = self.blocks[id].prev;
         if prev != NONE && self.blocks[prev].state == BlockState::Free {
-            let p = &self.blocks[prev];
-            self.free.remove(sp, p.size, p.addr, prev);
+            self.unlist_free(sp, prev);
             self.absorb_next(prev);
             id = prev;
         }
         let next = self.blocks[id].next;
         if next != NONE && self.blocks[next].state == BlockState::Free {
-            let n = &self.blocks[next];
-            self.free.remove(sp, n.size, n.addr, next);
+            self.unlist_free(sp, next);
             self.absorb_next(id);
         }
+        self.list_free(sp, id);
+        // ANCHOR_END: merge
+    }
+
+    /// Releases a block that has just stopped being active (freed, with no other
+    /// stream's work outstanding).
+    fn deactivate(&mut self, id: u32) {
+        let b = &self.blocks[id];
+        let pool = self.segments[b.segment as usize].pool;
+        self.stats.active.sub(pool, 1);
+        self.stats.active_bytes.sub(pool, b.size);
+        self.release_block(id);
+    }
+
+    /// Adds a free block to the free set. Every free block enters and leaves the set
+    /// through here and [`unlist_free`](Self::unlist_free), and a listed block's
+    /// neighbours come and go only by leaving the set first, so these two keep the
+    /// `inactive_split` statistics without a walk. Free blocks of expandable segments
+    /// are left out, as PyTorch leaves them out: `empty_cache` unmaps their idle pages,
+    /// so they are not the memory that statistic warns about.
+    #[inline]
+    fn list_free(&mut self, sp: u64, id: u32) {
         let b = &self.blocks[id];
         self.free.insert(sp, b.size, b.addr, id);
-        // ANCHOR_END: merge
+        if b.prev != NONE || b.next != NONE {
+            let seg = &self.segments[b.segment as usize];
+            if seg.expandable {
+                return;
+            }
+            let pool = seg.pool;
+            self.stats.inactive_split.add(pool, 1);
+            self.stats.inactive_split_bytes.add(pool, b.size);
+        }
+    }
+
+    #[inline]
+    fn unlist_free(&mut self, sp: u64, id: u32) {
+        let b = &self.blocks[id];
+        self.free.remove(sp, b.size, b.addr, id);
+        if b.prev != NONE || b.next != NONE {
+            let seg = &self.segments[b.segment as usize];
+            if seg.expandable {
+                return;
+            }
+            let pool = seg.pool;
+            self.stats.inactive_split.sub(pool, 1);
+            self.stats.inactive_split_bytes.sub(pool, b.size);
+        }
     }
 
     /// Merges the block after `id` into `id`.
@@ -905,17 +990,24 @@ impl State {
             if first.state != BlockState::Free || first.size != seg.size {
                 continue;
             }
-            let (base, size, first_id) = (seg.base, seg.size, seg.first);
-            self.free.remove(seg.sp, size, base, first_id);
-            if seg.expandable {
+            let (sp, base, size, first_id, pool, expandable) = (
+                seg.sp,
+                seg.base,
+                seg.size,
+                seg.first,
+                seg.pool,
+                seg.expandable,
+            );
+            self.unlist_free(sp, first_id);
+            if expandable {
                 be.vm_release(base, size as usize)?;
             } else {
                 be.raw_free(base)?;
                 self.stats.device_frees += 1;
-                self.stats.reserved.sub(size);
+                self.stats.reserved.sub(pool, size);
             }
             self.blocks.remove(first_id);
-            self.stats.segments.sub(1);
+            self.stats.segments.sub(pool, 1);
             let seg = &mut self.segments[s];
             seg.alive = false;
             seg.pages = Vec::new();
@@ -925,10 +1017,13 @@ impl State {
     }
 
     fn check_invariants(&self) -> std::result::Result<(), String> {
-        let (mut allocated, mut requested, mut count, mut reserved, mut free_blocks) =
-            (0u64, 0u64, 0u64, 0u64, 0usize);
+        // Per pool (indexed by `Pool as usize`), in the order of `Recount`'s fields.
+        let mut rc = [Recount::default(); 2];
+        let mut free_blocks = 0usize;
         for (si, seg) in self.segments.iter().enumerate().filter(|(_, s)| s.alive) {
             let sp = seg.sp;
+            let r = &mut rc[seg.pool as usize];
+            r.segments += 1;
             let mut users = vec![0u32; seg.pages.len()];
             let (mut id, mut prev, mut addr) = (seg.first, NONE, seg.base);
             let mut prev_free = false;
@@ -953,6 +1048,10 @@ impl State {
                 match b.state {
                     BlockState::Free => {
                         free_blocks += 1;
+                        if !seg.expandable && (b.prev != NONE || b.next != NONE) {
+                            r.inactive_split += 1;
+                            r.inactive_split_bytes += b.size;
+                        }
                         if !self.free.contains(sp, b.size, b.addr, id) {
                             return Err(format!(
                                 "free block {:#x} missing from the free set",
@@ -961,11 +1060,16 @@ impl State {
                         }
                     }
                     BlockState::Allocated => {
-                        allocated += b.size;
-                        requested += b.requested;
-                        count += 1;
+                        r.allocated += b.size;
+                        r.requested += b.requested;
+                        r.allocations += 1;
+                        r.active += 1;
+                        r.active_bytes += b.size;
                     }
-                    BlockState::Pending => {}
+                    BlockState::Pending => {
+                        r.active += 1;
+                        r.active_bytes += b.size;
+                    }
                 }
                 if seg.expandable && !is_free {
                     let first = ((b.addr - seg.base) / self.page) as usize;
@@ -1025,9 +1129,9 @@ impl State {
                     }
                     p += n;
                 }
-                reserved += mapped * self.page;
+                r.reserved += mapped * self.page;
             } else {
-                reserved += seg.size;
+                r.reserved += seg.size;
             }
         }
         if free_blocks != self.free.len() {
@@ -1038,16 +1142,51 @@ impl State {
             ));
         }
         let s = &self.stats;
-        for (name, stat, recount) in [
-            ("allocated", s.allocated.current, allocated),
-            ("requested", s.requested.current, requested),
-            ("allocations", s.allocations.current, count),
-            ("reserved", s.reserved.current, reserved),
-        ] {
-            if stat != recount {
-                return Err(format!("stats: {name} is {stat}, recount {recount}"));
+        for pool in [Pool::Small, Pool::Large] {
+            let r = &rc[pool as usize];
+            for ((name, ps), recount) in s.named().into_iter().zip([
+                r.allocated,
+                r.reserved,
+                r.active_bytes,
+                r.inactive_split_bytes,
+                r.requested,
+                r.allocations,
+                r.segments,
+                r.active,
+                r.inactive_split,
+            ]) {
+                let stat = ps.pool(pool).current;
+                if stat != recount {
+                    return Err(format!(
+                        "stats: {name} ({pool:?}) is {stat}, recount {recount}"
+                    ));
+                }
+            }
+        }
+        for (name, ps) in s.named() {
+            if ps.all.current != ps.small.current + ps.large.current {
+                return Err(format!("stats: {name} is not the sum of its pools"));
+            }
+            for st in [&ps.all, &ps.small, &ps.large] {
+                if st.allocated - st.freed != st.current || st.peak < st.current {
+                    return Err(format!("stats: {name} totals disagree: {st:?}"));
+                }
             }
         }
         Ok(())
     }
+}
+
+/// What [`State::check_invariants`] counts for one pool.
+#[derive(Clone, Copy, Default)]
+struct Recount {
+    allocated: u64,
+    reserved: u64,
+    active_bytes: u64,
+    inactive_split_bytes: u64,
+    requested: u64,
+    allocations: u64,
+    segments: u64,
+    active: u64,
+    inactive_split: u64,
 }

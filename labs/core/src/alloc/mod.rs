@@ -14,4 +14,4 @@ pub use caching::{Allocator, Block, BlockInfo, SegmentInfo};
 pub use config::{Config, ENV_ALLOC_CONF};
 pub use pool::BlockState;
 pub use size::{pool_of, round_size, segment_size, Pool};
-pub use stats::{Stat, Stats};
+pub use stats::{PoolStat, Stat, Stats};

@@ -1,17 +1,27 @@
 //! The allocator's statistics: plain counters updated under the allocator's lock, named
 //! so that PyTorch's `memory_stats()` keys map onto them one for one.
 
-/// A quantity with its current value and the highest it has been.
+use std::collections::BTreeMap;
+
+use super::size::Pool;
+
+/// A quantity with its current value, the highest it has been, and the running totals
+/// of its increases and decreases (PyTorch's `current`, `peak`, `allocated`, `freed`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stat {
     pub current: u64,
     pub peak: u64,
+    /// Sum of all increases since the allocator was made.
+    pub allocated: u64,
+    /// Sum of all decreases since the allocator was made.
+    pub freed: u64,
 }
 
 impl Stat {
     #[inline]
     pub fn add(&mut self, n: u64) {
         self.current += n;
+        self.allocated += n;
         if self.current > self.peak {
             self.peak = self.current;
         }
@@ -19,9 +29,60 @@ impl Stat {
     #[inline]
     pub fn sub(&mut self, n: u64) {
         self.current -= n;
+        self.freed += n;
     }
     pub fn reset_peak(&mut self) {
         self.peak = self.current;
+    }
+}
+
+/// A [`Stat`] for all blocks and one for each pool. The aggregate is kept on its own
+/// rather than summed when read, because the peak of a sum is not the sum of peaks.
+///
+/// It dereferences to the aggregate, so that `stats.allocated.current` reads as before
+/// the split by pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStat {
+    pub all: Stat,
+    pub small: Stat,
+    pub large: Stat,
+}
+
+impl PoolStat {
+    #[inline]
+    pub fn add(&mut self, pool: Pool, n: u64) {
+        self.all.add(n);
+        self.pool_mut(pool).add(n);
+    }
+    #[inline]
+    pub fn sub(&mut self, pool: Pool, n: u64) {
+        self.all.sub(n);
+        self.pool_mut(pool).sub(n);
+    }
+    pub fn pool(&self, pool: Pool) -> &Stat {
+        match pool {
+            Pool::Small => &self.small,
+            Pool::Large => &self.large,
+        }
+    }
+    #[inline]
+    fn pool_mut(&mut self, pool: Pool) -> &mut Stat {
+        match pool {
+            Pool::Small => &mut self.small,
+            Pool::Large => &mut self.large,
+        }
+    }
+    pub fn reset_peak(&mut self) {
+        self.all.reset_peak();
+        self.small.reset_peak();
+        self.large.reset_peak();
+    }
+}
+
+impl std::ops::Deref for PoolStat {
+    type Target = Stat;
+    fn deref(&self) -> &Stat {
+        &self.all
     }
 }
 
@@ -29,15 +90,27 @@ impl Stat {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Bytes the program asked for (`requested_bytes`).
-    pub requested: Stat,
+    pub requested: PoolStat,
     /// Bytes in blocks handed out, after rounding (`allocated_bytes`).
-    pub allocated: Stat,
-    /// Bytes held from the driver (`reserved_bytes`).
-    pub reserved: Stat,
+    pub allocated: PoolStat,
+    /// Bytes held from the driver (`reserved_bytes`): with expandable segments, the
+    /// mapped bytes, not the reserved address space.
+    pub reserved: PoolStat,
     /// Blocks handed out and not yet freed (`allocation`).
-    pub allocations: Stat,
+    pub allocations: PoolStat,
     /// Segments (`segment`).
-    pub segments: Stat,
+    pub segments: PoolStat,
+    /// Blocks allocated or freed but still awaiting other streams' work (`active`): the
+    /// blocks the cache cannot hand out.
+    pub active: PoolStat,
+    /// Bytes of the `active` blocks (`active_bytes`).
+    pub active_bytes: PoolStat,
+    /// Free blocks that share a fixed segment with other blocks (`inactive_split`):
+    /// cached memory that `empty_cache` cannot return while its neighbours live.
+    /// Expandable segments are left out, as in PyTorch.
+    pub inactive_split: PoolStat,
+    /// Bytes of the `inactive_split` blocks (`inactive_split_bytes`).
+    pub inactive_split_bytes: PoolStat,
     /// Driver allocations of physical memory: `cuMemAlloc` of a fixed segment, or
     /// `cuMemCreate` of one mapping of an expandable segment (each `vm_map` creates the
     /// memory it maps, a run of 1 to 8 pages of 2 MiB). Equal to `num_maps` when all
@@ -72,10 +145,196 @@ pub struct Stats {
 impl Stats {
     /// Starts the peaks again from the current values.
     pub fn reset_peaks(&mut self) {
-        self.requested.reset_peak();
-        self.allocated.reset_peak();
-        self.reserved.reset_peak();
-        self.allocations.reset_peak();
-        self.segments.reset_peak();
+        for s in self.pool_stats_mut() {
+            s.reset_peak();
+        }
+    }
+
+    fn pool_stats_mut(&mut self) -> [&mut PoolStat; 9] {
+        [
+            &mut self.requested,
+            &mut self.allocated,
+            &mut self.reserved,
+            &mut self.allocations,
+            &mut self.segments,
+            &mut self.active,
+            &mut self.active_bytes,
+            &mut self.inactive_split,
+            &mut self.inactive_split_bytes,
+        ]
+    }
+
+    /// The statistics under PyTorch's names, in the order of their keys.
+    pub fn named(&self) -> [(&'static str, &PoolStat); 9] {
+        [
+            ("allocated_bytes", &self.allocated),
+            ("reserved_bytes", &self.reserved),
+            ("active_bytes", &self.active_bytes),
+            ("inactive_split_bytes", &self.inactive_split_bytes),
+            ("requested_bytes", &self.requested),
+            ("allocation", &self.allocations),
+            ("segment", &self.segments),
+            ("active", &self.active),
+            ("inactive_split", &self.inactive_split),
+        ]
+    }
+
+    /// PyTorch's `memory_stats()`: `NAME.{all,small_pool,large_pool}.{current,peak,
+    /// allocated,freed}` for each statistic, plus the event counters.
+    pub fn to_map(&self) -> BTreeMap<String, u64> {
+        let mut m = BTreeMap::new();
+        for (name, ps) in self.named() {
+            for (pool, s) in [
+                ("all", &ps.all),
+                ("small_pool", &ps.small),
+                ("large_pool", &ps.large),
+            ] {
+                for (field, v) in [
+                    ("current", s.current),
+                    ("peak", s.peak),
+                    ("allocated", s.allocated),
+                    ("freed", s.freed),
+                ] {
+                    m.insert(format!("{name}.{pool}.{field}"), v);
+                }
+            }
+        }
+        for (name, v) in [
+            ("num_alloc_retries", self.num_alloc_retries),
+            ("num_ooms", self.num_ooms),
+            ("num_device_alloc", self.device_allocs),
+            ("num_device_free", self.device_frees),
+            ("num_sync_all_streams", self.num_sync_all_streams),
+        ] {
+            m.insert(name.to_string(), v);
+        }
+        m
+    }
+
+    /// PyTorch's `memory_summary()` table for these statistics.
+    pub fn summary(&self, device: &str) -> String {
+        let rule = format!("|{}|\n", "-".repeat(75));
+        let double = format!("|{}|\n", "=".repeat(75));
+        let mut out = String::new();
+        out += &double;
+        out += &format!(
+            "|{:^75}|\n",
+            format!("Caching allocator memory summary, {device}")
+        );
+        out += &rule;
+        out += &format!(
+            "|{:^37}|{:^37}|\n",
+            format!("OOMs: {}", self.num_ooms),
+            format!("Allocation retries: {}", self.num_alloc_retries)
+        );
+        out += &double;
+        out += "|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |\n";
+        let rows: [(&str, &PoolStat, bool); 9] = [
+            ("Allocated memory", &self.allocated, true),
+            ("Active memory", &self.active_bytes, true),
+            ("Requested memory", &self.requested, true),
+            ("GPU reserved memory", &self.reserved, true),
+            ("Non-releasable memory", &self.inactive_split_bytes, true),
+            ("Allocations", &self.allocations, false),
+            ("Active allocs", &self.active, false),
+            ("GPU reserved segments", &self.segments, false),
+            ("Non-releasable allocs", &self.inactive_split, false),
+        ];
+        for (name, ps, bytes) in rows {
+            out += &rule;
+            for (label, s) in [
+                (name, &ps.all),
+                ("      from large pool", &ps.large),
+                ("      from small pool", &ps.small),
+            ] {
+                let f = |v: u64, scale: u64| {
+                    if bytes {
+                        format_size(v, scale)
+                    } else {
+                        format_count(v, scale)
+                    }
+                };
+                out += &format!(
+                    "| {label:<21} | {} | {} | {} | {} |\n",
+                    f(s.current, s.peak),
+                    f(s.peak, s.peak),
+                    f(s.allocated, s.allocated),
+                    f(s.freed, s.freed)
+                );
+            }
+        }
+        out += &rule;
+        out += &format!(
+            "| {:<21} | {:>49} |\n",
+            "Device allocs/frees",
+            format!("{} / {}", self.device_allocs, self.device_frees)
+        );
+        out += &format!(
+            "| {:<21} | {:>49} |\n",
+            "Device synchronises", self.num_sync_all_streams
+        );
+        out += &double;
+        out
+    }
+}
+
+/// A byte figure in the unit its row's scale calls for, as PyTorch prints it: the unit
+/// steps up while the scale is at least 768 of the next, so that a column's figures
+/// stay comparable.
+fn format_size(mut v: u64, mut scale: u64) -> String {
+    let mut unit = "B  ";
+    for next in ["KiB", "MiB", "GiB", "TiB", "PiB"] {
+        if scale < 768 * 1024 {
+            break;
+        }
+        unit = next;
+        v /= 1024;
+        scale /= 1024;
+    }
+    format!("{v:6} {unit}")
+}
+
+/// A count with PyTorch's K/M suffixes, stepping up at 750 thousand of the scale.
+fn format_count(mut v: u64, mut scale: u64) -> String {
+    let mut unit = " ";
+    for next in ["K", "M"] {
+        if scale < 750 * 1000 {
+            break;
+        }
+        unit = next;
+        v /= 1000;
+        scale /= 1000;
+    }
+    format!("{v:7} {unit} ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_step_up_where_pytorch_steps_up() {
+        assert_eq!(format_size(767 * 1024, 767 * 1024), "785408 B  ");
+        assert_eq!(format_size(768 * 1024, 768 * 1024), "   768 KiB");
+        // A figure follows its column's scale, not its own size.
+        assert_eq!(format_size(512, 3 << 20), "     0 KiB");
+        assert_eq!(format_size(5 << 30, 5 << 30), "  5120 MiB");
+        assert_eq!(format_count(749_999, 749_999), " 749999   ");
+        assert_eq!(format_count(750_000, 750_000), "    750 K ");
+    }
+
+    #[test]
+    fn pools_add_up_and_totals_survive_a_peak_reset() {
+        let mut s = PoolStat::default();
+        s.add(Pool::Small, 10);
+        s.add(Pool::Large, 100);
+        s.sub(Pool::Small, 10);
+        assert_eq!(
+            (s.current, s.peak, s.allocated, s.freed),
+            (100, 110, 110, 10)
+        );
+        assert_eq!((s.small.peak, s.large.current), (10, 100));
+        s.reset_peak();
+        assert_eq!((s.peak, s.small.peak, s.allocated), (100, 0, 110));
     }
 }
