@@ -18,6 +18,7 @@ use std::sync::Arc;
 use super::lock::{Guard, Lock};
 
 use super::config::Config;
+use super::parked::Parked;
 use super::pool::{stream_pool, BlockState, Blocks, FreeSet, NONE};
 use super::size::{
     pool_of, round_size, segment_size, Pool, EXPANDABLE_VA, LARGE_BUFFER, MIN_BLOCK, SMALL_SIZE,
@@ -139,6 +140,10 @@ struct State {
     page: u64,
     blocks: Blocks,
     free: FreeSet,
+    /// Freed blocks kept whole for the next request of their size.
+    parked: Parked,
+    /// Reused buffer for the blocks taken off the parked lists.
+    unparked: Vec<u32>,
     segments: Vec<Segment>,
     vacant_segments: Vec<u32>,
     /// Device-wide synchronisations so far (the current epoch).
@@ -177,6 +182,8 @@ impl Allocator {
                 page,
                 blocks: Blocks::default(),
                 free: FreeSet::default(),
+                parked: Parked::default(),
+                unparked: Vec::new(),
                 segments: Vec::new(),
                 vacant_segments: Vec::new(),
                 epoch: 0,
@@ -247,8 +254,13 @@ impl Allocator {
         st.release_cached(&*self.backend)
     }
 
+    /// Every statistic. Parked blocks are merged into the free set first, so that the
+    /// figures (`inactive_split` is the one parking changes) read as for an allocator
+    /// that merges every freed block at once.
     pub fn stats(&self) -> Stats {
-        self.lock().stats
+        let mut st = self.lock();
+        st.unpark_all();
+        st.stats
     }
 
     pub fn reset_peak_stats(&self) {
@@ -305,7 +317,8 @@ impl Allocator {
 
     /// The segments and their blocks, in address order.
     pub fn snapshot(&self) -> Vec<SegmentInfo> {
-        let st = self.lock();
+        let mut st = self.lock();
+        st.unpark_all();
         let mut out: Vec<SegmentInfo> = st
             .segments
             .iter()
@@ -364,6 +377,16 @@ impl Drop for Allocator {
     }
 }
 
+/// The pool of a free-set prefix (see [`stream_pool`]).
+#[inline]
+fn sp_pool(sp: u32) -> Pool {
+    if sp & 1 == 0 {
+        Pool::Small
+    } else {
+        Pool::Large
+    }
+}
+
 fn oom(device: DeviceId, requested: u64, st: &State) -> Error {
     Error::OutOfMemory {
         device,
@@ -395,6 +418,15 @@ impl State {
             }
         };
         let sp = stream_pool(index as u64, pool);
+        // ANCHOR: parked_hit
+        if let Some(id) = self.parked.take(&self.blocks, sp, rounded) {
+            self.count_inactive_split(id, false);
+            self.stats.num_parked_hits += 1;
+            return Ok(self.hand_out(id, pool, size, stream));
+        }
+        // Every other request sees the free memory as if nothing were parked.
+        self.unpark_all();
+        // ANCHOR_END: parked_hit
         let mut stage = 0;
         loop {
             match self.try_malloc(be, device, sp, stream, pool, rounded, size) {
@@ -448,7 +480,7 @@ impl State {
         if self.should_split(expandable, pool, rounded, remaining) {
             let b = &self.blocks[id];
             let (addr, next) = (b.addr + rounded, b.next);
-            let rest = self.blocks.insert(addr, remaining, seg_index, id, next);
+            let rest = self.blocks.insert(addr, remaining, sp, seg_index, id, next);
             if next != NONE {
                 self.blocks[next].prev = rest;
             }
@@ -458,31 +490,38 @@ impl State {
             self.list_free(sp, rest);
         }
         // ANCHOR_END: split
-        let b = &mut self.blocks[id];
-        b.state = BlockState::Allocated;
-        b.requested = requested;
-        let (ptr, size) = (b.addr, b.size);
         if expandable {
+            self.blocks[id].state = BlockState::Allocated;
             if let Err(e) = self.occupy(be, id) {
                 self.blocks[id].state = BlockState::Free;
                 self.release_block(id);
                 return Err(e);
             }
         }
+        Ok(self.hand_out(id, pool, requested, stream))
+    }
+
+    /// Marks block `id` allocated for a request of `requested` bytes and counts it.
+    #[inline]
+    fn hand_out(&mut self, id: u32, pool: Pool, requested: u64, stream: u64) -> Block {
+        let b = &mut self.blocks[id];
+        b.state = BlockState::Allocated;
+        b.requested = requested;
+        let (ptr, size, generation) = (b.addr, b.size, b.generation);
         let s = &mut self.stats;
         s.requested.add(pool, requested);
         s.allocated.add(pool, size);
         s.allocations.add(pool, 1);
         s.active.add(pool, 1);
         s.active_bytes.add(pool, size);
-        Ok(Block {
+        Block {
             id,
-            generation: self.blocks[id].generation,
+            generation,
             ptr,
             size,
             requested,
             stream,
-        })
+        }
     }
 
     // ANCHOR: find_free
@@ -619,7 +658,7 @@ impl State {
                 (self.segments.len() - 1) as u32
             }
         };
-        let id = self.blocks.insert(base, size, index, NONE, NONE);
+        let id = self.blocks.insert(base, size, sp, index, NONE, NONE);
         self.segments[index as usize].first = id;
         Ok(id)
     }
@@ -812,15 +851,28 @@ impl State {
     fn free(&mut self, be: &dyn Backend, block: Block) -> Result<()> {
         self.check_handle(&block)?;
         let id = block.id;
-        let pool = self.segments[self.blocks[id].segment as usize].pool;
         let b = &mut self.blocks[id];
+        let (sp, pool) = (b.sp as u64, sp_pool(b.sp));
         let s = &mut self.stats;
         s.requested.sub(pool, b.requested);
         s.allocated.sub(pool, b.size);
         s.allocations.sub(pool, 1);
         if b.stream_uses.is_empty() {
-            b.state = BlockState::Free;
-            self.deactivate(id);
+            s.active.sub(pool, 1);
+            s.active_bytes.sub(pool, b.size);
+            // Small blocks are parked for a request of the size this one was rounded
+            // to. Large ones are not: where a large block goes decides fragmentation,
+            // and reusing the last one freed instead of the best fit raised peak
+            // reserved over peak requested from 1.0117 to 1.0182 on gpt2_fp32 and from
+            // 1.0212 to 1.0309 on gpt2_varlen; parking small blocks changes no trace's.
+            let rounded = round_size(b.requested, self.conf.roundup_power2_divisions);
+            if pool == Pool::Small && self.parked.park(&mut self.blocks, sp, rounded, id) {
+                self.blocks[id].state = BlockState::Parked;
+                self.count_inactive_split(id, true);
+            } else {
+                self.blocks[id].state = BlockState::Free;
+                self.release_block(id);
+            }
             return Ok(());
         }
         b.state = BlockState::Pending;
@@ -913,10 +965,44 @@ impl State {
     /// stream's work outstanding).
     fn deactivate(&mut self, id: u32) {
         let b = &self.blocks[id];
-        let pool = self.segments[b.segment as usize].pool;
+        let pool = sp_pool(b.sp);
         self.stats.active.sub(pool, 1);
         self.stats.active_bytes.sub(pool, b.size);
         self.release_block(id);
+    }
+
+    /// Returns every parked block to the free set, merged with its free neighbours.
+    fn unpark_all(&mut self) {
+        if self.parked.is_empty() {
+            return;
+        }
+        let mut ids = std::mem::take(&mut self.unparked);
+        self.parked.drain_into(&self.blocks, &mut ids);
+        for &id in &ids {
+            self.count_inactive_split(id, false);
+            self.blocks[id].state = BlockState::Free;
+            self.release_block(id);
+        }
+        ids.clear();
+        self.unparked = ids;
+    }
+
+    /// Counts a parked block in the `inactive_split` statistics (`add`) or stops
+    /// counting it, as [`list_free`](Self::list_free) counts a listed one.
+    #[inline]
+    fn count_inactive_split(&mut self, id: u32, add: bool) {
+        let b = &self.blocks[id];
+        if self.conf.expandable_segments || (b.prev == NONE && b.next == NONE) {
+            return;
+        }
+        let pool = sp_pool(b.sp);
+        if add {
+            self.stats.inactive_split.add(pool, 1);
+            self.stats.inactive_split_bytes.add(pool, b.size);
+        } else {
+            self.stats.inactive_split.sub(pool, 1);
+            self.stats.inactive_split_bytes.sub(pool, b.size);
+        }
     }
 
     /// Adds a free block to the free set. Every free block enters and leaves the set
@@ -929,12 +1015,8 @@ impl State {
     fn list_free(&mut self, sp: u64, id: u32) {
         let b = &self.blocks[id];
         self.free.insert(sp, b.size, b.addr, id);
-        if b.prev != NONE || b.next != NONE {
-            let seg = &self.segments[b.segment as usize];
-            if seg.expandable {
-                return;
-            }
-            let pool = seg.pool;
+        if !self.conf.expandable_segments && (b.prev != NONE || b.next != NONE) {
+            let pool = sp_pool(b.sp);
             self.stats.inactive_split.add(pool, 1);
             self.stats.inactive_split_bytes.add(pool, b.size);
         }
@@ -944,12 +1026,8 @@ impl State {
     fn unlist_free(&mut self, sp: u64, id: u32) {
         let b = &self.blocks[id];
         self.free.remove(sp, b.size, b.addr, id);
-        if b.prev != NONE || b.next != NONE {
-            let seg = &self.segments[b.segment as usize];
-            if seg.expandable {
-                return;
-            }
-            let pool = seg.pool;
+        if !self.conf.expandable_segments && (b.prev != NONE || b.next != NONE) {
+            let pool = sp_pool(b.sp);
             self.stats.inactive_split.sub(pool, 1);
             self.stats.inactive_split_bytes.sub(pool, b.size);
         }
@@ -969,6 +1047,7 @@ impl State {
 
     /// Gives back whole free segments and idle pages; returns the bytes released.
     fn release_cached(&mut self, be: &dyn Backend) -> Result<u64> {
+        self.unpark_all();
         let before = self.stats.reserved.current;
         for s in 0..self.segments.len() {
             if !self.segments[s].alive {
@@ -1019,7 +1098,7 @@ impl State {
     fn check_invariants(&self) -> std::result::Result<(), String> {
         // Per pool (indexed by `Pool as usize`), in the order of `Recount`'s fields.
         let mut rc = [Recount::default(); 2];
-        let mut free_blocks = 0usize;
+        let (mut free_blocks, mut parked_blocks) = (0usize, 0usize);
         for (si, seg) in self.segments.iter().enumerate().filter(|(_, s)| s.alive) {
             let sp = seg.sp;
             let r = &mut rc[seg.pool as usize];
@@ -1029,7 +1108,7 @@ impl State {
             let mut prev_free = false;
             while id != NONE {
                 let b = &self.blocks[id];
-                if b.prev != prev || b.segment != si as u32 {
+                if b.prev != prev || b.segment != si as u32 || b.sp as u64 != sp {
                     return Err(format!("block {:#x}: broken links", b.addr));
                 }
                 if b.addr != addr {
@@ -1069,6 +1148,23 @@ impl State {
                     BlockState::Pending => {
                         r.active += 1;
                         r.active_bytes += b.size;
+                    }
+                    BlockState::Parked => {
+                        parked_blocks += 1;
+                        if !seg.expandable && (b.prev != NONE || b.next != NONE) {
+                            r.inactive_split += 1;
+                            r.inactive_split_bytes += b.size;
+                        }
+                        let key = Parked::key_of(
+                            sp,
+                            round_size(b.requested, self.conf.roundup_power2_divisions),
+                        );
+                        if !self.parked.entries(&self.blocks).contains(&(id, key)) {
+                            return Err(format!(
+                                "parked block {:#x} missing from its parked list",
+                                b.addr
+                            ));
+                        }
                     }
                 }
                 if seg.expandable && !is_free {
@@ -1134,6 +1230,15 @@ impl State {
                 r.reserved += seg.size;
             }
         }
+        if parked_blocks != self.parked.len()
+            || self.parked.entries(&self.blocks).len() != parked_blocks
+        {
+            return Err(format!(
+                "{parked_blocks} parked blocks but {} counted and {} listed",
+                self.parked.len(),
+                self.parked.entries(&self.blocks).len()
+            ));
+        }
         if free_blocks != self.free.len() {
             return Err(format!(
                 "{} free blocks but {} in the free set",
@@ -1164,10 +1269,10 @@ impl State {
             }
         }
         for (name, ps) in s.named() {
-            if ps.all.current != ps.small.current + ps.large.current {
+            if ps.all.current != ps.small().current + ps.large().current {
                 return Err(format!("stats: {name} is not the sum of its pools"));
             }
-            for st in [&ps.all, &ps.small, &ps.large] {
+            for st in [&ps.all, ps.small(), ps.large()] {
                 if st.allocated - st.freed != st.current || st.peak < st.current {
                     return Err(format!("stats: {name} totals disagree: {st:?}"));
                 }

@@ -5,6 +5,7 @@
 mod caching;
 mod config;
 mod lock;
+mod parked;
 mod pool;
 pub mod replay;
 mod size;

@@ -13,12 +13,18 @@ pub enum BlockState {
     Allocated,
     /// Freed by the program, but work on another stream may still use it.
     Pending,
+    /// Freed, and kept whole for the next request of its size (see `parked.rs`):
+    /// free memory that has not been merged with its neighbours yet. Snapshots
+    /// report it as `Free`.
+    Parked,
 }
 
 pub(crate) struct Block {
     pub addr: u64,
     pub size: u64,
     pub requested: u64,
+    /// The free-set prefix of the block's stream and pool (its segment's).
+    pub sp: u32,
     pub segment: u32,
     pub prev: u32,
     pub next: u32,
@@ -28,6 +34,8 @@ pub(crate) struct Block {
     pub generation: u32,
     /// Events still to complete before a pending block is free.
     pub pending_events: u32,
+    /// The next block on the same parked list, while parked.
+    pub parked_next: u32,
     /// Streams other than the allocation stream that used the block (`record_stream`).
     pub stream_uses: Vec<Stream>,
 }
@@ -41,13 +49,23 @@ pub(crate) struct Blocks {
 }
 
 impl Blocks {
-    pub fn insert(&mut self, addr: u64, size: u64, segment: u32, prev: u32, next: u32) -> u32 {
+    pub fn insert(
+        &mut self,
+        addr: u64,
+        size: u64,
+        sp: u64,
+        segment: u32,
+        prev: u32,
+        next: u32,
+    ) -> u32 {
+        let sp = sp as u32;
         match self.vacant.pop() {
             Some(id) => {
                 let b = &mut self.slots[id as usize];
                 b.addr = addr;
                 b.size = size;
                 b.requested = 0;
+                b.sp = sp;
                 b.segment = segment;
                 b.prev = prev;
                 b.next = next;
@@ -60,12 +78,14 @@ impl Blocks {
                     addr,
                     size,
                     requested: 0,
+                    sp,
                     segment,
                     prev,
                     next,
                     state: BlockState::Free,
                     generation: 0,
                     pending_events: 0,
+                    parked_next: NONE,
                     stream_uses: Vec::new(),
                 });
                 (self.slots.len() - 1) as u32
