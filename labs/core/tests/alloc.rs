@@ -142,7 +142,7 @@ fn run_ops_limited(conf: &str, limit: Option<u64>, ops: &[Op]) {
 /// that `snapshot()` reports, pool by pool, and checks the running totals.
 fn assert_stats_match_snapshot(a: &Allocator) {
     let stats = a.memory_stats();
-    let snapshot = a.snapshot();
+    let snapshot = a.segments();
     for (pool, key) in [(Pool::Small, "small_pool"), (Pool::Large, "large_pool")] {
         let segs: Vec<_> = snapshot.iter().filter(|s| s.pool == pool).collect();
         let blocks = || {
@@ -321,7 +321,7 @@ fn record_stream_defers_reuse_until_the_other_stream_is_done() {
     // The event has completed: the next allocation collects the block.
     let again = a.malloc(8 << 20, &s0).unwrap();
     assert_eq!(again.ptr(), b.ptr());
-    let snapshot = a.snapshot();
+    let snapshot = a.segments();
     assert!(snapshot
         .iter()
         .flat_map(|s| &s.blocks)
@@ -359,7 +359,7 @@ fn no_oom_while_a_fitting_block_waits_on_another_stream() {
         a.record_stream(&block, &s1).unwrap();
         a.free(block).unwrap();
         let pending = a
-            .snapshot()
+            .segments()
             .iter()
             .flat_map(|s| s.blocks.clone())
             .any(|b| b.state == BlockState::Pending);
@@ -480,7 +480,7 @@ fn knob_expandable_segments_maps_pages_on_demand() {
     let page = device.backend().vm_granularity().unwrap() as u64;
     let s = a.stats();
     assert_eq!(s.reserved.current, (5u64 << 20).div_ceil(page) * page);
-    let snap = a.snapshot();
+    let snap = a.segments();
     assert!(snap.iter().all(|s| s.expandable));
     // A neighbour reuses the partly used last page before mapping new ones.
     let c = a.malloc(512 << 10, &stream).unwrap();
@@ -794,7 +794,7 @@ fn a_freed_small_block_is_reused_whole_and_otherwise_merged() {
     // Merged with the free tail: one free block after `keep`, as without parking.
     let s = a.stats();
     assert_eq!((s.inactive_split.current, s.num_parked_hits), (1, 1));
-    let blocks = &a.snapshot()[0].blocks;
+    let blocks = &a.segments()[0].blocks;
     assert_eq!(blocks.len(), 2, "{blocks:?}");
     assert_eq!(blocks[1].state, BlockState::Free);
     // A request of another size is served by best fit, right after `keep`.

@@ -18,6 +18,10 @@ use std::sync::Arc;
 use super::lock::{Guard, Lock};
 
 use super::config::Config;
+use std::collections::HashMap;
+
+use super::export::{to_snapshot, LiveBlock};
+use super::history::{frames_of, History, HistoryAction, HistoryEvent};
 use super::parked::Parked;
 use super::pool::{stream_pool, BlockState, Blocks, FreeSet, NONE};
 use super::size::{
@@ -26,6 +30,7 @@ use super::size::{
 use super::stats::Stats;
 use crate::device::{Backend, DeviceId, DevicePtr, Event, Stream};
 use crate::error::{Error, Result};
+use crate::snapshot::{Frame, Snapshot};
 
 /// How many free blocks past the best fit are looked at for one on mapped pages.
 /// Measured (page mappings on resnet50 / gpt2_fp32 / gpt2_varlen): 0 (plain best fit)
@@ -82,6 +87,9 @@ pub struct SegmentInfo {
     pub expandable: bool,
     /// Bytes with memory behind them (all of a fixed segment).
     pub mapped: u64,
+    /// The (address, length) of each run of memory-backed pages, in address order: the
+    /// whole segment when it is fixed.
+    pub mapped_ranges: Vec<(u64, u64)>,
     pub blocks: Vec<BlockInfo>,
 }
 
@@ -161,6 +169,11 @@ struct State {
     stats: Stats,
     /// Stream handles in order of first use; a stream's index is its key in the free set.
     streams: Vec<u64>,
+    /// The memory history, while recorded (`record_memory_history`).
+    history: Option<Box<History>>,
+    /// Allocations handed out so far: each block remembers its number, so that the
+    /// leak guard can tell the blocks allocated after its baseline.
+    serial: u64,
 }
 
 impl Allocator {
@@ -193,6 +206,8 @@ impl Allocator {
                 pending: Vec::new(),
                 stats: Stats::default(),
                 streams: Vec::new(),
+                history: None,
+                serial: 0,
             }),
         })
     }
@@ -315,8 +330,99 @@ impl Allocator {
         Ok(())
     }
 
+    // ANCHOR: record_memory_history
+    /// Starts recording the memory history (PyTorch's `_record_memory_history`): the
+    /// last `max_entries` events, each with the Rust backtrace of its call when
+    /// `with_backtraces` is set. A `max_entries` of 0 stops recording and drops the
+    /// history. Starting again starts a new history.
+    pub fn record_memory_history(&self, max_entries: usize, with_backtraces: bool) {
+        self.lock().history =
+            (max_entries > 0).then(|| Box::new(History::new(max_entries, with_backtraces)));
+    }
+    // ANCHOR_END: record_memory_history
+
+    /// The recorded history, oldest first (empty when none is recorded), and how many
+    /// older entries the ring buffer let go.
+    pub fn history(&self) -> (Vec<HistoryEvent>, u64) {
+        let st = self.lock();
+        st.history
+            .as_ref()
+            .map_or((Vec::new(), 0), |h| (h.events(), h.dropped))
+    }
+
+    /// The allocator's state and history in the snapshot model that lab 3 reads, draws
+    /// and exports (PyTorch's `torch.cuda.memory._snapshot()`). An expandable segment
+    /// appears as one segment per run of mapped pages, so that segment sizes add up to
+    /// `memory_reserved`, as in PyTorch.
+    pub fn snapshot(&self) -> Snapshot {
+        let segments = self.segments();
+        let (events, sites) = {
+            let st = self.lock();
+            match &st.history {
+                Some(h) => {
+                    let sites: HashMap<u64, Vec<Frame>> = segments
+                        .iter()
+                        .flat_map(|s| &s.blocks)
+                        .filter(|b| b.state == BlockState::Allocated)
+                        .filter_map(|b| h.alloc_site(b.addr).map(|bt| (b.addr, bt)))
+                        .map(|(a, bt)| (a, frames_of(&bt)))
+                        .collect();
+                    (h.events(), sites)
+                }
+                None => (Vec::new(), HashMap::new()),
+            }
+        };
+        to_snapshot(self.device, &self.config(), &segments, &events, &sites)
+    }
+
+    /// Writes [`snapshot`](Self::snapshot) to `path` as JSON (PyTorch's
+    /// `_dump_snapshot`), for `lab-03 summary`, `plot` and `export-trace`.
+    pub fn dump_snapshot(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
+        crate::snapshot::dump_to_file(&self.snapshot(), path)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))
+    }
+
+    /// The blocks allocated now, oldest allocation first, each with the number of
+    /// its allocation (see [`allocations_so_far`](Self::allocations_so_far)) and, when
+    /// the history records backtraces, where it was made.
+    pub fn live_blocks(&self) -> Vec<LiveBlock> {
+        let st = self.lock();
+        let mut live: Vec<LiveBlock> = st
+            .segments
+            .iter()
+            .filter(|s| s.alive)
+            .flat_map(|s| {
+                let mut ids = Vec::new();
+                let mut id = s.first;
+                while id != NONE {
+                    ids.push(id);
+                    id = st.blocks[id].next;
+                }
+                ids
+            })
+            .map(|id| &st.blocks[id])
+            .filter(|b| b.state == BlockState::Allocated)
+            .map(|b| LiveBlock {
+                addr: b.addr,
+                size: b.size,
+                requested: b.requested,
+                stream: st.streams[(b.sp >> 1) as usize],
+                serial: b.serial,
+                backtrace: st.history.as_ref().and_then(|h| h.alloc_site(b.addr)),
+            })
+            .collect();
+        live.sort_by_key(|b| b.serial);
+        live
+    }
+
+    /// How many allocations this allocator has handed out so far: a baseline for
+    /// [`live_blocks`](Self::live_blocks) (blocks with a higher number came later).
+    pub fn allocations_so_far(&self) -> u64 {
+        self.lock().serial
+    }
+
     /// The segments and their blocks, in address order.
-    pub fn snapshot(&self) -> Vec<SegmentInfo> {
+    pub fn segments(&self) -> Vec<SegmentInfo> {
         let mut st = self.lock();
         st.unpark_all();
         let mut out: Vec<SegmentInfo> = st
@@ -347,6 +453,11 @@ impl Allocator {
                     } else {
                         s.size
                     },
+                    mapped_ranges: if s.expandable {
+                        mapped_ranges(s, st.page)
+                    } else {
+                        vec![(s.base, s.size)]
+                    },
                     blocks,
                 }
             })
@@ -375,6 +486,19 @@ impl Drop for Allocator {
             eprintln!("warning: releasing the cache of {}: {e}", self.device);
         }
     }
+}
+
+/// The runs of mapped pages of an expandable segment, as (address, length).
+fn mapped_ranges(seg: &Segment, page: u64) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (i, _) in seg.pages.iter().enumerate().filter(|(_, p)| p.mapped) {
+        let addr = seg.base + i as u64 * page;
+        match out.last_mut() {
+            Some((start, len)) if *start + *len == addr => *len += page,
+            _ => out.push((addr, page)),
+        }
+    }
+    out
 }
 
 /// The pool of a free-set prefix (see [`stream_pool`]).
@@ -447,6 +571,7 @@ impl State {
                         continue;
                     }
                     self.stats.num_ooms += 1;
+                    self.note(HistoryAction::Oom, 0, size, stream);
                     return Err(oom(device, size, self));
                 }
                 Err(e) => return Err(e),
@@ -504,10 +629,13 @@ impl State {
     /// Marks block `id` allocated for a request of `requested` bytes and counts it.
     #[inline]
     fn hand_out(&mut self, id: u32, pool: Pool, requested: u64, stream: u64) -> Block {
+        self.serial += 1;
         let b = &mut self.blocks[id];
         b.state = BlockState::Allocated;
         b.requested = requested;
+        b.serial = self.serial;
         let (ptr, size, generation) = (b.addr, b.size, b.generation);
+        self.note(HistoryAction::Alloc, ptr, requested, stream);
         let s = &mut self.stats;
         s.requested.add(pool, requested);
         s.allocated.add(pool, size);
@@ -631,6 +759,7 @@ impl State {
                 return Err(oom(device, rounded, self));
             }
             let base = be.raw_alloc(size as usize)?;
+            self.note(HistoryAction::SegmentAlloc, base, size, stream);
             self.stats.device_allocs += 1;
             self.stats.reserved.add(pool, size);
             (base, size, Vec::new())
@@ -737,7 +866,9 @@ impl State {
             });
         }
         let seg = &mut self.segments[s as usize];
-        be.vm_map(seg.base + first as u64 * self.page, bytes as usize)?;
+        let addr = seg.base + first as u64 * self.page;
+        be.vm_map(addr, bytes as usize)?;
+        let stream = seg.stream;
         for page in &mut seg.pages[first..end] {
             page.mapped = true;
             page.head = first as u32;
@@ -751,6 +882,7 @@ impl State {
         self.stats.num_maps += 1;
         self.stats.reserved.add(pool, bytes);
         self.high_water = self.high_water.max(self.stats.reserved.current);
+        self.note(HistoryAction::SegmentMap, addr, bytes, stream);
         Ok(())
     }
 
@@ -819,7 +951,9 @@ impl State {
         let seg = &mut self.segments[s as usize];
         let n = seg.pages[head].len as usize;
         let bytes = n as u64 * self.page;
-        be.vm_unmap(seg.base + head as u64 * self.page, bytes as usize)?;
+        let addr = seg.base + head as u64 * self.page;
+        be.vm_unmap(addr, bytes as usize)?;
+        let stream = seg.stream;
         for page in &mut seg.pages[head..head + n] {
             page.mapped = false;
         }
@@ -828,6 +962,7 @@ impl State {
         self.stats.device_frees += 1;
         self.stats.num_unmaps += 1;
         self.stats.reserved.sub(pool, bytes);
+        self.note(HistoryAction::SegmentUnmap, addr, bytes, stream);
         Ok(())
     }
 
@@ -851,6 +986,14 @@ impl State {
     fn free(&mut self, be: &dyn Backend, block: Block) -> Result<()> {
         self.check_handle(&block)?;
         let id = block.id;
+        if self.history.is_some() {
+            let b = &self.blocks[id];
+            let (addr, requested, now) = (b.addr, b.requested, b.stream_uses.is_empty());
+            self.note(HistoryAction::FreeRequested, addr, requested, block.stream);
+            if now {
+                self.note(HistoryAction::FreeCompleted, addr, requested, block.stream);
+            }
+        }
         let b = &mut self.blocks[id];
         let (sp, pool) = (b.sp as u64, sp_pool(b.sp));
         let s = &mut self.stats;
@@ -905,6 +1048,12 @@ impl State {
                 b.pending_events -= 1;
                 if b.pending_events == 0 {
                     b.state = BlockState::Free;
+                    if self.history.is_some() {
+                        let b = &self.blocks[id];
+                        let stream = self.streams[(b.sp >> 1) as usize];
+                        let (addr, requested) = (b.addr, b.requested);
+                        self.note(HistoryAction::FreeCompleted, addr, requested, stream);
+                    }
                     self.deactivate(id);
                 }
             } else {
@@ -969,6 +1118,14 @@ impl State {
         self.stats.active.sub(pool, 1);
         self.stats.active_bytes.sub(pool, b.size);
         self.release_block(id);
+    }
+
+    /// Records an event in the memory history, when one is being recorded.
+    #[inline(always)]
+    fn note(&mut self, action: HistoryAction, addr: u64, size: u64, stream: u64) {
+        if let Some(h) = self.history.as_deref_mut() {
+            h.record(action, addr, size, stream);
+        }
     }
 
     /// Returns every parked block to the free set, merged with its free neighbours.
@@ -1082,6 +1239,8 @@ impl State {
                 be.vm_release(base, size as usize)?;
             } else {
                 be.raw_free(base)?;
+                let stream = self.segments[s].stream;
+                self.note(HistoryAction::SegmentFree, base, size, stream);
                 self.stats.device_frees += 1;
                 self.stats.reserved.sub(pool, size);
             }

@@ -4,6 +4,9 @@
 
 mod caching;
 mod config;
+mod export;
+mod history;
+mod leak;
 mod lock;
 mod parked;
 mod pool;
@@ -13,6 +16,9 @@ mod stats;
 
 pub use caching::{Allocator, Block, BlockInfo, SegmentInfo};
 pub use config::{Config, ENV_ALLOC_CONF};
+pub use export::LiveBlock;
+pub use history::{frames_of, HistoryAction, HistoryEvent};
+pub use leak::{LeakGuard, LeakReport};
 pub use pool::BlockState;
 pub use size::{pool_of, round_size, segment_size, Pool};
 pub use stats::{PoolStat, Stat, Stats};

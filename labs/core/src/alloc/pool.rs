@@ -36,6 +36,8 @@ pub(crate) struct Block {
     pub pending_events: u32,
     /// The next block on the same parked list, while parked.
     pub parked_next: u32,
+    /// While allocated: the allocator's count of allocations when it was handed out.
+    pub serial: u64,
     /// Streams other than the allocation stream that used the block (`record_stream`).
     pub stream_uses: Vec<Stream>,
 }
@@ -86,6 +88,7 @@ impl Blocks {
                     generation: 0,
                     pending_events: 0,
                     parked_next: NONE,
+                    serial: 0,
                     stream_uses: Vec::new(),
                 });
                 (self.slots.len() - 1) as u32

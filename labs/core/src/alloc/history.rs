@@ -1,0 +1,249 @@
+//! The allocator's memory history (PyTorch's `_record_memory_history`): a ring buffer
+//! of what happened (allocations, frees, segments mapped and unmapped, out-of-memory
+//! failures), each with a time, a stream and, when asked for, the Rust backtrace of the
+//! call that caused it.
+//!
+//! Off by default, and then it costs the allocator one predictable branch per call.
+//! Backtraces are captured unresolved (a few microseconds each) and resolved to
+//! function names only when a snapshot is taken.
+
+use std::backtrace::Backtrace;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::snapshot::{Frame, TraceAction};
+
+/// What one history entry records, with PyTorch's trace names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryAction {
+    /// A block was handed out; `size` is the requested size.
+    Alloc,
+    /// The program freed a block.
+    FreeRequested,
+    /// The block became reusable (later than `FreeRequested` only when other streams
+    /// were still using it).
+    FreeCompleted,
+    /// A fixed segment was allocated from the driver (`cuMemAlloc`).
+    SegmentAlloc,
+    /// A fixed segment was returned to the driver (`cuMemFree`).
+    SegmentFree,
+    /// Pages of an expandable segment got memory (`cuMemCreate` + `cuMemMap`).
+    SegmentMap,
+    /// Pages of an expandable segment gave their memory back (`cuMemUnmap`).
+    SegmentUnmap,
+    /// A request failed for want of memory; `size` is the request.
+    Oom,
+}
+
+impl HistoryAction {
+    pub fn trace_action(self) -> TraceAction {
+        match self {
+            HistoryAction::Alloc => TraceAction::Alloc,
+            HistoryAction::FreeRequested => TraceAction::FreeRequested,
+            HistoryAction::FreeCompleted => TraceAction::FreeCompleted,
+            HistoryAction::SegmentAlloc => TraceAction::SegmentAlloc,
+            HistoryAction::SegmentFree => TraceAction::SegmentFree,
+            HistoryAction::SegmentMap => TraceAction::SegmentMap,
+            HistoryAction::SegmentUnmap => TraceAction::SegmentUnmap,
+            HistoryAction::Oom => TraceAction::Oom,
+        }
+    }
+}
+
+/// One entry of the history.
+#[derive(Debug, Clone)]
+pub struct HistoryEvent {
+    pub action: HistoryAction,
+    pub addr: u64,
+    pub size: u64,
+    /// The stream's handle (the trace's stream id).
+    pub stream: u64,
+    /// Microseconds since the Unix epoch.
+    pub time_us: i64,
+    /// Where the call came from, when backtraces are recorded.
+    pub backtrace: Option<Arc<Backtrace>>,
+}
+
+impl HistoryEvent {
+    /// The backtrace as frames, innermost first, without the allocator's own frames.
+    pub fn frames(&self) -> Vec<Frame> {
+        self.backtrace.as_deref().map(frames_of).unwrap_or_default()
+    }
+}
+
+pub(crate) struct History {
+    events: VecDeque<HistoryEvent>,
+    max_entries: usize,
+    backtraces: bool,
+    /// Where each live block was allocated, for snapshots and the leak guard.
+    alloc_sites: HashMap<u64, Arc<Backtrace>>,
+    started: Instant,
+    started_us: i64,
+    /// Entries pushed out of the ring buffer.
+    pub dropped: u64,
+}
+
+impl History {
+    pub fn new(max_entries: usize, backtraces: bool) -> History {
+        let started_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
+        History {
+            events: VecDeque::with_capacity(max_entries.min(1 << 16)),
+            max_entries,
+            backtraces,
+            alloc_sites: HashMap::new(),
+            started: Instant::now(),
+            started_us,
+            dropped: 0,
+        }
+    }
+
+    /// Records an event. Called with the allocator's lock held, so a backtrace is
+    /// captured without resolving symbols.
+    #[cold]
+    pub fn record(&mut self, action: HistoryAction, addr: u64, size: u64, stream: u64) {
+        let backtrace = match (self.backtraces, action) {
+            (true, HistoryAction::Alloc | HistoryAction::FreeRequested | HistoryAction::Oom) => {
+                Some(Arc::new(Backtrace::force_capture()))
+            }
+            _ => None,
+        };
+        match action {
+            HistoryAction::Alloc => {
+                if let Some(bt) = &backtrace {
+                    self.alloc_sites.insert(addr, bt.clone());
+                }
+            }
+            HistoryAction::FreeRequested => {
+                self.alloc_sites.remove(&addr);
+            }
+            _ => {}
+        }
+        if self.events.len() == self.max_entries {
+            self.events.pop_front();
+            self.dropped += 1;
+        }
+        let time_us = self.started_us + self.started.elapsed().as_micros() as i64;
+        self.events.push_back(HistoryEvent {
+            action,
+            addr,
+            size,
+            stream,
+            time_us,
+            backtrace,
+        });
+    }
+
+    pub fn events(&self) -> Vec<HistoryEvent> {
+        self.events.iter().cloned().collect()
+    }
+
+    /// Where the live block at `addr` was allocated, if recorded.
+    pub fn alloc_site(&self, addr: u64) -> Option<Arc<Backtrace>> {
+        self.alloc_sites.get(&addr).cloned()
+    }
+}
+
+/// The frames of a backtrace, innermost first, from the caller of the allocator
+/// outwards: the capture itself, the allocator and the standard library's start-up
+/// code are left out.
+pub fn frames_of(bt: &Backtrace) -> Vec<Frame> {
+    let text = bt.to_string();
+    let mut frames: Vec<Frame> = Vec::new();
+    for line in text.lines() {
+        let t = line.trim_start();
+        if let Some(at) = t.strip_prefix("at ") {
+            // "at path/to/file.rs:LINE:COL"
+            if let Some(f) = frames.last_mut() {
+                let mut parts = at.rsplitn(3, ':');
+                let _col = parts.next();
+                let line = parts.next().and_then(|l| l.parse().ok()).unwrap_or(0);
+                f.filename = workspace_relative(parts.next().unwrap_or(at));
+                f.line = line;
+            }
+        } else if let Some((n, name)) = t.split_once(": ") {
+            if n.chars().all(|c| c.is_ascii_digit()) {
+                frames.push(Frame {
+                    name: name.to_string(),
+                    filename: String::new(),
+                    line: 0,
+                });
+            }
+        }
+    }
+    let is_internal = |f: &Frame| {
+        f.name.starts_with("std::backtrace")
+            || f.name.contains("labs_core::alloc::caching::")
+            || f.name.contains("labs_core::alloc::history::History")
+    };
+    // Skip the capture and the allocator's frames at the top; stop at the runtime's
+    // start-up code.
+    frames
+        .into_iter()
+        .skip_while(is_internal)
+        .take_while(|f| {
+            !f.name.starts_with("std::rt::")
+                && !f
+                    .name
+                    .starts_with("std::sys::backtrace::__rust_begin_short_backtrace")
+                && f.name != "main"
+                && !f.name.starts_with("__libc_start")
+        })
+        .collect()
+}
+
+/// A source path as readers know it: our files from `labs/`, dependencies from their
+/// crate's folder; where the project was built is nobody's business.
+fn workspace_relative(path: &str) -> String {
+    if let Some(i) = path.rfind("/labs/") {
+        return path[i + 1..].to_string();
+    }
+    if let Some(i) = path.find("/registry/src/") {
+        let rest = &path[i + "/registry/src/".len()..];
+        return rest.split_once('/').map_or(rest, |(_, r)| r).to_string();
+    }
+    path.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ring_keeps_the_newest_entries() {
+        let mut h = History::new(3, false);
+        for i in 0..5 {
+            h.record(HistoryAction::Alloc, i * 512, 512, 0);
+        }
+        let addrs: Vec<u64> = h.events().iter().map(|e| e.addr).collect();
+        assert_eq!(addrs, [1024, 1536, 2048]);
+        assert_eq!(h.dropped, 2);
+        let times: Vec<i64> = h.events().iter().map(|e| e.time_us).collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn frames_start_at_the_caller() {
+        let frames = frames_of(&Backtrace::force_capture());
+        assert!(
+            frames[0].name.contains("frames_start_at_the_caller"),
+            "{frames:?}"
+        );
+        assert!(frames[0].filename.ends_with("history.rs") && frames[0].line > 0);
+        assert!(!frames.iter().any(|f| f.name.starts_with("std::rt::")));
+    }
+
+    #[test]
+    fn paths_are_shown_from_the_workspace() {
+        assert_eq!(
+            workspace_relative("/home/x/project/labs/lab-03/src/demo.rs"),
+            "labs/lab-03/src/demo.rs"
+        );
+        assert_eq!(
+            workspace_relative("/h/.cargo/registry/src/index.crates.io-1/half-2.4/src/lib.rs"),
+            "half-2.4/src/lib.rs"
+        );
+    }
+}

@@ -1,0 +1,336 @@
+//! The memory history, snapshots of our allocator, the trace they export and the leak
+//! guard, on the device under test (`LABS_DEVICE`, default the simulator).
+
+use labs_core::alloc::replay::{read_trace, replay_on_sim};
+use labs_core::alloc::{Allocator, Config, HistoryAction, LeakGuard};
+use labs_core::snapshot::{self, BlockState, Summary, TraceAction};
+use labs_core::testing::test_device;
+use labs_core::Device;
+
+const MIB: u64 = 1 << 20;
+
+fn allocator(device: &Device, conf: &str) -> Allocator {
+    Allocator::new(device.backend_arc(), Config::parse(conf).unwrap()).unwrap()
+}
+
+fn actions(a: &Allocator) -> Vec<HistoryAction> {
+    a.history().0.iter().map(|e| e.action).collect()
+}
+
+#[test]
+fn the_history_records_what_happened_in_order() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    let a = allocator(&device, "expandable_segments:False");
+    let before = a.malloc(1000, &stream).unwrap();
+    assert!(a.history().0.is_empty(), "nothing is recorded until asked");
+    a.record_memory_history(100, false);
+    let b = a.malloc(3 * MIB as usize, &stream).unwrap();
+    a.free(b).unwrap();
+    a.free(before).unwrap();
+    a.empty_cache().unwrap();
+    use HistoryAction::*;
+    assert_eq!(
+        actions(&a),
+        [
+            SegmentAlloc,
+            Alloc,
+            FreeRequested,
+            FreeCompleted,
+            FreeRequested,
+            FreeCompleted,
+            SegmentFree,
+            SegmentFree
+        ]
+    );
+    let (events, dropped) = a.history();
+    assert_eq!(dropped, 0);
+    assert_eq!((events[1].addr, events[1].size), (b.ptr(), 3 * MIB));
+    assert_eq!(
+        events[0].size,
+        20 * MIB,
+        "a 3 MiB request gets a 20 MiB segment"
+    );
+    assert!(events.iter().all(|e| e.stream == stream.handle()));
+    assert!(events.windows(2).all(|w| w[0].time_us <= w[1].time_us));
+    a.record_memory_history(0, false);
+    assert!(a.history().0.is_empty(), "stopping drops the history");
+}
+
+#[test]
+fn the_ring_buffer_keeps_the_newest_events() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    let a = allocator(&device, "");
+    a.record_memory_history(6, false);
+    let mut sizes = Vec::new();
+    for i in 1..=10u64 {
+        let b = a.malloc((i * 4096) as usize, &stream).unwrap();
+        sizes.push(b.requested());
+        a.free(b).unwrap();
+    }
+    let (events, dropped) = a.history();
+    assert_eq!(events.len(), 6);
+    assert!(dropped >= 24, "{dropped}");
+    let allocs: Vec<u64> = events
+        .iter()
+        .filter(|e| e.action == HistoryAction::Alloc)
+        .map(|e| e.size)
+        .collect();
+    // Each iteration records alloc, free_requested, free_completed.
+    assert_eq!(allocs, [9 * 4096, 10 * 4096]);
+}
+
+#[test]
+fn expandable_segments_record_mappings_and_failures() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    let a = allocator(&device, "expandable_segments:True");
+    let total = device.mem_info().unwrap().total;
+    a.set_memory_fraction((64 * MIB) as f64 / total as f64)
+        .unwrap();
+    a.record_memory_history(1000, false);
+    let b = a.malloc(5 * MIB as usize, &stream).unwrap();
+    assert!(a.malloc(200 * MIB as usize, &stream).is_err());
+    a.free(b).unwrap();
+    a.empty_cache().unwrap();
+    let (events, _) = a.history();
+    let map = events
+        .iter()
+        .find(|e| e.action == HistoryAction::SegmentMap)
+        .unwrap();
+    assert_eq!(map.addr, b.ptr());
+    assert_eq!(map.size, 6 * MIB, "three 2 MiB pages");
+    let oom = events
+        .iter()
+        .find(|e| e.action == HistoryAction::Oom)
+        .unwrap();
+    assert_eq!(oom.size, 200 * MIB);
+    // The failed request mapped what it could before failing and gave it back.
+    let total = |action| -> u64 {
+        events
+            .iter()
+            .filter(|e| e.action == action)
+            .map(|e| e.size)
+            .sum()
+    };
+    assert_eq!(
+        total(HistoryAction::SegmentUnmap),
+        total(HistoryAction::SegmentMap)
+    );
+    assert_eq!(a.memory_reserved(), 0);
+}
+
+#[test]
+fn a_free_on_another_streams_work_completes_later() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    let other = device.new_stream().unwrap();
+    let a = allocator(&device, "");
+    a.record_memory_history(100, false);
+    let b = a.malloc(4096, &stream).unwrap();
+    a.record_stream(&b, &other).unwrap();
+    a.free(b).unwrap();
+    let blocks_only = |a: &Allocator| -> Vec<HistoryAction> {
+        actions(a)
+            .into_iter()
+            .filter(|&x| x != HistoryAction::SegmentMap && x != HistoryAction::SegmentUnmap)
+            .collect()
+    };
+    assert_eq!(
+        blocks_only(&a),
+        [HistoryAction::Alloc, HistoryAction::FreeRequested]
+    );
+    other.synchronize().unwrap();
+    a.empty_cache().unwrap();
+    let (events, _) = a.history();
+    let done = events
+        .iter()
+        .find(|e| e.action == HistoryAction::FreeCompleted)
+        .unwrap();
+    assert_eq!((done.addr, done.stream), (b.ptr(), stream.handle()));
+}
+
+/// A snapshot adds up to the allocator's own figures: segments to memory_reserved
+/// (an expandable segment counts only its memory-backed pages), active blocks to
+/// memory_allocated; it survives JSON.
+#[test]
+fn a_snapshot_adds_up_to_the_statistics() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    for conf in ["expandable_segments:True", "expandable_segments:False"] {
+        let a = allocator(&device, conf);
+        a.record_memory_history(10_000, false);
+        let mut live = Vec::new();
+        for i in 0..60u64 {
+            let size = [700, 300_000, 3 * MIB + 12_345, 25 * MIB][i as usize % 4];
+            live.push(a.malloc(size as usize, &stream).unwrap());
+            if i % 3 == 0 {
+                a.free(live.swap_remove((i as usize * 7) % live.len()))
+                    .unwrap();
+            }
+        }
+        let snap = a.snapshot();
+        let s = Summary::of(&snap);
+        assert_eq!(s.reserved_bytes, a.memory_reserved(), "{conf}");
+        assert_eq!(s.allocated_bytes, a.memory_allocated(), "{conf}");
+        assert_eq!(s.active_blocks, live.len(), "{conf}");
+        assert_eq!(s.trace_allocs, 60);
+        assert_eq!(snap.settings.expandable_segments, conf.ends_with("True"));
+        for seg in &snap.segments {
+            let covered: u64 = seg.blocks.iter().map(|b| b.size).sum();
+            assert_eq!(covered, seg.total_size, "{conf}: blocks cover the segment");
+        }
+        let text = snapshot::dump(&snap);
+        let (back, format) = snapshot::load(text.as_bytes()).unwrap();
+        assert_eq!(format, snapshot::SourceFormat::Json);
+        assert_eq!(back, snap);
+        for b in live {
+            a.free(b).unwrap();
+        }
+    }
+}
+
+/// Any run of ours can be replayed: its history exports to the CSV of the shared
+/// traces, and a replay with the same settings reaches the same peaks.
+#[test]
+fn a_replay_of_an_exported_trace_reaches_the_recorded_peaks() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    let dir = std::env::temp_dir().join(format!("labs-history-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for conf in ["expandable_segments:True", "expandable_segments:False"] {
+        let a = allocator(&device, conf);
+        a.record_memory_history(1 << 20, false);
+        // Three iterations of a training-like loop: weights kept, activations made
+        // and freed in reverse, a gradient per weight kept until the step.
+        let weights: Vec<_> = (0..4)
+            .map(|i| a.malloc((6 * MIB + i * 4096) as usize, &stream).unwrap())
+            .collect();
+        for step in 0..3u64 {
+            let acts: Vec<_> = (0..12u64)
+                .map(|i| {
+                    let size = (1 + (i * 7 + step * 3) % 11) * MIB + i * 512;
+                    a.malloc(size as usize, &stream).unwrap()
+                })
+                .collect();
+            let mut grads = Vec::new();
+            for (i, act) in acts.into_iter().rev().enumerate() {
+                a.free(act).unwrap();
+                if i % 3 == 0 {
+                    grads.push(a.malloc((6 * MIB) as usize, &stream).unwrap());
+                }
+                let tmp = a.malloc(300_000 + i * 1000, &stream).unwrap();
+                a.free(tmp).unwrap();
+            }
+            for g in grads {
+                a.free(g).unwrap();
+            }
+        }
+        for w in weights {
+            a.free(w).unwrap();
+        }
+        let recorded = a.stats();
+        let json = dir.join("run.json");
+        a.dump_snapshot(&json).unwrap();
+        let (snap, _) = snapshot::load_file(&json).unwrap();
+        let csv = dir.join("run.trace.csv.gz");
+        let n = snapshot::export_trace(&snap, snap.pick_device(None).unwrap(), &csv).unwrap();
+        assert_eq!(n, snap.trace.len());
+        let trace = read_trace(&csv).unwrap();
+        let report = replay_on_sim(&trace, Config::parse(conf).unwrap(), 16 << 30).unwrap();
+        assert_eq!(report.unknown_frees, 0);
+        assert_eq!(
+            (
+                report.peak_requested,
+                report.peak_allocated,
+                report.peak_reserved
+            ),
+            (
+                recorded.requested.peak,
+                recorded.allocated.peak,
+                recorded.reserved.peak
+            ),
+            "{conf}"
+        );
+        assert_eq!(report.peak_requested, trace.peak_requested());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[inline(never)]
+fn allocate_for_the_test(a: &Allocator, device: &Device) -> labs_core::alloc::Block {
+    a.malloc(12_345, &device.default_stream().unwrap()).unwrap()
+}
+
+#[test]
+fn backtraces_name_the_caller() {
+    let device = test_device();
+    let a = allocator(&device, "");
+    a.record_memory_history(100, true);
+    let b = allocate_for_the_test(&a, &device);
+    let snap = a.snapshot();
+    let alloc = snap
+        .trace
+        .iter()
+        .find(|e| e.action == TraceAction::Alloc)
+        .unwrap();
+    let named = |frames: &[snapshot::Frame]| {
+        frames
+            .iter()
+            .any(|f| f.name.contains("allocate_for_the_test"))
+    };
+    assert!(named(&alloc.frames), "{:?}", alloc.frames);
+    let block = snap
+        .segments
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .find(|b| b.state == BlockState::ActiveAllocated)
+        .unwrap();
+    assert!(named(&block.frames), "a live block keeps where it was made");
+    a.free(b).unwrap();
+}
+
+/// The classic leak: every iteration keeps one tensor alive (a loss appended to a
+/// list). The guard reports it at the end of each iteration, and nothing else.
+#[test]
+fn the_leak_guard_finds_a_block_kept_every_iteration() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    let a = allocator(&device, "");
+    a.record_memory_history(10_000, true);
+    let state = a.malloc(8 << 20, &stream).unwrap();
+    let mut kept = Vec::new();
+    let mut guard = LeakGuard::new(&a);
+    for step in 0..4 {
+        let tmp: Vec<_> = (0..8)
+            .map(|i| a.malloc(100_000 * (i + 1), &stream).unwrap())
+            .collect();
+        let loss = allocate_for_the_test(&a, &device);
+        for t in tmp {
+            a.free(t).unwrap();
+        }
+        if step == 2 {
+            a.free(loss).unwrap();
+        } else {
+            kept.push(loss);
+        }
+        let report = guard.end_iteration();
+        if step == 2 {
+            assert!(report.is_clean(), "{report}");
+            continue;
+        }
+        assert_eq!(report.blocks.len(), 1, "{report}");
+        let leak = &report.blocks[0];
+        assert_eq!(
+            (leak.addr, leak.requested),
+            (kept.last().unwrap().ptr(), 12_345)
+        );
+        let text = report.to_string();
+        assert!(text.contains("allocate_for_the_test"), "{text}");
+        assert!(text.contains("12345 B"), "{text}");
+    }
+    for b in kept.into_iter().chain([state]) {
+        a.free(b).unwrap();
+    }
+}
