@@ -27,7 +27,9 @@ for manifest in labs/lab-*/Cargo.toml; do
   pkg=$(sed -n 's/^name = "\(lab-[0-9]*\)"/\1/p' "$manifest" | head -n 1)
   cp "target/release/$pkg" "$out/bin/$pkg"
 done
-strip "$out"/bin/* "$out"/tests/* 2>/dev/null || true
+# Debug info goes; symbol names stay, so that backtraces (the memory history's, the
+# leak guard's) name their functions on the GPU machine too.
+strip --strip-debug "$out"/bin/* "$out"/tests/* 2>/dev/null || true
 
 # The test data the suites read (traces, snapshots), found through LABS_SHARED_DIR.
 for d in traces snapshots; do

@@ -2,7 +2,8 @@
 # Runs a bundle made by ci/build-bundle.sh on a GPU machine: every test binary with
 # LABS_DEVICE=cuda, then every command in commands.txt. Prints a pass/fail summary and
 # exits non-zero on any failure, or when no GPU is found. Logs go to $LOG_DIR
-# (default: ./logs beside this script).
+# (default: ./logs beside this script); a command's `{logs}` stands for that folder, so
+# that files it writes (pictures, snapshots) come back with the logs.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 logs=${LOG_DIR:-$here/logs}
@@ -53,6 +54,7 @@ while read -r line; do
   bin=${line%% *}
   args=${line#"$bin"}
   args=${args//\{shared\}/$here/shared}
+  args=${args//\{logs\}/$logs}
   log="$logs/$(echo "$line" | tr -c 'A-Za-z0-9._-' '_').log"
   echo "== $line"
   # shellcheck disable=SC2086

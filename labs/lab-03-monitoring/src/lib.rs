@@ -1,6 +1,8 @@
 //! Lab 3: looking at memory. Snapshots (ours and PyTorch's) summarised, drawn and
 //! exported for replay, and the device-wide view `nvidia-smi` gives.
 
+pub mod demo;
 pub mod plots;
 pub mod report;
 pub mod smi;
+pub mod training;

@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use labs_core::snapshot::{self, Snapshot, SourceFormat, Summary};
 
-use lab_03::{plots, report, smi};
+use lab_03::{demo, plots, report, smi};
 
 #[derive(Parser)]
 #[command(about = "Lab 3: memory monitoring: snapshot summaries, pictures, trace export, smi")]
@@ -47,6 +47,23 @@ enum Command {
         /// Which device's trace to export, for snapshots of several GPUs.
         #[arg(long)]
         gpu: Option<i64>,
+    },
+    /// The chapter's experiments: allocated vs reserved through a training-like loop,
+    /// memory_summary, a recorded history drawn and replayed, a planted leak.
+    Demo {
+        /// Device: cuda, cuda:N, sim (default: LABS_DEVICE, else the first GPU, else
+        /// the simulated GPU).
+        #[arg(long)]
+        device: Option<String>,
+        /// Directory for the snapshot, its trace and its pictures (created if needed).
+        #[arg(short, long, default_value = "lab-03-demo")]
+        out: PathBuf,
+        /// A smaller model, for a quick look.
+        #[arg(long)]
+        quick: bool,
+        /// Print one JSON object instead of tables.
+        #[arg(long)]
+        json: bool,
     },
     /// The device-wide view: memory, utilisation, temperature, power, processes.
     Smi {
@@ -112,6 +129,21 @@ fn main() -> anyhow::Result<()> {
             }
             let n = snapshot::export_trace(&snap, device, &out)?;
             println!("wrote {n} events of device {device} to {}", out.display());
+        }
+        Command::Demo {
+            device,
+            out,
+            quick,
+            json,
+        } => {
+            let device =
+                labs_core::cli::open_device(device.as_deref()).context("choosing a device")?;
+            let outcome = demo::run(&device, &demo::Options { out, quick })?;
+            if json {
+                println!("{}", demo::json(&outcome));
+            } else {
+                demo::print(&outcome);
+            }
         }
         Command::Smi {
             device,

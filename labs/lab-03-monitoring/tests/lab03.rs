@@ -295,3 +295,78 @@ fn bad_input_is_a_clear_error_with_a_non_zero_exit() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// The chapter's experiments, on the device under test: the readings of the loop, the
+/// recorded history replayed to the same peaks, the pictures, and the planted leak.
+#[test]
+fn demo_runs_the_chapters_experiments() {
+    let dir = scratch("demo");
+    let out = lab(&["demo", "--quick", "--json", "-o", dir.to_str().unwrap()]);
+    let v = labs_core::testing::one_json_object(out);
+    let readings = v["readings"].as_array().unwrap();
+    let at = |step: u64, phase: &str, key: &str| {
+        readings
+            .iter()
+            .find(|r| r["step"] == step && r["phase"] == phase)
+            .unwrap_or_else(|| panic!("no reading for step {step} {phase}"))[key]
+            .as_u64()
+            .unwrap()
+    };
+    for r in readings {
+        assert!(r["reserved"].as_u64() >= r["allocated"].as_u64(), "{r}");
+    }
+    // Four weights of 512 x 512 f32; the first step adds Adam's two moments for each,
+    // and the step's loss (256 f32) is alive until the caller drops it.
+    let weights = 4 * 512 * 512 * 4;
+    assert_eq!(at(0, "weights made", "allocated"), weights);
+    assert_eq!(
+        at(1, "after optimizer step", "allocated"),
+        3 * weights + 1024
+    );
+    // From then on every step ends where the last one did.
+    assert_eq!(
+        at(3, "after optimizer step", "allocated"),
+        at(2, "after optimizer step", "allocated")
+    );
+    assert_eq!(v["after_drop"]["allocated"], 0);
+    assert!(
+        v["after_drop"]["reserved"].as_u64().unwrap() > 0,
+        "memory stays cached"
+    );
+    assert_eq!(v["after_empty_cache"]["reserved"], 0);
+
+    let recorded = &v["recorded"];
+    let replays = v["replays"].as_array().unwrap();
+    assert_eq!(replays.len(), 2);
+    for key in ["peak_requested", "peak_allocated", "peak_reserved"] {
+        assert_eq!(
+            replays[0][key], recorded[key],
+            "{key}: the replay as recorded"
+        );
+    }
+    assert_eq!(replays[1]["peak_requested"], recorded["peak_requested"]);
+
+    for p in v["pictures"].as_array().unwrap() {
+        let svg = std::fs::read_to_string(p.as_str().unwrap()).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("MiB"), "{p}");
+    }
+    let s = summary_json(Path::new(v["snapshot"].as_str().unwrap()));
+    assert_eq!(s["reserved_bytes"], v["after_drop"]["reserved"]);
+    assert_eq!(s["allocated_bytes"], 0);
+    let mid = summary_json(Path::new(v["mid_step_snapshot"].as_str().unwrap()));
+    assert_eq!(mid["allocated_bytes"], at(3, "after backward", "allocated"));
+    let trace = std::fs::File::open(v["trace"].as_str().unwrap()).unwrap();
+    let events = read_trace_csv(trace).unwrap();
+    assert_eq!(s["trace_events"].as_u64().unwrap() as usize, events.len());
+
+    // One loss of 256 f32 kept per step, and nothing once the values go to the host.
+    assert_eq!(v["leak_blocks_per_step"], serde_json::json!([1, 1, 1]));
+    assert_eq!(
+        v["leak_bytes_per_step"],
+        serde_json::json!([1024, 1024, 1024])
+    );
+    assert_eq!(v["fixed_leak_blocks"], 0);
+    let report = v["leak_report"].as_str().unwrap();
+    assert!(report.contains("Trainer::step"), "{report}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

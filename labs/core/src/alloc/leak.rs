@@ -108,7 +108,11 @@ impl fmt::Display for LeakReport {
             match &b.backtrace {
                 Some(bt) => {
                     for fr in super::frames_of(bt).iter().take(FRAMES_SHOWN) {
-                        writeln!(f, "      at {} ({}:{})", fr.name, fr.filename, fr.line)?;
+                        if fr.filename.is_empty() {
+                            writeln!(f, "      at {}", fr.name)?;
+                        } else {
+                            writeln!(f, "      at {} ({}:{})", fr.name, fr.filename, fr.line)?;
+                        }
                     }
                 }
                 None => writeln!(

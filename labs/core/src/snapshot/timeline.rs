@@ -45,6 +45,9 @@ fn origin(frames: &[Frame]) -> Option<String> {
         let file = f.filename.rsplit('/').next().unwrap_or(&f.filename);
         return Some(format!("{}:{} {}", file, f.line, f.name));
     }
+    if frames.iter().any(|f| f.name.starts_with("labs_core::")) {
+        return rust_origin(frames);
+    }
     const MACHINERY: [&str; 5] = [
         "c10::",
         "torch::unwind",
@@ -63,6 +66,28 @@ fn origin(frames: &[Frame]) -> Option<String> {
         _ => name.to_string(),
     };
     Some(format!("{short} (C++)"))
+}
+
+/// The first frame of a Rust backtrace (one of our snapshots) outside this library and
+/// the standard library, as `Type::function`, with its file and line when the binary
+/// kept them.
+fn rust_origin(frames: &[Frame]) -> Option<String> {
+    const MACHINERY: [&str; 5] = ["labs_core::", "core::", "alloc::", "std::", "<"];
+    let f = frames
+        .iter()
+        .find(|f| !MACHINERY.iter().any(|m| f.name.starts_with(m)))?;
+    let path: Vec<&str> = f
+        .name
+        .split("::")
+        .filter(|p| !p.starts_with('{') && !p.starts_with('<'))
+        .collect();
+    let short = path[path.len().saturating_sub(2)..].join("::");
+    Some(if f.filename.is_empty() {
+        short
+    } else {
+        let file = f.filename.rsplit('/').next().unwrap_or(&f.filename);
+        format!("{}:{} {}", file, f.line, short)
+    })
 }
 
 /// Every allocation of `device` with the points at which it was live. Allocations
