@@ -231,7 +231,12 @@ mod tests {
             frames[0].name.contains("frames_start_at_the_caller"),
             "{frames:?}"
         );
-        assert!(frames[0].filename.ends_with("history.rs") && frames[0].line > 0);
+        // File and line come from debug info, which a stripped binary no longer has.
+        let f = &frames[0];
+        assert!(
+            f.filename.is_empty() || (f.filename.ends_with("history.rs") && f.line > 0),
+            "{f:?}"
+        );
         assert!(!frames.iter().any(|f| f.name.starts_with("std::rt::")));
     }
 
