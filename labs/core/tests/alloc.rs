@@ -53,7 +53,7 @@ fn op() -> impl Strategy<Value = Op> {
     let size = prop_oneof![
         // Sizes that recur, as a training loop's do: freed small blocks are parked
         // for exactly these.
-        prop::sample::select(vec![512u64, 3000, 65536, 1 << 20]),
+        prop::sample::select(vec![512u64, 3000, 65536, 1 << 20, 4 << 20, 20 << 20]),
         1u64..4096,
         4096u64..(1 << 20),
         (1u64 << 20)..(12 << 20),
@@ -803,13 +803,45 @@ fn a_freed_small_block_is_reused_whole_and_otherwise_merged() {
     assert_eq!(other.ptr(), ptr);
     assert_eq!(a.stats().num_parked_hits, 1);
     a.check_invariants().unwrap();
-    // Large blocks are never parked.
-    let big = a.malloc(4 << 20, &stream).unwrap();
-    a.free(big).unwrap();
-    a.free(a.malloc(4 << 20, &stream).unwrap()).unwrap();
-    assert_eq!(a.stats().num_parked_hits, 1);
     for b in [keep, other] {
         a.free(b).unwrap();
     }
     a.check_invariants().unwrap();
+}
+
+/// A freed large block is handed back whole only where best fit would have put the
+/// request anyway; when a tighter free block exists, the request goes there.
+#[test]
+fn a_parked_large_block_yields_to_a_tighter_fit() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    let a = allocator(&device, "expandable_segments:False");
+    // One 20 MiB segment: A 6 MiB, B 4 MiB, C 4 MiB, then 6 MiB free.
+    let blocks: Vec<_> = [6, 4, 4]
+        .iter()
+        .map(|&m| a.malloc(m << 20, &stream).unwrap())
+        .collect();
+    let (pa, pc) = (blocks[0].ptr(), blocks[2].ptr());
+    assert_eq!(pc, pa + (10 << 20), "one segment, in order");
+    let mut it = blocks.into_iter();
+    let (ba, bb, bc) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
+    // Freed alone, C comes back for the next 4 MiB request: best fit would take the
+    // merged C + tail at C's address too.
+    a.free(bc).unwrap();
+    a.check_invariants().unwrap();
+    let c = a.malloc(4 << 20, &stream).unwrap();
+    assert_eq!((c.ptr(), a.stats().num_parked_hits), (pc, 1));
+    // With A free as well, A's 6 MiB is the tighter fit for 4 MiB.
+    a.free(ba).unwrap();
+    a.free(c).unwrap();
+    a.check_invariants().unwrap();
+    let d = a.malloc(4 << 20, &stream).unwrap();
+    assert_eq!(d.ptr(), pa);
+    assert_eq!(a.stats().num_parked_hits, 1);
+    a.check_invariants().unwrap();
+    for b in [bb, d] {
+        a.free(b).unwrap();
+    }
+    a.empty_cache().unwrap();
+    assert_eq!(a.memory_reserved(), 0);
 }
