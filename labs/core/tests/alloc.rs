@@ -845,3 +845,62 @@ fn a_parked_large_block_yields_to_a_tighter_fit() {
     a.empty_cache().unwrap();
     assert_eq!(a.memory_reserved(), 0);
 }
+
+/// The allocation pattern of lab 3's training loop (an MLP with Adam: activations saved
+/// in the forward pass and freed in reverse, temporaries, gradients, moments made at
+/// the first step). Pages freed in one place are found again where the next step needs
+/// them, so from the third step on the loop makes no driver call and no device-wide
+/// synchronisation.
+#[test]
+fn a_training_loop_settles_after_its_second_step() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    let a = allocator(&device, "expandable_segments:True");
+    let m = |bytes: u64| a.malloc(bytes as usize, &stream).unwrap();
+    let (act, weight, loss) = (8 * MIB, 16 * MIB, 4096);
+    let weights: Vec<_> = (0..4).map(|_| m(weight)).collect();
+    let mut moments = Vec::new();
+    let mut counts = Vec::new();
+    for step in 0..8 {
+        let mut saved = vec![m(act)];
+        for _ in 0..4 {
+            let t = m(act);
+            saved.push(m(act));
+            a.free(t).unwrap();
+        }
+        let l = m(loss);
+        let mut grad = m(act);
+        let mut grads = Vec::new();
+        for _ in 0..4 {
+            let x = saved.pop().unwrap();
+            let g = m(act);
+            a.free(grad).unwrap();
+            grad = g;
+            grads.push(m(weight));
+            a.free(x).unwrap();
+        }
+        for b in saved.drain(..).chain([grad]) {
+            a.free(b).unwrap();
+        }
+        if step == 0 {
+            moments = (0..8).map(|_| m(weight)).collect();
+        }
+        for _ in 0..4 {
+            let sq = m(weight);
+            a.free(sq).unwrap();
+        }
+        for b in grads.into_iter().chain([l]) {
+            a.free(b).unwrap();
+        }
+        a.check_invariants().unwrap();
+        let s = a.stats();
+        counts.push((s.num_maps, s.num_unmaps, s.num_sync_all_streams));
+    }
+    assert!(
+        counts[2..].iter().all(|c| *c == counts[2]),
+        "driver calls after the second step: {counts:?}"
+    );
+    for b in weights.into_iter().chain(moments) {
+        a.free(b).unwrap();
+    }
+}

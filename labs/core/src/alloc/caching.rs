@@ -599,9 +599,13 @@ impl State {
         requested: u64,
     ) -> Result<Block> {
         let id = match self.find_free(sp, rounded) {
-            Some((_, id)) => {
+            Some((id, 0)) => {
                 self.unlist_free(sp, id);
                 id
+            }
+            Some((id, offset)) => {
+                self.unlist_free(sp, id);
+                self.split_off_head(sp, id, offset)
             }
             None => self.new_segment(be, device, sp, stream, pool, rounded)?,
         };
@@ -661,7 +665,7 @@ impl State {
 
     // ANCHOR: find_free
     #[inline]
-    fn find_free(&self, sp: u64, rounded: u64) -> Option<(u64, u32)> {
+    fn find_free(&self, sp: u64, rounded: u64) -> Option<(u32, u64)> {
         if self.conf.expandable_segments {
             return self.find_free_expandable(sp, rounded);
         }
@@ -677,35 +681,73 @@ impl State {
                 return None;
             }
         }
-        Some(key)
+        Some((key.1, 0))
     }
     // ANCHOR_END: find_free
 
-    /// Best fit among the free blocks whose first `rounded` bytes lie on mapped pages
-    /// (the first few candidates in best-fit order); the plain best fit when none does.
-    /// Landing on mapped memory is what keeps page moves, and their driver calls and
-    /// synchronisations, out of the steady state.
+    /// A free block and the offset in it where `rounded` bytes lie on mapped pages: the
+    /// first of a few candidates in best-fit order that has such a place, at its start
+    /// or at a page boundary inside it; else the candidate needing the fewest new
+    /// pages, at its start. Landing on mapped memory is what keeps page moves, and
+    /// their driver calls and synchronisations, out of the steady state.
     #[inline]
-    fn find_free_expandable(&self, sp: u64, rounded: u64) -> Option<(u64, u32)> {
-        let (size, id) = self.free.best_fit(sp, rounded)?;
-        let mut best = (
-            self.unmapped_pages(id, self.blocks[id].addr, rounded),
-            size,
-            id,
-        );
-        if best.0 == 0 {
-            return Some((size, id));
+    fn find_free_expandable(&self, sp: u64, rounded: u64) -> Option<(u32, u64)> {
+        let (_, id) = self.free.best_fit(sp, rounded)?;
+        if self.unmapped_pages(id, self.blocks[id].addr, rounded) == 0 {
+            return Some((id, 0));
         }
-        for (size, addr, id) in self.free.fits(sp, rounded).skip(1).take(MAPPED_CANDIDATES) {
+        let mut fewest = (usize::MAX, id);
+        for (size, addr, id) in self.free.fits(sp, rounded).take(MAPPED_CANDIDATES + 1) {
             let u = self.unmapped_pages(id, addr, rounded);
-            if u < best.0 {
-                best = (u, size, id);
-                if u == 0 {
-                    break;
-                }
+            if u == 0 {
+                return Some((id, 0));
+            }
+            if let Some(offset) = self.mapped_window(id, addr, size, rounded) {
+                return Some((id, offset));
+            }
+            if u < fewest.0 {
+                fewest = (u, id);
             }
         }
-        Some((best.1, best.2))
+        Some((fewest.1, 0))
+    }
+
+    /// The offset of the first page boundary inside free block `id` (at `addr`, of
+    /// `size` bytes) from which `rounded` bytes lie on mapped pages, if any. A block
+    /// whose start has lost its pages may still hold mapped memory further in (pages
+    /// are unmapped a mapping at a time, wherever the oldest idle one is).
+    fn mapped_window(&self, id: u32, addr: u64, size: u64, rounded: u64) -> Option<u64> {
+        let seg = &self.segments[self.blocks[id].segment as usize];
+        let page = self.page;
+        let end = addr + size;
+        let mut start = seg.base + (addr - seg.base).div_ceil(page) * page;
+        while start + rounded <= end {
+            let first = ((start - seg.base) / page) as usize;
+            let last = ((start + rounded - 1 - seg.base) / page) as usize;
+            match (first..=last).rev().find(|&p| !seg.pages[p].mapped) {
+                None => return Some(start - addr),
+                Some(p) => start = seg.base + (p as u64 + 1) * page,
+            }
+        }
+        None
+    }
+
+    /// Splits the first `offset` bytes off free block `id` (already out of the free
+    /// set) as a free block of their own, listed; returns the block that follows.
+    fn split_off_head(&mut self, sp: u64, id: u32, offset: u64) -> u32 {
+        let b = &self.blocks[id];
+        let (addr, size, next, seg) = (b.addr, b.size, b.next, b.segment);
+        let rest = self
+            .blocks
+            .insert(addr + offset, size - offset, sp, seg, id, next);
+        if next != NONE {
+            self.blocks[next].prev = rest;
+        }
+        let b = &mut self.blocks[id];
+        b.size = offset;
+        b.next = rest;
+        self.list_free(sp, id);
+        rest
     }
 
     /// How many pages of `addr..addr + len` of free block `id`'s segment have no memory.

@@ -34,6 +34,7 @@ pub enum SourceFormat {
     PyTorchPickle,
 }
 
+// ANCHOR: load_either
 /// Reads a snapshot in either format, told apart by content (not by file name): a
 /// pickle of protocol 2 or later starts with the PROTO opcode, our JSON with `{`.
 pub fn load(bytes: &[u8]) -> Result<(Snapshot, SourceFormat), SnapshotError> {
@@ -47,6 +48,7 @@ pub fn load(bytes: &[u8]) -> Result<(Snapshot, SourceFormat), SnapshotError> {
         ))),
     }
 }
+// ANCHOR_END: load_either
 
 /// [`load`] of a file.
 pub fn load_file(path: impl AsRef<Path>) -> Result<(Snapshot, SourceFormat), SnapshotError> {
