@@ -2,12 +2,13 @@
 # Runs a bundle made by ci/build-bundle.sh on a GPU machine: every test binary with
 # LABS_DEVICE=cuda, then every command in commands.txt. Prints a pass/fail summary and
 # exits non-zero on any failure, or when no GPU is found. Logs go to $LOG_DIR
-# (default: ./logs beside this script); a command's `{logs}` stands for that folder, so
-# that files it writes (pictures, snapshots) come back with the logs.
+# (default: ./logs beside this script). Commands run in that folder, so that files
+# they write (pictures, snapshots) come back with the logs.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 logs=${LOG_DIR:-$here/logs}
 mkdir -p "$logs"
+logs=$(cd "$logs" && pwd)
 export LABS_DEVICE=${LABS_DEVICE:-cuda}
 export LABS_SHARED_DIR=$here/shared
 # Tests that run a lab's command line find the binaries here, not where cargo built them.
@@ -54,11 +55,12 @@ while read -r line; do
   bin=${line%% *}
   args=${line#"$bin"}
   args=${args//\{shared\}/$here/shared}
-  args=${args//\{logs\}/$logs}
   log="$logs/$(echo "$line" | tr -c 'A-Za-z0-9._-' '_').log"
   echo "== $line"
   # shellcheck disable=SC2086
-  if "$here/bin/$bin" $args >"$log" 2>&1; then
+  # From the logs folder, so that files a command writes by relative path come back
+  # with the logs and print as relative paths.
+  if (cd "$logs" && "$here/bin/$bin" $args) >"$log" 2>&1; then
     cat "$log"
     passed=$((passed + 1))
   else

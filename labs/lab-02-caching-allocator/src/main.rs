@@ -49,8 +49,11 @@ fn device(flag: Option<&str>) -> Result<Device> {
     Ok(labs_core::cli::open_device(flag)?)
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
+fn main() -> std::process::ExitCode {
+    labs_core::cli::exit(run(Cli::parse()))
+}
+
+fn run(cli: Cli) -> Result<()> {
     match cli.command {
         None => experiments::run(&device(cli.device.as_deref())?),
         Some(Command::Bench { json }) => bench::run(&device(cli.device.as_deref())?, json),

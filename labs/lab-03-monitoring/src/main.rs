@@ -95,11 +95,15 @@ fn parse_period(text: &str) -> Result<Duration, String> {
 }
 
 fn load(file: &Path) -> anyhow::Result<(Snapshot, SourceFormat)> {
-    snapshot::load_file(file).with_context(|| format!("reading snapshot {}", file.display()))
+    snapshot::load_file(file).context("reading a snapshot")
 }
 
-fn main() -> anyhow::Result<()> {
-    match Args::parse().command {
+fn main() -> std::process::ExitCode {
+    labs_core::cli::exit(run(Args::parse()))
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    match args.command {
         Command::Summary { file, json } => {
             let (snap, format) = load(&file)?;
             let summary = Summary::of(&snap);

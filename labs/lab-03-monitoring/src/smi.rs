@@ -82,6 +82,7 @@ pub fn open_nvml() -> Result<Nvml, SmiError> {
     Nvml::init().map_err(|e| SmiError::NoNvml(e.to_string()))
 }
 
+// ANCHOR: nvml_sample
 fn nvml_reports(nvml: &Nvml, only: Option<u32>) -> Result<Vec<GpuReport>, SmiError> {
     let count = nvml.device_count()?;
     let mut out = Vec::new();
@@ -127,6 +128,7 @@ fn nvml_reports(nvml: &Nvml, only: Option<u32>) -> Result<Vec<GpuReport>, SmiErr
     }
     Ok(out)
 }
+// ANCHOR_END: nvml_sample
 
 /// The simulated GPU's own figures: it has memory, but no clock, sensors or other
 /// processes, so those stay empty rather than invented.

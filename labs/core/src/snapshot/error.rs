@@ -5,11 +5,12 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    #[error("{}: {source}", path.display())]
+    /// The message names the file and the system's reason; the reason is not also
+    /// given as a `source`, so that chained error reports do not say it twice.
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 
     /// Neither our JSON nor a pickle: says what the file starts with instead.
@@ -46,10 +47,10 @@ impl SnapshotError {
         }
     }
 
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         SnapshotError::Io {
             path: path.into(),
-            source,
+            error,
         }
     }
 }
