@@ -685,6 +685,7 @@ impl State {
     }
     // ANCHOR_END: find_free
 
+    // ANCHOR: mapped_window
     /// A free block and the offset in it where `rounded` bytes lie on mapped pages: the
     /// first of a few candidates in best-fit order that has such a place, at its start
     /// or at a page boundary inside it; else the candidate needing the fewest new
@@ -731,6 +732,7 @@ impl State {
         }
         None
     }
+    // ANCHOR_END: mapped_window
 
     /// Splits the first `offset` bytes off free block `id` (already out of the free
     /// set) as a free block of their own, listed; returns the block that follows.
