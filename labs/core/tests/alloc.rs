@@ -904,3 +904,72 @@ fn a_training_loop_settles_after_its_second_step() {
         a.free(b).unwrap();
     }
 }
+
+#[derive(Debug, Clone)]
+enum LargeOp {
+    Alloc(u64),
+    Free(usize),
+    EmptyCache,
+}
+
+fn large_op() -> impl Strategy<Value = LargeOp> {
+    let size = prop_oneof![
+        prop::sample::select(vec![2 << 20, 4 << 20, 6 << 20, 20 << 20, 48 << 20]),
+        ((1u64 << 20) + 1)..(64 << 20),
+    ];
+    prop_oneof![
+        6 => size.prop_map(LargeOp::Alloc),
+        5 => (0usize..64).prop_map(LargeOp::Free),
+        1 => Just(LargeOp::EmptyCache),
+    ]
+}
+
+/// Runs `ops` on a fresh simulated GPU; returns every address handed out and the
+/// final statistics.
+fn run_large_ops(conf: &str, ops: &[LargeOp]) -> (Vec<u64>, labs_core::alloc::Stats) {
+    use labs_core::alloc::replay::sim_backend;
+    let a = Allocator::new(sim_backend(16 << 30), Config::parse(conf).unwrap()).unwrap();
+    let (mut live, mut addrs) = (Vec::new(), Vec::new());
+    for op in ops {
+        match *op {
+            LargeOp::Alloc(size) => {
+                let b = a.malloc_on(size, 0).unwrap();
+                addrs.push(b.ptr());
+                live.push(b);
+            }
+            LargeOp::Free(i) if !live.is_empty() => {
+                let b = live.remove(i % live.len());
+                a.free(b).unwrap();
+            }
+            LargeOp::EmptyCache => {
+                a.empty_cache().unwrap();
+            }
+            _ => {}
+        }
+        a.check_invariants().unwrap();
+    }
+    (addrs, a.stats())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// A parked large block is handed back only where best fit would have put the
+    /// request: an allocator that parks and one that does not hand out the same
+    /// addresses, map the same pages and reach the same peaks. (Two allocators are
+    /// compared address for address, which needs two identical address spaces: two
+    /// fresh simulated GPUs, whatever `LABS_DEVICE` says.)
+    #[test]
+    fn parking_large_blocks_changes_no_decision(ops in prop::collection::vec(large_op(), 1..120)) {
+        for conf in ["expandable_segments:True", "expandable_segments:False"] {
+            let (with, s1) = run_large_ops(conf, &ops);
+            let (without, s2) = run_large_ops(&format!("{conf},park_freed_blocks:False"), &ops);
+            prop_assert_eq!(&with, &without, "{}", conf);
+            prop_assert_eq!(
+                (s1.reserved.peak, s1.allocated.peak, s1.num_maps, s1.num_unmaps, s1.device_allocs),
+                (s2.reserved.peak, s2.allocated.peak, s2.num_maps, s2.num_unmaps, s2.device_allocs)
+            );
+            prop_assert_eq!(s2.num_parked_hits, 0);
+        }
+    }
+}

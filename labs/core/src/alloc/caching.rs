@@ -1057,6 +1057,7 @@ impl State {
             // Parked for a request of the size this one was rounded to.
             let rounded = round_size(b.requested, self.conf.roundup_power2_divisions);
             let parked = match pool {
+                _ if !self.conf.park_freed_blocks => false,
                 Pool::Small => self.parked.park(&mut self.blocks, sp, rounded, id),
                 Pool::Large => self.park_large(sp, rounded, id),
             };

@@ -26,6 +26,9 @@ pub struct Config {
     pub expandable_segments: bool,
     /// The share of the device's memory this process may reserve.
     pub per_process_memory_fraction: f64,
+    /// Freed blocks are kept whole for the next request of their size (the labs' own
+    /// knob, `park_freed_blocks:False` to compare; see `parked.rs`).
+    pub park_freed_blocks: bool,
 }
 // ANCHOR_END: config
 
@@ -43,6 +46,7 @@ impl Default for Config {
             roundup_power2_divisions: 0,
             expandable_segments: true,
             per_process_memory_fraction: 1.0,
+            park_freed_blocks: true,
         }
     }
 }
@@ -128,11 +132,19 @@ impl Config {
                     }
                     c.per_process_memory_fraction = f;
                 }
+                "park_freed_blocks" => {
+                    c.park_freed_blocks = match value {
+                        "True" | "true" | "1" => true,
+                        "False" | "false" | "0" => false,
+                        _ => return Err(bad(format!("park_freed_blocks: `{value}` is not True or False"))),
+                    }
+                }
                 "backend" if value == "native" => {}
                 _ => {
                     return Err(bad(format!(
                         "unknown option `{key}` (known: max_split_size_mb, garbage_collection_threshold, \
-                         roundup_power2_divisions, expandable_segments, per_process_memory_fraction, backend:native)"
+                         roundup_power2_divisions, expandable_segments, per_process_memory_fraction, park_freed_blocks, \
+                         backend:native)"
                     )))
                 }
             }
@@ -168,6 +180,9 @@ impl Config {
                 self.per_process_memory_fraction
             ));
         }
+        if !self.park_freed_blocks {
+            parts.push("park_freed_blocks:False".to_string());
+        }
         parts.join(",")
     }
 }
@@ -190,6 +205,9 @@ mod tests {
         assert!(c.expandable_segments);
         assert_eq!(c.garbage_collection_threshold, Some(0.6));
         assert_eq!(Config::parse("").unwrap(), Config::default());
+        assert_eq!(Config::parse(&c.to_conf_string()).unwrap(), c);
+        let c = Config::parse("park_freed_blocks:False").unwrap();
+        assert!(!c.park_freed_blocks);
         assert_eq!(Config::parse(&c.to_conf_string()).unwrap(), c);
     }
 
