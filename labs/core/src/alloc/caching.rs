@@ -855,7 +855,7 @@ impl State {
     /// run of unmapped pages with one driver mapping.
     fn occupy(&mut self, be: &dyn Backend, id: u32) -> Result<()> {
         let (s, span) = self.page_span(id);
-        let mut unmapped = false;
+        let mut unmapped = 0u64;
         let seg = &mut self.segments[s as usize];
         let mut p = span.start;
         while p < span.end {
@@ -866,11 +866,24 @@ impl State {
                 head.users += (end - p) as u32;
                 p = end;
             } else {
-                unmapped = true;
+                unmapped += 1;
                 p += 1;
             }
         }
-        if unmapped {
+        if unmapped > 0 {
+            // A request that cannot fit even with every idle page recycled fails here,
+            // before mapping part of it only to unmap it again.
+            let needed = unmapped * self.page;
+            let reserved = self.stats.reserved.current;
+            if reserved + needed > self.limit && reserved + needed > self.limit + self.idle_bytes()
+            {
+                return Err(Error::OutOfMemory {
+                    device: be.id(),
+                    requested: needed,
+                    free: self.limit.saturating_sub(reserved),
+                    total: self.limit,
+                });
+            }
             let mut p = span.start;
             while p < span.end {
                 if self.segments[s as usize].pages[p].mapped {
@@ -889,6 +902,19 @@ impl State {
             }
         }
         Ok(())
+    }
+
+    /// Bytes of mapped memory no block uses (what recycling could take back).
+    fn idle_bytes(&self) -> u64 {
+        let mut idle = 0;
+        for seg in self.segments.iter().filter(|s| s.alive && s.expandable) {
+            for (p, page) in seg.pages.iter().enumerate() {
+                if page.mapped && page.head == p as u32 && page.users == 0 {
+                    idle += page.len as u64 * self.page;
+                }
+            }
+        }
+        idle
     }
 
     /// Maps pages `first..end` of segment `s` (all unmapped, all with users) as one
