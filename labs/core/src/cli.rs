@@ -28,3 +28,19 @@ pub fn open_device(flag: Option<&str>) -> crate::Result<crate::Device> {
     Ok(selection.device)
 }
 // ANCHOR_END: open_device
+
+/// The `--device` flag every lab takes: `#[command(flatten)]` it into a lab's arguments.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct DeviceFlag {
+    /// Device to run on: cuda, cuda:N, sim or cpu (default: LABS_DEVICE, else the first
+    /// GPU, else the simulated GPU).
+    #[arg(long = "device", value_name = "DEVICE", global = true)]
+    pub name: Option<String>,
+}
+
+impl DeviceFlag {
+    /// The device the flag chooses, through [`open_device`].
+    pub fn open(&self) -> crate::Result<crate::Device> {
+        open_device(self.name.as_deref())
+    }
+}

@@ -13,10 +13,8 @@ use lab_01::{async_timing, bandwidth, lazy_init, placement, raw_alloc};
 #[derive(Parser)]
 #[command(about = "Lab 1: device placement, transfers, lazy initialisation, raw allocation cost")]
 struct Args {
-    /// Device to run on: cuda, cuda:N, sim or cpu (default: LABS_DEVICE, else the first
-    /// GPU, else the simulated GPU).
-    #[arg(long)]
-    device: Option<String>,
+    #[command(flatten)]
+    device: labs_core::cli::DeviceFlag,
     /// Fewer repetitions and smaller sizes (for smoke tests).
     #[arg(long)]
     quick: bool,
@@ -28,8 +26,7 @@ fn main() -> ExitCode {
 
 fn run(args: Args) -> anyhow::Result<()> {
     // ANCHOR: select
-    let device =
-        labs_core::cli::open_device(args.device.as_deref()).context("choosing a device")?;
+    let device = args.device.open().context("choosing a device")?;
     // ANCHOR_END: select
 
     // Lazy initialisation must be measured before anything else touches the device.

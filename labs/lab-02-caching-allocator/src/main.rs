@@ -11,14 +11,13 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use labs_core::alloc::{replay, Allocator, Config};
 use labs_core::format::{bytes, parse_bytes};
-use labs_core::{Device, DeviceId};
+use labs_core::DeviceId;
 
 #[derive(Parser)]
 #[command(name = "lab-02", about = "Chapter 2: a caching allocator")]
 struct Cli {
-    /// Device to run on: cuda, cuda:N, sim or cpu (default: the GPU if there is one).
-    #[arg(long, global = true)]
-    device: Option<String>,
+    #[command(flatten)]
+    device: labs_core::cli::DeviceFlag,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -45,25 +44,21 @@ enum Command {
     },
 }
 
-fn device(flag: Option<&str>) -> Result<Device> {
-    Ok(labs_core::cli::open_device(flag)?)
-}
-
 fn main() -> std::process::ExitCode {
     labs_core::cli::exit(run(Cli::parse()))
 }
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        None => experiments::run(&device(cli.device.as_deref())?),
-        Some(Command::Bench { json }) => bench::run(&device(cli.device.as_deref())?, json),
+        None => experiments::run(&cli.device.open()?),
+        Some(Command::Bench { json }) => bench::run(&cli.device.open()?, json),
         Some(Command::Replay {
             file,
             conf,
             capacity,
             json,
         }) => run_replay(
-            cli.device.as_deref(),
+            cli.device.name.as_deref(),
             &file,
             conf.as_deref(),
             capacity.as_deref(),
@@ -87,7 +82,7 @@ fn run_replay(
         None => Config::default(),
     };
     let trace = replay::read_trace(file).with_context(|| format!("reading {}", file.display()))?;
-    let device = device(device_flag)?;
+    let device = labs_core::cli::open_device(device_flag)?;
     let backend = if matches!(device.id(), DeviceId::Sim(_)) {
         // A fresh simulated GPU the size of the trace's, not the shared sim device.
         let capacity = match capacity {

@@ -51,10 +51,8 @@ enum Command {
     /// The chapter's experiments: allocated vs reserved through a training-like loop,
     /// memory_summary, a recorded history drawn and replayed, a planted leak.
     Demo {
-        /// Device: cuda, cuda:N, sim (default: LABS_DEVICE, else the first GPU, else
-        /// the simulated GPU).
-        #[arg(long)]
-        device: Option<String>,
+        #[command(flatten)]
+        device: labs_core::cli::DeviceFlag,
         /// Directory for the snapshot, its trace and its pictures (created if needed).
         #[arg(short, long, default_value = "lab-03-demo")]
         out: PathBuf,
@@ -67,10 +65,8 @@ enum Command {
     },
     /// The device-wide view: memory, utilisation, temperature, power, processes.
     Smi {
-        /// Device: cuda, cuda:N, sim (default: LABS_DEVICE, else the first GPU, else
-        /// the simulated GPU).
-        #[arg(long)]
-        device: Option<String>,
+        #[command(flatten)]
+        device: labs_core::cli::DeviceFlag,
         /// Report again every SECONDS (until --count reports, or forever). Fractions
         /// are allowed.
         #[arg(long = "loop", value_name = "SECONDS", value_parser = parse_period)]
@@ -140,8 +136,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             quick,
             json,
         } => {
-            let device =
-                labs_core::cli::open_device(device.as_deref()).context("choosing a device")?;
+            let device = device.open().context("choosing a device")?;
             let outcome = demo::run(&device, &demo::Options { out, quick })?;
             if json {
                 println!("{}", demo::json(&outcome));
@@ -156,11 +151,11 @@ fn run(args: Args) -> anyhow::Result<()> {
         } => {
             // `cuda` shows every GPU, as nvidia-smi does; `cuda:N` just that one.
             let named = device
+                .name
                 .clone()
                 .or_else(|| std::env::var(labs_core::device::ENV_DEVICE).ok())
                 .is_some_and(|d| d.contains(':'));
-            let device =
-                labs_core::cli::open_device(device.as_deref()).context("choosing a device")?;
+            let device = device.open().context("choosing a device")?;
             let source = smi::Source::for_device(&device, named)?;
             let count = count.unwrap_or(if period.is_some() { u64::MAX } else { 1 });
             // Several reports without a period come a second apart, as `nvidia-smi -l`.

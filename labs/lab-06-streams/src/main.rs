@@ -12,10 +12,8 @@ use lab_06::{events, hazard, overlap, priorities, timing};
 #[derive(Parser)]
 #[command(about = "Lab 6: streams, priorities and events")]
 struct Args {
-    /// Device to run on: cuda, cuda:N, sim or cpu (default: LABS_DEVICE, else the first
-    /// GPU, else the simulated GPU).
-    #[arg(long)]
-    device: Option<String>,
+    #[command(flatten)]
+    device: labs_core::cli::DeviceFlag,
     /// Shorter kernels (for smoke tests).
     #[arg(long)]
     quick: bool,
@@ -26,8 +24,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
-    let device =
-        labs_core::cli::open_device(args.device.as_deref()).context("choosing a device")?;
+    let device = args.device.open().context("choosing a device")?;
     println!("Device {device}: {}\n", device.properties()?.name);
     let kernel = Duration::from_millis(if args.quick { 10 } else { 50 });
 

@@ -16,10 +16,8 @@ use lab_08::{bandwidth, bench, mapped, non_blocking};
     about = "Lab 8: pinned memory, non-blocking copies, mapped and managed memory, prefetching"
 )]
 struct Args {
-    /// Device to run on: cuda, cuda:N, sim or cpu (default: LABS_DEVICE, else the first
-    /// GPU, else the simulated GPU).
-    #[arg(long, global = true)]
-    device: Option<String>,
+    #[command(flatten)]
+    device: labs_core::cli::DeviceFlag,
     /// Fewer repetitions and smaller sizes (for smoke tests).
     #[arg(long, global = true)]
     quick: bool,
@@ -41,12 +39,8 @@ fn main() -> ExitCode {
     labs_core::cli::exit(run(Args::parse()))
 }
 
-fn device(choice: Option<&str>) -> anyhow::Result<Device> {
-    labs_core::cli::open_device(choice).context("choosing a device")
-}
-
 fn run(args: Args) -> anyhow::Result<()> {
-    let device = device(args.device.as_deref())?;
+    let device = args.device.open().context("choosing a device")?;
     match args.command {
         Some(Command::Bench { json }) => {
             let report = bench::run(&device, args.quick, std::io::stderr().is_terminal())?;
