@@ -536,7 +536,7 @@ impl State {
         if !self.pending.is_empty() {
             self.process_events(be, false)?;
         }
-        let rounded = round_size(size, self.conf.roundup_power2_divisions);
+        let rounded = round_size(size, self.conf.roundup_power2_divisions.for_size(size));
         let pool = pool_of(rounded);
         let index = match self.streams.iter().position(|&s| s == stream) {
             Some(i) => i,
@@ -1081,7 +1081,10 @@ impl State {
             s.active.sub(pool, 1);
             s.active_bytes.sub(pool, b.size);
             // Parked for a request of the size this one was rounded to.
-            let rounded = round_size(b.requested, self.conf.roundup_power2_divisions);
+            let rounded = round_size(
+                b.requested,
+                self.conf.roundup_power2_divisions.for_size(b.requested),
+            );
             let parked = match pool {
                 _ if !self.conf.park_freed_blocks => false,
                 Pool::Small => self.parked.park(&mut self.blocks, sp, rounded, id),
@@ -1447,7 +1450,10 @@ impl State {
                         // Not counted as inactive_split until it is merged: the
                         // statistics read as if it had been merged at its free.
                         parked_blocks += 1;
-                        let rounded = round_size(b.requested, self.conf.roundup_power2_divisions);
+                        let rounded = round_size(
+                            b.requested,
+                            self.conf.roundup_power2_divisions.for_size(b.requested),
+                        );
                         let key = Parked::key_of(sp, rounded);
                         if !self.parked.entries(&self.blocks).contains(&(id, key))
                             && !self.parked_large.contains(&(sp, rounded, id))

@@ -18,9 +18,9 @@ pub struct Config {
     /// When reserved memory passes this fraction of the limit, cached segments are
     /// released before new memory is taken from the driver.
     pub garbage_collection_threshold: Option<f64>,
-    /// Round requests above 512 B up to one of this many steps between powers of two
-    /// (0: plain 512-byte rounding).
-    pub roundup_power2_divisions: u32,
+    /// Round requests above 512 B up to one of N steps between powers of two, N chosen
+    /// by the request's size (0: plain 512-byte rounding).
+    pub roundup_power2_divisions: Divisions,
     /// Segments are virtual ranges whose pages are mapped on demand and remapped to
     /// where they are needed, instead of fixed `cuMemAlloc` blocks.
     pub expandable_segments: bool,
@@ -43,7 +43,7 @@ impl Default for Config {
         Config {
             max_split_size: None,
             garbage_collection_threshold: None,
-            roundup_power2_divisions: 0,
+            roundup_power2_divisions: Divisions::default(),
             expandable_segments: true,
             per_process_memory_fraction: 1.0,
             park_freed_blocks: true,
@@ -77,7 +77,7 @@ impl Config {
     /// Parses `key:value,key:value` on top of the defaults. Keys are PyTorch's.
     pub fn parse(text: &str) -> Result<Self> {
         let mut c = Config::default();
-        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        for item in split_items(text)?.into_iter().filter(|s| !s.is_empty()) {
             let (key, value) = item
                 .split_once(':')
                 .ok_or_else(|| bad(format!("`{item}` is not `key:value`")))?;
@@ -106,15 +106,8 @@ impl Config {
                     c.garbage_collection_threshold = Some(t);
                 }
                 "roundup_power2_divisions" => {
-                    let d: u32 = value.parse().map_err(|_| {
-                        bad(format!(
-                            "roundup_power2_divisions: `{value}` is not a whole number (the per-size list form is not supported)"
-                        ))
-                    })?;
-                    if d != 0 && !d.is_power_of_two() {
-                        return Err(bad(format!("roundup_power2_divisions: {d} must be a power of two")));
-                    }
-                    c.roundup_power2_divisions = if d == 1 { 0 } else { d };
+                    c.roundup_power2_divisions = Divisions::parse(value)
+                        .map_err(|m| bad(format!("roundup_power2_divisions: {m}")))?;
                 }
                 "expandable_segments" => {
                     c.expandable_segments = match value {
@@ -168,7 +161,7 @@ impl Config {
         if let Some(t) = self.garbage_collection_threshold {
             parts.push(format!("garbage_collection_threshold:{t}"));
         }
-        if self.roundup_power2_divisions > 0 {
+        if !self.roundup_power2_divisions.is_off() {
             parts.push(format!(
                 "roundup_power2_divisions:{}",
                 self.roundup_power2_divisions
@@ -191,6 +184,131 @@ fn bad(message: String) -> Error {
     Error::InvalidArgument(message)
 }
 
+/// The items of `key:value,key:value`, where a value may be a bracketed list with
+/// commas of its own (`roundup_power2_divisions:[256:1,512:2,>:8]`).
+fn split_items(text: &str) -> Result<Vec<&str>> {
+    let (mut items, mut depth, mut start) = (Vec::new(), 0i32, 0);
+    for (i, ch) in text.char_indices() {
+        match ch {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(text[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+        if depth < 0 {
+            return Err(bad(format!("`]` without `[` in `{text}`")));
+        }
+    }
+    if depth != 0 {
+        return Err(bad(format!("`[` without `]` in `{text}`")));
+    }
+    items.push(text[start..].trim());
+    Ok(items)
+}
+
+// ANCHOR: divisions
+/// `roundup_power2_divisions`, as PyTorch keeps it: one number of divisions for each
+/// power-of-two interval of request sizes from 1 MiB to 32 GiB (`[1 MiB, 2 MiB)`,
+/// `[2 MiB, 4 MiB)`, ...); smaller requests use the first, larger ones the last.
+/// `4` sets every interval; `[256:1,512:2,>:8]` sets sizes below 512 MiB to 1 (plain
+/// rounding), `[512 MiB, 1 GiB)` to 2 and everything above to 8. An interval skipped
+/// between two entries keeps plain rounding, as in PyTorch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Divisions([u32; INTERVALS]);
+
+const INTERVALS: usize = 16;
+
+impl Divisions {
+    /// The same number of divisions for every size (0 or 1: plain rounding).
+    pub fn uniform(n: u32) -> Divisions {
+        Divisions([if n == 1 { 0 } else { n }; INTERVALS])
+    }
+
+    /// The divisions for a request of `size` bytes.
+    #[inline]
+    pub fn for_size(&self, size: u64) -> u32 {
+        let log2 = 63 - (size | 1).leading_zeros() as usize;
+        self.0[log2.saturating_sub(20).min(INTERVALS - 1)]
+    }
+
+    pub fn is_off(&self) -> bool {
+        self.0.iter().all(|&d| d == 0)
+    }
+
+    /// PyTorch's two forms: one power of two, or `[MB:N,MB:N,...,>:N]` with MB powers of
+    /// two in increasing order and N powers of two or 0.
+    fn parse(value: &str) -> std::result::Result<Divisions, String> {
+        let check = |n: &str| -> std::result::Result<u32, String> {
+            let d: u32 = n
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{n}` is not a whole number"))?;
+            if d != 0 && !d.is_power_of_two() {
+                return Err(format!("{d} divisions: must be a power of two or 0"));
+            }
+            Ok(if d == 1 { 0 } else { d })
+        };
+        let Some(list) = value.strip_prefix('[').and_then(|v| v.strip_suffix(']')) else {
+            return Ok(Divisions::uniform(check(value)?));
+        };
+        let mut table = [0u32; INTERVALS];
+        let mut last: Option<usize> = None;
+        for entry in list.split(',').map(str::trim) {
+            let (key, n) = entry
+                .split_once(':')
+                .ok_or_else(|| format!("`{entry}` is not `MB:divisions`"))?;
+            let n = check(n)?;
+            if key.trim() == ">" {
+                let from = last.map_or(0, |i| i + 1);
+                table[from..].iter_mut().for_each(|d| *d = n);
+                continue;
+            }
+            let mb: u64 = key
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{key}` is not a size in MB"))?;
+            if !mb.is_power_of_two() {
+                return Err(format!("interval {mb} MB: must be a power of two"));
+            }
+            let index = (mb.trailing_zeros() as usize).min(INTERVALS - 1);
+            if last.is_some_and(|l| index <= l) {
+                return Err(format!("interval {mb} MB: intervals must increase"));
+            }
+            // As in PyTorch: the first entry also covers every smaller size; a later one
+            // covers its own interval only, so intervals skipped between two entries
+            // keep plain rounding.
+            let from = if last.is_none() { 0 } else { index };
+            table[from..=index].iter_mut().for_each(|d| *d = n);
+            last = Some(index);
+        }
+        Ok(Divisions(table))
+    }
+}
+
+impl std::fmt::Display for Divisions {
+    /// The form `parse` reads: one number when every interval agrees, else the list.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.iter().all(|&d| d == self.0[0]) {
+            return write!(f, "{}", self.0[0]);
+        }
+        let entries: Vec<String> = (0..INTERVALS)
+            .filter(|&i| i + 1 == INTERVALS || self.0[i] != self.0[i + 1])
+            .map(|i| {
+                if i + 1 == INTERVALS {
+                    format!(">:{}", self.0[i])
+                } else {
+                    format!("{}:{}", 1u64 << i, self.0[i])
+                }
+            })
+            .collect();
+        write!(f, "[{}]", entries.join(","))
+    }
+}
+// ANCHOR_END: divisions
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,6 +324,32 @@ mod tests {
         assert_eq!(c.garbage_collection_threshold, Some(0.6));
         assert_eq!(Config::parse("").unwrap(), Config::default());
         assert_eq!(Config::parse(&c.to_conf_string()).unwrap(), c);
+        // PyTorch's list form: each interval's divisions, the first covering smaller
+        // sizes too, `>` the rest.
+        let c = Config::parse(
+            "roundup_power2_divisions:[256:1,512:2,1024:4,>:8],expandable_segments:False",
+        )
+        .unwrap();
+        let d = c.roundup_power2_divisions;
+        assert_eq!(d.for_size(1000), 0);
+        assert_eq!(d.for_size(300 << 20), 0);
+        assert_eq!((d.for_size(512 << 20), d.for_size(1000 << 20)), (2, 2));
+        assert_eq!((d.for_size(1 << 30), d.for_size(2000 << 20)), (4, 4));
+        assert_eq!((d.for_size(2 << 30), d.for_size(1 << 40)), (8, 8));
+        assert_eq!(d.to_string(), "[256:0,512:2,1024:4,>:8]");
+        assert_eq!(Config::parse(&c.to_conf_string()).unwrap(), c);
+        assert_eq!(
+            Config::parse("roundup_power2_divisions:4")
+                .unwrap()
+                .roundup_power2_divisions
+                .for_size(5 << 30),
+            4
+        );
+        let skipped = Config::parse("roundup_power2_divisions:[256:2,1024:4]").unwrap();
+        let d = skipped.roundup_power2_divisions;
+        let sizes = [300 << 20, 600 << 20, 1 << 30, 4 << 30];
+        assert_eq!(sizes.map(|s| d.for_size(s)), [2, 0, 4, 0]);
+        assert_eq!(Config::parse(&skipped.to_conf_string()).unwrap(), skipped);
         let c = Config::parse("park_freed_blocks:False").unwrap();
         assert!(!c.park_freed_blocks);
         assert_eq!(Config::parse(&c.to_conf_string()).unwrap(), c);
@@ -220,6 +364,12 @@ mod tests {
             ("garbage_collection_threshold:1.5", "between 0.0 and 1.0"),
             ("expandable_segments:yes", "not True or False"),
             ("roundup_power2_divisions:3", "power of two"),
+            (
+                "roundup_power2_divisions:[256:1,4:2]",
+                "intervals must increase",
+            ),
+            ("roundup_power2_divisions:[300:2]", "must be a power of two"),
+            ("roundup_power2_divisions:[256:1", "`[` without `]`"),
             ("expandable_segments", "not `key:value`"),
         ] {
             let e = Config::parse(text).unwrap_err().to_string();

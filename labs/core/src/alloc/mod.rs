@@ -15,7 +15,7 @@ mod size;
 mod stats;
 
 pub use caching::{Allocator, Block, BlockInfo, SegmentInfo};
-pub use config::{Config, ENV_ALLOC_CONF};
+pub use config::{Config, Divisions, ENV_ALLOC_CONF};
 pub use export::LiveBlock;
 pub use history::{frames_of, HistoryAction, HistoryEvent};
 pub use leak::{LeakGuard, LeakReport};
