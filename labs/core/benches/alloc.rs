@@ -45,5 +45,33 @@ fn pairs(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, pairs);
+/// What the statistics' neighbours cost: the 512 B pair with the memory history
+/// recorded (with and without backtraces), and with parking off.
+fn variants(c: &mut Criterion) {
+    let device = test_device();
+    let stream = device.default_stream().unwrap().handle();
+    let mut group = c.benchmark_group("alloc_free_pair_512B");
+    let cases: [(&str, &str, Option<bool>); 4] = [
+        ("default", "", None),
+        ("history", "", Some(false)),
+        ("history_with_backtraces", "", Some(true)),
+        ("no_parking", "park_freed_blocks:False", None),
+    ];
+    for (name, conf, history) in cases {
+        let a = Allocator::new(device.backend_arc(), Config::parse(conf).unwrap()).unwrap();
+        if let Some(backtraces) = history {
+            // A ring buffer small enough to stay in cache, as a long job's would wrap.
+            a.record_memory_history(4096, backtraces);
+        }
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let block = a.malloc_on(512, stream).unwrap();
+                a.free(block).unwrap();
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, pairs, variants);
 criterion_main!(benches);

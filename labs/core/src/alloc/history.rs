@@ -110,16 +110,18 @@ impl History {
             }
             _ => None,
         };
-        match action {
-            HistoryAction::Alloc => {
-                if let Some(bt) = &backtrace {
-                    self.alloc_sites.insert(addr, bt.clone());
+        if self.backtraces {
+            match action {
+                HistoryAction::Alloc => {
+                    if let Some(bt) = &backtrace {
+                        self.alloc_sites.insert(addr, bt.clone());
+                    }
                 }
+                HistoryAction::FreeRequested => {
+                    self.alloc_sites.remove(&addr);
+                }
+                _ => {}
             }
-            HistoryAction::FreeRequested => {
-                self.alloc_sites.remove(&addr);
-            }
-            _ => {}
         }
         if self.events.len() == self.max_entries {
             self.events.pop_front();
