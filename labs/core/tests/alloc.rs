@@ -172,7 +172,7 @@ fn assert_stats_match_snapshot(a: &Allocator) {
                     .sum(),
             ),
             ("allocation", in_state(BlockState::Allocated).count() as u64),
-            ("reserved_bytes", segs.iter().map(|s| s.mapped).sum()),
+            ("reserved_bytes", segs.iter().map(|s| s.mapped()).sum()),
             ("segment", segs.len() as u64),
             ("active", active().count() as u64),
             ("active_bytes", active().map(|(_, b)| b.size).sum()),

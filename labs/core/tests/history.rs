@@ -2,7 +2,7 @@
 //! guard, on the device under test (`LABS_DEVICE`, default the simulator).
 
 use labs_core::alloc::replay::{read_trace, replay_on_sim};
-use labs_core::alloc::{Allocator, Config, HistoryAction, LeakGuard};
+use labs_core::alloc::{Allocator, Config, LeakGuard};
 use labs_core::snapshot::{self, BlockState, Summary, TraceAction};
 use labs_core::testing::test_device;
 use labs_core::Device;
@@ -13,8 +13,8 @@ fn allocator(device: &Device, conf: &str) -> Allocator {
     Allocator::new(device.backend_arc(), Config::parse(conf).unwrap()).unwrap()
 }
 
-fn actions(a: &Allocator) -> Vec<HistoryAction> {
-    a.history().0.iter().map(|e| e.action).collect()
+fn actions(a: &Allocator) -> Vec<TraceAction> {
+    a.history().0.iter().map(|e| e.action.clone()).collect()
 }
 
 #[test]
@@ -29,7 +29,7 @@ fn the_history_records_what_happened_in_order() {
     a.free(b).unwrap();
     a.free(before).unwrap();
     a.empty_cache().unwrap();
-    use HistoryAction::*;
+    use TraceAction::*;
     assert_eq!(
         actions(&a),
         [
@@ -74,7 +74,7 @@ fn the_ring_buffer_keeps_the_newest_events() {
     assert!(dropped >= 24, "{dropped}");
     let allocs: Vec<u64> = events
         .iter()
-        .filter(|e| e.action == HistoryAction::Alloc)
+        .filter(|e| e.action == TraceAction::Alloc)
         .map(|e| e.size)
         .collect();
     // Each iteration records alloc, free_requested, free_completed.
@@ -97,24 +97,24 @@ fn expandable_segments_record_mappings_and_failures() {
     let (events, _) = a.history();
     let map = events
         .iter()
-        .find(|e| e.action == HistoryAction::SegmentMap)
+        .find(|e| e.action == TraceAction::SegmentMap)
         .unwrap();
     assert_eq!(map.addr, b.ptr());
     assert_eq!(map.size, 6 * MIB, "three 2 MiB pages");
     let oom = events
         .iter()
-        .find(|e| e.action == HistoryAction::Oom)
+        .find(|e| e.action == TraceAction::Oom)
         .unwrap();
     assert_eq!(oom.size, 200 * MIB);
     // The request that could not fit mapped nothing before failing.
     let maps: Vec<_> = events
         .iter()
-        .filter(|e| e.action == HistoryAction::SegmentMap)
+        .filter(|e| e.action == TraceAction::SegmentMap)
         .collect();
     assert_eq!(maps.len(), 1, "{maps:?}");
     let unmapped: u64 = events
         .iter()
-        .filter(|e| e.action == HistoryAction::SegmentUnmap)
+        .filter(|e| e.action == TraceAction::SegmentUnmap)
         .map(|e| e.size)
         .sum();
     assert_eq!(unmapped, 6 * MIB);
@@ -131,22 +131,22 @@ fn a_free_on_another_streams_work_completes_later() {
     let b = a.malloc(4096, &stream).unwrap();
     a.record_stream(&b, &other).unwrap();
     a.free(b).unwrap();
-    let blocks_only = |a: &Allocator| -> Vec<HistoryAction> {
+    let blocks_only = |a: &Allocator| -> Vec<TraceAction> {
         actions(a)
             .into_iter()
-            .filter(|&x| x != HistoryAction::SegmentMap && x != HistoryAction::SegmentUnmap)
+            .filter(|x| *x != TraceAction::SegmentMap && *x != TraceAction::SegmentUnmap)
             .collect()
     };
     assert_eq!(
         blocks_only(&a),
-        [HistoryAction::Alloc, HistoryAction::FreeRequested]
+        [TraceAction::Alloc, TraceAction::FreeRequested]
     );
     other.synchronize().unwrap();
     a.empty_cache().unwrap();
     let (events, _) = a.history();
     let done = events
         .iter()
-        .find(|e| e.action == HistoryAction::FreeCompleted)
+        .find(|e| e.action == TraceAction::FreeCompleted)
         .unwrap();
     assert_eq!((done.addr, done.stream), (b.ptr(), stream.handle()));
 }

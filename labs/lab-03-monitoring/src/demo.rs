@@ -200,20 +200,18 @@ pub fn print(o: &Outcome) {
             bytes(r.peak_allocated),
         ]);
     }
-    t.row([
-        "".to_string(),
-        "everything dropped".to_string(),
-        bytes(o.after_drop.0),
-        bytes(o.after_drop.1),
-        "".to_string(),
-    ]);
-    t.row([
-        "".to_string(),
-        "after empty_cache".to_string(),
-        bytes(o.after_empty_cache.0),
-        bytes(o.after_empty_cache.1),
-        "".to_string(),
-    ]);
+    for (phase, (allocated, reserved)) in [
+        ("everything dropped", o.after_drop),
+        ("after empty_cache", o.after_empty_cache),
+    ] {
+        t.row([
+            String::new(),
+            phase.to_string(),
+            bytes(allocated),
+            bytes(reserved),
+            String::new(),
+        ]);
+    }
     println!("{t}");
     println!("memory_summary() after the loop:\n{}", o.summary_text);
 

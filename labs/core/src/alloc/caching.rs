@@ -21,7 +21,7 @@ use super::config::Config;
 use std::collections::HashMap;
 
 use super::export::{to_snapshot, LiveBlock};
-use super::history::{frames_of, History, HistoryAction, HistoryEvent};
+use super::history::{frames_of, History, HistoryEvent};
 use super::parked::Parked;
 use super::pool::{stream_pool, BlockState, Blocks, FreeSet, NONE};
 use super::size::{
@@ -30,7 +30,7 @@ use super::size::{
 use super::stats::Stats;
 use crate::device::{Backend, DeviceId, DevicePtr, Event, Stream};
 use crate::error::{Error, Result};
-use crate::snapshot::{Frame, Snapshot};
+use crate::snapshot::{Frame, Snapshot, TraceAction};
 
 /// How many free blocks past the best fit are looked at for one on mapped pages.
 /// Measured (page mappings on resnet50 / gpt2_fp32 / gpt2_varlen): 0 (plain best fit)
@@ -85,8 +85,6 @@ pub struct SegmentInfo {
     pub stream: u64,
     pub pool: Pool,
     pub expandable: bool,
-    /// Bytes with memory behind them (all of a fixed segment).
-    pub mapped: u64,
     /// The (address, length) of each run of memory-backed pages, in address order: the
     /// whole segment when it is fixed.
     pub mapped_ranges: Vec<(u64, u64)>,
@@ -174,9 +172,6 @@ struct State {
     streams: Vec<u64>,
     /// The memory history, while recorded (`record_memory_history`).
     history: Option<Box<History>>,
-    /// Allocations handed out so far: each block remembers its number, so that the
-    /// leak guard can tell the blocks allocated after its baseline.
-    serial: u64,
 }
 
 impl Allocator {
@@ -211,7 +206,6 @@ impl Allocator {
                 stats: Stats::default(),
                 streams: Vec::new(),
                 history: None,
-                serial: 0,
             }),
         })
     }
@@ -395,16 +389,7 @@ impl Allocator {
             .segments
             .iter()
             .filter(|s| s.alive)
-            .flat_map(|s| {
-                let mut ids = Vec::new();
-                let mut id = s.first;
-                while id != NONE {
-                    ids.push(id);
-                    id = st.blocks[id].next;
-                }
-                ids
-            })
-            .map(|id| &st.blocks[id])
+            .flat_map(|s| st.blocks_of(s))
             .filter(|b| b.state == BlockState::Allocated)
             .map(|b| LiveBlock {
                 addr: b.addr,
@@ -422,7 +407,7 @@ impl Allocator {
     /// How many allocations this allocator has handed out so far: a baseline for
     /// [`live_blocks`](Self::live_blocks) (blocks with a higher number came later).
     pub fn allocations_so_far(&self) -> u64 {
-        self.lock().serial
+        self.lock().stats.allocations.all.allocated
     }
 
     /// The segments and their blocks, in address order.
@@ -434,29 +419,21 @@ impl Allocator {
             .iter()
             .filter(|s| s.alive)
             .map(|s| {
-                let mut blocks = Vec::new();
-                let mut id = s.first;
-                while id != NONE {
-                    let b = &st.blocks[id];
-                    blocks.push(BlockInfo {
+                let blocks = st
+                    .blocks_of(s)
+                    .map(|b| BlockInfo {
                         addr: b.addr,
                         size: b.size,
                         requested: b.requested,
                         state: b.state,
-                    });
-                    id = b.next;
-                }
+                    })
+                    .collect();
                 SegmentInfo {
                     base: s.base,
                     size: s.size,
                     stream: s.stream,
                     pool: s.pool,
                     expandable: s.expandable,
-                    mapped: if s.expandable {
-                        s.mapped_pages * st.page
-                    } else {
-                        s.size
-                    },
                     mapped_ranges: if s.expandable {
                         mapped_ranges(s, st.page)
                     } else {
@@ -489,6 +466,13 @@ impl Drop for Allocator {
         if let Err(e) = result {
             eprintln!("warning: releasing the cache of {}: {e}", self.device);
         }
+    }
+}
+
+impl SegmentInfo {
+    /// Bytes with memory behind them (all of a fixed segment).
+    pub fn mapped(&self) -> u64 {
+        self.mapped_ranges.iter().map(|r| r.1).sum()
     }
 }
 
@@ -525,6 +509,13 @@ fn oom(device: DeviceId, requested: u64, st: &State) -> Error {
 }
 
 impl State {
+    /// The blocks of a segment, in address order.
+    fn blocks_of<'a>(&'a self, seg: &Segment) -> impl Iterator<Item = &'a super::pool::Block> {
+        std::iter::successors((seg.first != NONE).then(|| &self.blocks[seg.first]), |b| {
+            (b.next != NONE).then(|| &self.blocks[b.next])
+        })
+    }
+
     // ANCHOR: malloc_retry
     fn malloc(
         &mut self,
@@ -578,7 +569,7 @@ impl State {
                         continue;
                     }
                     self.stats.num_ooms += 1;
-                    self.note(HistoryAction::Oom, 0, size, stream);
+                    self.note(TraceAction::Oom, 0, size, stream);
                     return Err(oom(device, size, self));
                 }
                 Err(e) => return Err(e),
@@ -640,19 +631,19 @@ impl State {
     /// Marks block `id` allocated for a request of `requested` bytes and counts it.
     #[inline]
     fn hand_out(&mut self, id: u32, pool: Pool, requested: u64, stream: u64) -> Block {
-        self.serial += 1;
         let b = &mut self.blocks[id];
         b.state = BlockState::Allocated;
         b.requested = requested;
-        b.serial = self.serial;
         let (ptr, size, generation) = (b.addr, b.size, b.generation);
-        self.note(HistoryAction::Alloc, ptr, requested, stream);
         let s = &mut self.stats;
         s.requested.add(pool, requested);
         s.allocated.add(pool, size);
         s.allocations.add(pool, 1);
         s.active.add(pool, 1);
         s.active_bytes.add(pool, size);
+        // The running count of allocations numbers this one, for the leak guard.
+        self.blocks[id].serial = s.allocations.all.allocated;
+        self.note(TraceAction::Alloc, ptr, requested, stream);
         Block {
             id,
             generation,
@@ -810,7 +801,7 @@ impl State {
                 return Err(oom(device, rounded, self));
             }
             let base = be.raw_alloc(size as usize)?;
-            self.note(HistoryAction::SegmentAlloc, base, size, stream);
+            self.note(TraceAction::SegmentAlloc, base, size, stream);
             self.stats.device_allocs += 1;
             self.stats.reserved.add(pool, size);
             (base, size, Vec::new())
@@ -959,7 +950,7 @@ impl State {
         self.stats.num_maps += 1;
         self.stats.reserved.add(pool, bytes);
         self.high_water = self.high_water.max(self.stats.reserved.current);
-        self.note(HistoryAction::SegmentMap, addr, bytes, stream);
+        self.note(TraceAction::SegmentMap, addr, bytes, stream);
         Ok(())
     }
 
@@ -1039,7 +1030,7 @@ impl State {
         self.stats.device_frees += 1;
         self.stats.num_unmaps += 1;
         self.stats.reserved.sub(pool, bytes);
-        self.note(HistoryAction::SegmentUnmap, addr, bytes, stream);
+        self.note(TraceAction::SegmentUnmap, addr, bytes, stream);
         Ok(())
     }
 
@@ -1066,9 +1057,9 @@ impl State {
         if self.history.is_some() {
             let b = &self.blocks[id];
             let (addr, requested, now) = (b.addr, b.requested, b.stream_uses.is_empty());
-            self.note(HistoryAction::FreeRequested, addr, requested, block.stream);
+            self.note(TraceAction::FreeRequested, addr, requested, block.stream);
             if now {
-                self.note(HistoryAction::FreeCompleted, addr, requested, block.stream);
+                self.note(TraceAction::FreeCompleted, addr, requested, block.stream);
             }
         }
         let b = &mut self.blocks[id];
@@ -1132,7 +1123,7 @@ impl State {
                         let b = &self.blocks[id];
                         let stream = self.streams[(b.sp >> 1) as usize];
                         let (addr, requested) = (b.addr, b.requested);
-                        self.note(HistoryAction::FreeCompleted, addr, requested, stream);
+                        self.note(TraceAction::FreeCompleted, addr, requested, stream);
                     }
                     self.deactivate(id);
                 }
@@ -1202,7 +1193,7 @@ impl State {
 
     /// Records an event in the memory history, when one is being recorded.
     #[inline(always)]
-    fn note(&mut self, action: HistoryAction, addr: u64, size: u64, stream: u64) {
+    fn note(&mut self, action: TraceAction, addr: u64, size: u64, stream: u64) {
         if let Some(h) = self.history.as_deref_mut() {
             h.record(action, addr, size, stream);
         }
@@ -1378,7 +1369,7 @@ impl State {
             } else {
                 be.raw_free(base)?;
                 let stream = self.segments[s].stream;
-                self.note(HistoryAction::SegmentFree, base, size, stream);
+                self.note(TraceAction::SegmentFree, base, size, stream);
                 self.stats.device_frees += 1;
                 self.stats.reserved.sub(pool, size);
             }

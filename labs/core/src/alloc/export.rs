@@ -88,7 +88,7 @@ pub(crate) fn to_snapshot(
         .iter()
         .map(|e| TraceEvent {
             device: ordinal,
-            action: e.action.trace_action(),
+            action: e.action.clone(),
             addr: e.addr,
             size: e.size,
             stream: e.stream,

@@ -14,47 +14,15 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::snapshot::{Frame, TraceAction};
 
-/// What one history entry records, with PyTorch's trace names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HistoryAction {
-    /// A block was handed out; `size` is the requested size.
-    Alloc,
-    /// The program freed a block.
-    FreeRequested,
-    /// The block became reusable (later than `FreeRequested` only when other streams
-    /// were still using it).
-    FreeCompleted,
-    /// A fixed segment was allocated from the driver (`cuMemAlloc`).
-    SegmentAlloc,
-    /// A fixed segment was returned to the driver (`cuMemFree`).
-    SegmentFree,
-    /// Pages of an expandable segment got memory (`cuMemCreate` + `cuMemMap`).
-    SegmentMap,
-    /// Pages of an expandable segment gave their memory back (`cuMemUnmap`).
-    SegmentUnmap,
-    /// A request failed for want of memory; `size` is the request.
-    Oom,
-}
-
-impl HistoryAction {
-    pub fn trace_action(self) -> TraceAction {
-        match self {
-            HistoryAction::Alloc => TraceAction::Alloc,
-            HistoryAction::FreeRequested => TraceAction::FreeRequested,
-            HistoryAction::FreeCompleted => TraceAction::FreeCompleted,
-            HistoryAction::SegmentAlloc => TraceAction::SegmentAlloc,
-            HistoryAction::SegmentFree => TraceAction::SegmentFree,
-            HistoryAction::SegmentMap => TraceAction::SegmentMap,
-            HistoryAction::SegmentUnmap => TraceAction::SegmentUnmap,
-            HistoryAction::Oom => TraceAction::Oom,
-        }
-    }
-}
-
 /// One entry of the history.
 #[derive(Debug, Clone)]
 pub struct HistoryEvent {
-    pub action: HistoryAction,
+    /// PyTorch's name for what happened: `alloc` (the size is the requested size),
+    /// `free_requested`, `free_completed` (later than `free_requested` only when other
+    /// streams were still using the block), `segment_alloc` / `segment_free` (a fixed
+    /// segment from or to the driver), `segment_map` / `segment_unmap` (pages of an
+    /// expandable segment), `oom` (the size is the request).
+    pub action: TraceAction,
     pub addr: u64,
     pub size: u64,
     /// The stream's handle (the trace's stream id).
@@ -103,21 +71,21 @@ impl History {
     /// Records an event. Called with the allocator's lock held, so a backtrace is
     /// captured without resolving symbols.
     #[cold]
-    pub fn record(&mut self, action: HistoryAction, addr: u64, size: u64, stream: u64) {
-        let backtrace = match (self.backtraces, action) {
-            (true, HistoryAction::Alloc | HistoryAction::FreeRequested | HistoryAction::Oom) => {
+    pub fn record(&mut self, action: TraceAction, addr: u64, size: u64, stream: u64) {
+        let backtrace = match (self.backtraces, &action) {
+            (true, TraceAction::Alloc | TraceAction::FreeRequested | TraceAction::Oom) => {
                 Some(Arc::new(Backtrace::force_capture()))
             }
             _ => None,
         };
         if self.backtraces {
             match action {
-                HistoryAction::Alloc => {
+                TraceAction::Alloc => {
                     if let Some(bt) = &backtrace {
                         self.alloc_sites.insert(addr, bt.clone());
                     }
                 }
-                HistoryAction::FreeRequested => {
+                TraceAction::FreeRequested => {
                     self.alloc_sites.remove(&addr);
                 }
                 _ => {}
@@ -217,7 +185,7 @@ mod tests {
     fn the_ring_keeps_the_newest_entries() {
         let mut h = History::new(3, false);
         for i in 0..5 {
-            h.record(HistoryAction::Alloc, i * 512, 512, 0);
+            h.record(TraceAction::Alloc, i * 512, 512, 0);
         }
         let addrs: Vec<u64> = h.events().iter().map(|e| e.addr).collect();
         assert_eq!(addrs, [1024, 1536, 2048]);

@@ -17,7 +17,7 @@ mod stats;
 pub use caching::{Allocator, Block, BlockInfo, SegmentInfo};
 pub use config::{Config, Divisions, ENV_ALLOC_CONF};
 pub use export::LiveBlock;
-pub use history::{frames_of, HistoryAction, HistoryEvent};
+pub use history::{frames_of, HistoryEvent};
 pub use leak::{LeakGuard, LeakReport};
 pub use pool::BlockState;
 pub use size::{pool_of, round_size, segment_size, Pool};
