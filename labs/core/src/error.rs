@@ -1,7 +1,8 @@
 //! One error type for every device operation, so that the GPU and the simulator fail
 //! the same way and callers can match on what went wrong.
 
-use crate::device::DeviceId;
+use crate::device_id::{DeviceId, ParseDeviceError};
+use crate::dtype::DType;
 use crate::format::bytes;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -52,7 +53,7 @@ pub enum Error {
     #[error("{op} does not support dtype {found} (supported: {supported})")]
     DType {
         op: &'static str,
-        found: crate::tensor::DType,
+        found: DType,
         supported: &'static str,
     },
 
@@ -64,6 +65,15 @@ pub enum Error {
         b: Vec<usize>,
     },
 
+    /// A stream or event of one device handed to another; a real GPU would fail later
+    /// and less clearly (an invalid handle, or work ordered on the wrong device).
+    #[error("{what} of {of} used on {used_on}")]
+    WrongDevice {
+        what: &'static str,
+        of: DeviceId,
+        used_on: DeviceId,
+    },
+
     /// A malformed device string, size or option.
     #[error("{0}")]
     InvalidArgument(String),
@@ -71,6 +81,12 @@ pub enum Error {
     /// The simulator caught something the GPU would report as an illegal address.
     #[error("illegal memory access on {device}: {detail}")]
     IllegalAddress { device: DeviceId, detail: String },
+}
+
+impl From<ParseDeviceError> for Error {
+    fn from(e: ParseDeviceError) -> Self {
+        Error::InvalidArgument(e.0)
+    }
 }
 
 impl Error {

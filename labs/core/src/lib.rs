@@ -4,9 +4,12 @@
 //! adds to it; `snapshot` holds the memory snapshots lab 3 reads (ours and PyTorch's).
 
 pub mod alloc;
+pub mod backend;
 pub mod cli;
 pub mod cuda;
 pub mod device;
+pub mod device_id;
+pub mod dtype;
 pub mod error;
 pub mod format;
 pub mod host;

@@ -927,7 +927,7 @@ fn large_op() -> impl Strategy<Value = LargeOp> {
 /// Runs `ops` on a fresh simulated GPU; returns every address handed out and the
 /// final statistics.
 fn run_large_ops(conf: &str, ops: &[LargeOp]) -> (Vec<u64>, labs_core::alloc::Stats) {
-    use labs_core::alloc::replay::sim_backend;
+    use labs_core::device::sim_backend;
     let a = Allocator::new(sim_backend(16 << 30), Config::parse(conf).unwrap()).unwrap();
     let (mut live, mut addrs) = (Vec::new(), Vec::new());
     for op in ops {

@@ -174,7 +174,7 @@ fn the_device_under_test_is_the_one_asked_for() {
 
 #[test]
 fn bad_device_names_are_clear_errors() {
-    let err = "tpu:0".parse::<DeviceId>().unwrap_err();
+    let err: Error = "tpu:0".parse::<DeviceId>().unwrap_err().into();
     assert!(matches!(err, Error::InvalidArgument(_)));
     assert!(err
         .to_string()
@@ -188,4 +188,119 @@ fn a_missing_gpu_index_is_an_error() {
         Err(Error::NoDriver(msg)) => assert!(!msg.is_empty()),
         other => panic!("expected an error, got {other:?}"),
     }
+}
+
+/// A second device of another id than the one under test: a simulated GPU registered
+/// under a fresh `sim:N`.
+fn another_device() -> Device {
+    let other = Device::new_sim(1 << 30);
+    assert_ne!(other.id(), test_device().id());
+    other
+}
+
+#[test]
+fn streams_and_events_know_their_device() {
+    let d = test_device();
+    assert_eq!(d.default_stream().unwrap().device(), d.id());
+    assert_eq!(d.new_stream().unwrap().device(), d.id());
+    assert_eq!(d.new_event().unwrap().device(), d.id());
+}
+
+#[test]
+fn a_stream_of_another_device_is_refused_by_every_operation() {
+    let d = test_device();
+    let foreign = another_device().new_stream().unwrap();
+    let expected = format!("stream of {} used on {}", foreign.device(), d.id());
+    let buf = d.raw_buffer(4096).unwrap();
+    let mut host = vec![0u8; 4096];
+    let be = d.backend();
+    let errors = [
+        be.copy_htod(buf.ptr(), &host.clone(), &foreign).unwrap_err(),
+        be.copy_dtoh(&mut host, buf.ptr(), &foreign).unwrap_err(),
+        be.copy_dtod(buf.ptr(), buf.ptr(), 16, &foreign)
+            .unwrap_err(),
+        be.fill(buf.ptr(), FillPattern::U8(1), 16, &foreign)
+            .unwrap_err(),
+        be.raw_alloc_async(512, &foreign).unwrap_err(),
+        d.allocator().unwrap().malloc(512, &foreign).unwrap_err(),
+    ];
+    for e in errors {
+        assert!(
+            matches!(e, Error::WrongDevice { what: "stream", .. }),
+            "{e:?}"
+        );
+        assert_eq!(e.to_string(), expected);
+    }
+    // A block's cross-stream use must be on its own device too.
+    let a = d.allocator().unwrap();
+    let block = a.malloc(512, &d.default_stream().unwrap()).unwrap();
+    let e = a.record_stream(&block, &foreign).unwrap_err();
+    assert_eq!(e.to_string(), expected);
+    a.free(block).unwrap();
+    // Nothing was enqueued anywhere: the device is still usable.
+    d.synchronize().unwrap();
+}
+
+#[test]
+fn an_event_is_recorded_only_on_its_own_device() {
+    let d = test_device();
+    let other = another_device();
+    let foreign_event = other.new_event().unwrap();
+    let e = d
+        .default_stream()
+        .unwrap()
+        .record(&foreign_event)
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("event of {} used on {}", other.id(), d.id())
+    );
+    // Timing two events of different devices is meaningless, and refused.
+    let mine = d.new_event().unwrap();
+    d.default_stream().unwrap().record(&mine).unwrap();
+    mine.synchronize().unwrap();
+    assert!(matches!(
+        mine.elapsed_ms(&foreign_event),
+        Err(Error::WrongDevice { what: "event", .. })
+    ));
+}
+
+#[test]
+fn physical_memory_moves_between_mappings_without_a_new_allocation() {
+    let d = test_device();
+    let be = d.backend();
+    let page = be.vm_granularity().unwrap();
+    let (a, b) = (be.vm_reserve(2 * page).unwrap(), be.vm_reserve(2 * page).unwrap());
+    let before = d.mem_info().unwrap().free;
+    let memory = be.vm_create(2 * page).unwrap();
+    assert_eq!(memory.bytes(), 2 * page);
+    be.vm_map_memory(a, memory).unwrap();
+    // The mapping is real memory: a fill and a copy back see it.
+    let stream = d.default_stream().unwrap();
+    be.fill(a, FillPattern::U32(0xdead_beef), 2 * page / 4, &stream)
+        .unwrap();
+    let mut back = vec![0u8; 8];
+    be.copy_dtoh(&mut back, a + page as u64, &stream).unwrap();
+    assert_eq!(back, [0xef, 0xbe, 0xad, 0xde, 0xef, 0xbe, 0xad, 0xde]);
+    d.synchronize().unwrap();
+    // Unmapped, the memory stays allocated; mapped elsewhere, it is usable there.
+    let memory = be.vm_unmap_memory(a, 2 * page).unwrap();
+    be.vm_map_memory(b, memory).unwrap();
+    be.fill(b, FillPattern::U8(7), 2 * page, &stream).unwrap();
+    be.copy_dtoh(&mut back, b, &stream).unwrap();
+    assert_eq!(back, [7; 8]);
+    // Unmapping what is not one mapping is an error, not a partial unmap.
+    assert!(be.vm_unmap_memory(b + page as u64, page).is_err());
+    // The device saw one allocation of two pages, whatever else runs beside it.
+    let during = d.mem_info().unwrap().free;
+    if !d.is_cuda() {
+        assert_eq!(before - during, 2 * page as u64);
+    }
+    let memory = be.vm_unmap_memory(b, 2 * page).unwrap();
+    be.vm_free_memory(memory).unwrap();
+    if !d.is_cuda() {
+        assert_eq!(d.mem_info().unwrap().free, before);
+    }
+    be.vm_release(a, 2 * page).unwrap();
+    be.vm_release(b, 2 * page).unwrap();
 }

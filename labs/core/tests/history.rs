@@ -1,7 +1,8 @@
 //! The memory history, snapshots of our allocator, the trace they export and the leak
 //! guard, on the device under test (`LABS_DEVICE`, default the simulator).
 
-use labs_core::alloc::replay::{read_trace, replay_on_sim};
+use labs_core::alloc::replay::read_trace;
+use labs_core::device::replay_on_sim;
 use labs_core::alloc::{Allocator, Config, LeakGuard};
 use labs_core::snapshot::{self, BlockState, Summary, TraceAction};
 use labs_core::testing::test_device;

@@ -21,7 +21,7 @@ fn check(name: &str, pytorch_best: f64, calls: Calls) -> f64 {
         .join("traces")
         .join(format!("{name}.trace.csv.gz"));
     let trace = replay::read_trace(&path).unwrap_or_else(|e| panic!("{e}"));
-    let report = replay::replay_on_sim(&trace, Config::default(), GPU).unwrap();
+    let report = labs_core::device::replay_on_sim(&trace, Config::default(), GPU).unwrap();
     assert_eq!(report.peak_requested, trace.peak_requested());
     assert_eq!(report.unknown_frees, 0);
     // Never more mappings than twice the pages the peak needs, whatever the trace.
@@ -114,7 +114,7 @@ fn native_mode_reproduces_pytorch() {
     // figure for native caching (1.206), which validates the replay itself.
     let path = shared_dir().join("traces/resnet50_fp32.trace.csv.gz");
     let trace = replay::read_trace(&path).unwrap();
-    let r = replay::replay_on_sim(&trace, Config::pytorch_native(), GPU).unwrap();
+    let r = labs_core::device::replay_on_sim(&trace, Config::pytorch_native(), GPU).unwrap();
     assert!(
         (r.fragmentation() - 1.206).abs() < 0.005,
         "{}",

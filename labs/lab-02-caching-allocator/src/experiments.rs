@@ -185,8 +185,8 @@ fn fragmentation() -> Result<()> {
     );
     for path in files {
         let trace = replay::read_trace(&path)?;
-        let fixed = replay::replay_on_sim(&trace, Config::pytorch_native(), 80 << 30)?;
-        let expandable = replay::replay_on_sim(&trace, Config::default(), 80 << 30)?;
+        let fixed = labs_core::device::replay_on_sim(&trace, Config::pytorch_native(), 80 << 30)?;
+        let expandable = labs_core::device::replay_on_sim(&trace, Config::default(), 80 << 30)?;
         println!(
             "{:<28} {:>14} {:>8.3} {:>8} {:>8.3} {:>8} {:>8} {:>6} {:>8.0}",
             trace.name,

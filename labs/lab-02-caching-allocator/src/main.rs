@@ -89,7 +89,7 @@ fn run_replay(
             Some(c) => parse_bytes(c).map_err(anyhow::Error::msg)?,
             None => TRACE_GPU,
         };
-        replay::sim_backend(capacity)
+        labs_core::device::sim_backend(capacity)
     } else {
         if capacity.is_some() {
             eprintln!("note: --capacity applies to the simulated GPU only; ignored on {device}");

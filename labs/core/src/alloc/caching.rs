@@ -28,7 +28,7 @@ use super::size::{
     pool_of, round_size, segment_size, Pool, EXPANDABLE_VA, LARGE_BUFFER, MIN_BLOCK, SMALL_SIZE,
 };
 use super::stats::Stats;
-use crate::device::{Backend, DeviceId, DevicePtr, Event, Stream};
+use crate::backend::{Backend, DeviceId, DevicePtr, Event, Stream};
 use crate::error::{Error, Result};
 use crate::snapshot::{Frame, Snapshot, TraceAction};
 
@@ -225,6 +225,7 @@ impl Allocator {
 
     /// A block of at least `size` bytes for work on `stream`.
     pub fn malloc(&self, size: usize, stream: &Stream) -> Result<Block> {
+        stream.check_device(self.device)?;
         self.malloc_on(size as u64, stream.handle())
     }
 
@@ -246,6 +247,7 @@ impl Allocator {
     // ANCHOR: record_stream
     /// Marks `block` as used by work on `stream`, so that freeing it waits for that work.
     pub fn record_stream(&self, block: &Block, stream: &Stream) -> Result<()> {
+        stream.check_device(self.device)?;
         let mut st = self.lock();
         st.check_handle(block)?;
         if stream.handle() == block.stream {

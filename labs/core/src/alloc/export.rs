@@ -10,7 +10,7 @@ use super::config::Config;
 use super::history::HistoryEvent;
 use super::pool::BlockState;
 use super::size::Pool;
-use crate::device::DeviceId;
+use crate::backend::DeviceId;
 use crate::snapshot::{self, AllocatorSettings, Frame, SegmentType, Snapshot, TraceEvent};
 
 /// A block allocated now, as [`Allocator::live_blocks`](super::Allocator::live_blocks)

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::device::Stream;
+use crate::backend::Stream;
 
 pub(crate) const NONE: u32 = u32::MAX;
 

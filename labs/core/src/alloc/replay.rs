@@ -5,11 +5,9 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Allocator, Block, Config};
-use crate::device::{Backend, DeviceId};
+use super::{Allocator, Block};
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,18 +240,6 @@ pub fn replay(trace: &Trace, allocator: &Allocator) -> Result<ReplayReport> {
     })
 }
 // ANCHOR_END: replay
-
-/// A simulated GPU of `capacity` bytes for one replay, outside the device registry so
-/// that replays do not share memory.
-pub fn sim_backend(capacity: u64) -> Arc<dyn Backend> {
-    Arc::new(crate::sim::SimBackend::new(DeviceId::Sim(0), capacity))
-}
-
-/// Replays `trace` with `conf` on a fresh simulated GPU of `capacity` bytes.
-pub fn replay_on_sim(trace: &Trace, conf: Config, capacity: u64) -> Result<ReplayReport> {
-    let allocator = Allocator::new(sim_backend(capacity), conf)?;
-    replay(trace, &allocator)
-}
 
 #[cfg(test)]
 mod tests {

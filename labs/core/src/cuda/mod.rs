@@ -9,9 +9,10 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::{result, sys, CudaContext};
 
-use crate::device::{
-    check_size, Backend, DeviceId, DeviceProperties, DevicePtr, Event, FillPattern, HostPtr,
-    ManagedAdvice, MemInfo, MemLocation, Stream,
+use crate::backend::prelude::*;
+use crate::backend::{
+    check_size, DeviceId, DeviceProperties, DevicePtr, Event, FillPattern, HostPtr, ManagedAdvice,
+    MemInfo, MemLocation, PhysicalMemory, Stream,
 };
 use crate::error::{Error, Result};
 use crate::kernels::Kernel;
@@ -89,7 +90,10 @@ impl CudaBackend {
                     .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
                     .map_err(|e| Error::driver("cuDeviceGetAttribute", e))?
                     as u32;
-                let default_stream = Stream(Arc::new(CudaStream::legacy_default(ctx.clone())));
+                let default_stream = Stream::new(
+                    DeviceId::Cuda(self.ordinal),
+                    Arc::new(CudaStream::legacy_default(ctx.clone())),
+                );
                 let _ = self.state.set(Arc::new(State {
                     modules: ModuleCache::new(ctx.clone()),
                     ctx,
@@ -172,7 +176,9 @@ impl Backend for CudaBackend {
             total: total as u64,
         })
     }
+}
 
+impl Memory for CudaBackend {
     // ANCHOR: cuda_raw_alloc
     fn raw_alloc(&self, bytes: usize) -> Result<DevicePtr> {
         self.state()?;
@@ -198,11 +204,12 @@ impl Backend for CudaBackend {
         // SAFETY: the caller owns `ptr`, obtained from `raw_alloc` and not yet freed.
         unsafe { result::free_sync(ptr) }.map_err(|e| Error::driver("cuMemFree", e))
     }
+
     // ANCHOR_END: cuda_raw_alloc
 
     fn raw_alloc_async(&self, bytes: usize, stream: &Stream) -> Result<DevicePtr> {
         self.state()?;
-        let raw = cuda_stream(stream)?.raw();
+        let raw = cuda_stream(stream, self.id_())?.raw();
         let mut ptr: DevicePtr = 0;
         // SAFETY: `ptr` is a valid out-pointer; the stream belongs to this context.
         let r = unsafe { sys::cuMemAllocAsync(&mut ptr, bytes.max(1), raw) };
@@ -214,13 +221,15 @@ impl Backend for CudaBackend {
 
     fn raw_free_async(&self, ptr: DevicePtr, stream: &Stream) -> Result<()> {
         self.state()?;
-        let raw = cuda_stream(stream)?.raw();
+        let raw = cuda_stream(stream, self.id_())?.raw();
         // SAFETY: `ptr` came from `raw_alloc_async` and is freed once.
         unsafe { sys::cuMemFreeAsync(ptr, raw) }
             .result()
             .map_err(|e| Error::driver("cuMemFreeAsync", e))
     }
+}
 
+impl VirtualMemory for CudaBackend {
     fn vm_granularity(&self) -> Result<usize> {
         self.state()?;
         let prop = self.allocation_prop();
@@ -249,6 +258,7 @@ impl Backend for CudaBackend {
             .map_err(|e| Error::driver("cuMemAddressReserve", e))?;
         Ok(ptr)
     }
+
     // ANCHOR_END: vm_reserve
 
     fn vm_release(&self, base: DevicePtr, bytes: usize) -> Result<()> {
@@ -260,8 +270,8 @@ impl Backend for CudaBackend {
     }
 
     // ANCHOR: vm_map
-    fn vm_map(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
-        let s = self.state()?;
+    fn vm_create(&self, bytes: usize) -> Result<PhysicalMemory> {
+        self.state()?;
         let prop = self.allocation_prop();
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
         // SAFETY: valid out-pointer and property struct.
@@ -269,6 +279,13 @@ impl Backend for CudaBackend {
         if r != sys::CUresult::CUDA_SUCCESS {
             return Err(self.oom_or("cuMemCreate", bytes, r));
         }
+        Ok(PhysicalMemory { handle, bytes })
+    }
+
+    fn vm_map_memory(&self, ptr: DevicePtr, memory: PhysicalMemory) -> Result<()> {
+        let s = self.state()?;
+        let prop = self.allocation_prop();
+        let (handle, bytes) = (memory.handle, memory.bytes);
         // SAFETY: `ptr..ptr+bytes` lies in a range this backend reserved and is unmapped.
         let mapped = unsafe { sys::cuMemMap(ptr, bytes, 0, handle, 0) }.result();
         let access = mapped.and_then(|_| {
@@ -280,7 +297,8 @@ impl Backend for CudaBackend {
             unsafe { sys::cuMemSetAccess(ptr, bytes, &desc, 1) }.result()
         });
         if let Err(e) = access {
-            // SAFETY: undo what succeeded; the handle is ours.
+            // SAFETY: undo what succeeded; the memory was handed to us and, as the
+            // contract says, is released when it cannot be mapped.
             unsafe {
                 if mapped.is_ok() {
                     let _ = sys::cuMemUnmap(ptr, bytes);
@@ -292,31 +310,40 @@ impl Backend for CudaBackend {
         s.handles.lock().unwrap().insert(ptr, handle);
         Ok(())
     }
+
     // ANCHOR_END: vm_map
 
-    fn vm_unmap(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+    fn vm_unmap_memory(&self, ptr: DevicePtr, bytes: usize) -> Result<PhysicalMemory> {
         let s = self.state()?;
         let handle = s.handles.lock().unwrap().remove(&ptr).ok_or_else(|| {
             Error::InvalidArgument(format!("vm_unmap of {ptr:#x}: nothing mapped there"))
         })?;
-        // SAFETY: the mapping was made by `vm_map`; the caller guarantees no queued work
-        // uses it any more.
-        unsafe { sys::cuMemUnmap(ptr, bytes) }
-            .result()
-            .map_err(|e| Error::driver("cuMemUnmap", e))?;
-        // SAFETY: the handle is unmapped everywhere and released once.
-        unsafe { sys::cuMemRelease(handle) }
+        // SAFETY: the mapping was made by `vm_map_memory`; the caller guarantees no
+        // queued work uses it any more.
+        if let Err(e) = unsafe { sys::cuMemUnmap(ptr, bytes) }.result() {
+            s.handles.lock().unwrap().insert(ptr, handle);
+            return Err(Error::driver("cuMemUnmap", e));
+        }
+        Ok(PhysicalMemory { handle, bytes })
+    }
+
+    fn vm_free_memory(&self, memory: PhysicalMemory) -> Result<()> {
+        self.state()?;
+        // SAFETY: the handle is mapped nowhere (the type says so) and released once.
+        unsafe { sys::cuMemRelease(memory.handle) }
             .result()
             .map_err(|e| Error::driver("cuMemRelease", e))
     }
+}
 
+impl Streams for CudaBackend {
     fn default_stream(&self) -> Result<Stream> {
         Ok(self.state()?.default_stream.clone())
     }
 
     fn new_stream(&self, priority: i32) -> Result<Stream> {
         let s = self.state()?;
-        Ok(Stream(Arc::new(CudaStream::create(
+        Ok(Stream::new(self.id_(), Arc::new(CudaStream::create(
             s.ctx.clone(),
             priority,
         )?)))
@@ -324,12 +351,24 @@ impl Backend for CudaBackend {
 
     fn new_event(&self) -> Result<Event> {
         let s = self.state()?;
-        Ok(Event(Arc::new(CudaEvent::create(s.ctx.clone())?)))
+        Ok(Event::new(
+            self.id_(),
+            Arc::new(CudaEvent::create(s.ctx.clone())?),
+        ))
     }
 
+    fn synchronize(&self) -> Result<()> {
+        self.state()?
+            .ctx
+            .synchronize()
+            .map_err(|e| Error::driver("cuCtxSynchronize", e))
+    }
+}
+
+impl Copies for CudaBackend {
     fn copy_htod(&self, dst: DevicePtr, src: &[u8], stream: &Stream) -> Result<()> {
         self.state()?;
-        let raw = cuda_stream(stream)?.raw();
+        let raw = cuda_stream(stream, self.id_())?.raw();
         // SAFETY: `src` outlives the call, which waits for the copy to finish.
         unsafe { result::memcpy_htod_async(dst, src, raw) }
             .map_err(|e| Error::driver("cuMemcpyHtoDAsync", e))?;
@@ -338,7 +377,7 @@ impl Backend for CudaBackend {
 
     fn copy_dtoh(&self, dst: &mut [u8], src: DevicePtr, stream: &Stream) -> Result<()> {
         self.state()?;
-        let raw = cuda_stream(stream)?.raw();
+        let raw = cuda_stream(stream, self.id_())?.raw();
         // SAFETY: `dst` outlives the call, which waits for the copy to finish.
         unsafe { result::memcpy_dtoh_async(dst, src, raw) }
             .map_err(|e| Error::driver("cuMemcpyDtoHAsync", e))?;
@@ -353,7 +392,7 @@ impl Backend for CudaBackend {
         stream: &Stream,
     ) -> Result<()> {
         self.state()?;
-        let raw = cuda_stream(stream)?.raw();
+        let raw = cuda_stream(stream, self.id_())?.raw();
         // SAFETY: both ranges are device memory the caller keeps alive until the copy is done.
         unsafe { result::memcpy_dtod_async(dst, src, bytes, raw) }
             .map_err(|e| Error::driver("cuMemcpyDtoDAsync", e))
@@ -367,7 +406,7 @@ impl Backend for CudaBackend {
         stream: &Stream,
     ) -> Result<()> {
         self.state()?;
-        let raw = cuda_stream(stream)?.raw();
+        let raw = cuda_stream(stream, self.id_())?.raw();
         // SAFETY: `dst` is device memory of at least `count * width` bytes.
         let r = unsafe {
             match pattern {
@@ -379,19 +418,44 @@ impl Backend for CudaBackend {
         r.result().map_err(|e| Error::driver("cuMemsetAsync", e))
     }
 
+    unsafe fn copy_htod_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.state()?;
+        let raw = cuda_stream(stream, self.id_())?.raw();
+        sys::cuMemcpyHtoDAsync_v2(dst, src as *const std::ffi::c_void, bytes, raw)
+            .result()
+            .map_err(|e| Error::driver("cuMemcpyHtoDAsync", e))
+    }
+
+    unsafe fn copy_dtoh_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.state()?;
+        let raw = cuda_stream(stream, self.id_())?.raw();
+        sys::cuMemcpyDtoHAsync_v2(dst as *mut std::ffi::c_void, src, bytes, raw)
+            .result()
+            .map_err(|e| Error::driver("cuMemcpyDtoHAsync", e))
+    }
+}
+
+impl Kernels for CudaBackend {
     fn launch(&self, kernel: &Kernel, stream: &Stream) -> Result<()> {
         let s = self.state()?;
-        let raw = cuda_stream(stream)?.raw();
+        let raw = cuda_stream(stream, self.id_())?.raw();
         s.modules.launch(kernel, raw, s.multiprocessors)
     }
+}
 
-    fn synchronize(&self) -> Result<()> {
-        self.state()?
-            .ctx
-            .synchronize()
-            .map_err(|e| Error::driver("cuCtxSynchronize", e))
-    }
-
+impl HostMemory for CudaBackend {
     fn host_alloc(&self, bytes: usize, mapped: bool) -> Result<HostPtr> {
         self.state()?;
         let mut flags = sys::CU_MEMHOSTALLOC_PORTABLE;
@@ -420,35 +484,9 @@ impl Backend for CudaBackend {
             .map_err(|e| Error::driver("cuMemHostGetDevicePointer", e))?;
         Ok(d)
     }
+}
 
-    unsafe fn copy_htod_async(
-        &self,
-        dst: DevicePtr,
-        src: *const u8,
-        bytes: usize,
-        stream: &Stream,
-    ) -> Result<()> {
-        self.state()?;
-        let raw = cuda_stream(stream)?.raw();
-        sys::cuMemcpyHtoDAsync_v2(dst, src as *const std::ffi::c_void, bytes, raw)
-            .result()
-            .map_err(|e| Error::driver("cuMemcpyHtoDAsync", e))
-    }
-
-    unsafe fn copy_dtoh_async(
-        &self,
-        dst: *mut u8,
-        src: DevicePtr,
-        bytes: usize,
-        stream: &Stream,
-    ) -> Result<()> {
-        self.state()?;
-        let raw = cuda_stream(stream)?.raw();
-        sys::cuMemcpyDtoHAsync_v2(dst as *mut std::ffi::c_void, src, bytes, raw)
-            .result()
-            .map_err(|e| Error::driver("cuMemcpyDtoHAsync", e))
-    }
-
+impl ManagedMemory for CudaBackend {
     // ANCHOR: managed_alloc
     fn managed_alloc(&self, bytes: usize) -> Result<DevicePtr> {
         self.state()?;
@@ -469,6 +507,7 @@ impl Backend for CudaBackend {
         }
         .map_err(|e| Error::driver("cuMemAllocManaged", e))
     }
+
     // ANCHOR_END: managed_alloc
 
     fn managed_prefetch(
@@ -479,7 +518,7 @@ impl Backend for CudaBackend {
         stream: &Stream,
     ) -> Result<()> {
         self.state()?;
-        let raw = cuda_stream(stream)?.raw();
+        let raw = cuda_stream(stream, self.id_())?.raw();
         // SAFETY: the caller passes a range of managed memory.
         unsafe { result::mem_prefetch_async(ptr, bytes, self.location(to), raw) }
             .map_err(|e| Error::driver("cuMemPrefetchAsync", e))
@@ -501,6 +540,9 @@ impl Backend for CudaBackend {
         unsafe { result::mem_advise(ptr, bytes, advice, location) }
             .map_err(|e| Error::driver("cuMemAdvise", e))
     }
+}
+
+impl PeerAccess for CudaBackend {
 }
 
 impl CudaBackend {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaContext};
 
-use crate::device::{Event, EventImpl, Stream, StreamImpl};
+use crate::backend::{DeviceId, Event, EventImpl, Stream, StreamImpl};
 use crate::error::{Error, Result};
 
 pub(crate) struct CudaStream {
@@ -62,16 +62,15 @@ impl Drop for CudaStream {
     }
 }
 
-pub(crate) fn cuda_stream(stream: &Stream) -> Result<&CudaStream> {
-    stream
-        .downcast::<CudaStream>()
-        .ok_or_else(|| Error::InvalidArgument("a stream of another device was used".into()))
+/// The CUDA stream behind `stream`, which must be `device`'s.
+pub(crate) fn cuda_stream(stream: &Stream, device: DeviceId) -> Result<&CudaStream> {
+    stream.downcast_on::<CudaStream>(device)
 }
 
 fn cuda_event(event: &Event) -> Result<&CudaEvent> {
     event
         .downcast::<CudaEvent>()
-        .ok_or_else(|| Error::InvalidArgument("an event of another device was used".into()))
+        .ok_or_else(|| Error::InvalidArgument("an event of another backend was used".into()))
 }
 
 impl StreamImpl for CudaStream {

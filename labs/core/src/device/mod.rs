@@ -1,21 +1,23 @@
-//! Devices: one handle type over three backends (`cuda`, `sim`, `cpu`), a registry so
-//! that each device exists once per process, and the selection rule every lab uses.
+//! The device registry: one handle type over three backends (`cuda`, `sim`, `cpu`),
+//! each device created once per process and owning its caching allocator, and the
+//! selection rule every lab uses. It sits above the backends and the allocator: it is
+//! the one place that builds them.
 
-mod backend;
-mod id;
 mod select;
+mod standalone;
 
-pub use backend::{
+pub use crate::backend::{
     Backend, DeviceProperties, DevicePtr, Event, EventImpl, FillPattern, HostPtr, ManagedAdvice,
     MemInfo, MemLocation, Stream, StreamImpl,
 };
-pub use id::DeviceId;
+pub use crate::device_id::DeviceId;
+pub use standalone::{replay_on_sim, sim_backend};
 pub use select::{select_device, Selection, DEFAULT_SIM_CAPACITY, ENV_DEVICE, ENV_SIM_CAPACITY};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kernels::Kernel;
 
 /// A device. Cloning is cheap; all clones share one backend (one context, one set of
@@ -230,16 +232,3 @@ impl Drop for RawBuffer {
     }
 }
 // ANCHOR_END: raw_buffer_drop
-
-/// Rejects sizes no device could ever hold before they reach a driver.
-pub(crate) fn check_size(device: DeviceId, bytes: usize, total: u64) -> Result<()> {
-    if bytes as u64 > total {
-        return Err(Error::OutOfMemory {
-            device,
-            requested: bytes as u64,
-            free: 0,
-            total,
-        });
-    }
-    Ok(())
-}

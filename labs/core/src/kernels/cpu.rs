@@ -3,9 +3,9 @@
 //! (an in-place `scale` reads and writes the same buffer).
 
 use super::Kernel;
-use crate::device::FillPattern;
+use crate::dtype::FillPattern;
 use crate::error::Result;
-use crate::sim::Memory;
+use crate::sim::SimMemory as Memory;
 
 const F: usize = std::mem::size_of::<f32>();
 

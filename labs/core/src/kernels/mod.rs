@@ -4,7 +4,7 @@
 
 pub mod cpu;
 
-use crate::device::DevicePtr;
+use crate::device_id::DevicePtr;
 
 /// One kernel launch with its arguments. Pointers are device addresses; `n` counts
 /// elements.

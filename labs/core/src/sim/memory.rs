@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use crate::device::{DeviceId, DevicePtr};
+use crate::backend::{DeviceId, DevicePtr};
 use crate::error::{Error, Result};
 
 /// Where simulated addresses start: far from zero, so that a null or small integer used
@@ -31,6 +31,11 @@ struct State {
     next_address: u64,
     /// Pages of reserved ranges that have memory behind them.
     mapped: std::collections::HashSet<u64>,
+    /// Physical memory made by `create`: its size, and where it is mapped (if it is).
+    physical: std::collections::HashMap<u64, (usize, Option<DevicePtr>)>,
+    /// The physical memory mapped at each mapping's first address.
+    mapped_at: std::collections::HashMap<DevicePtr, u64>,
+    next_handle: u64,
 }
 
 // ANCHOR: sim_allocation
@@ -55,6 +60,9 @@ impl SimMemory {
                 used: 0,
                 next_address: BASE_ADDRESS,
                 mapped: std::collections::HashSet::new(),
+                physical: Default::default(),
+                mapped_at: Default::default(),
+                next_handle: 1,
             }),
         }
     }
@@ -156,13 +164,15 @@ impl SimMemory {
         Ok(ptr / PAGE..(ptr + bytes as u64) / PAGE)
     }
 
-    /// Backs pages of a reserved range with memory (`cuMemCreate` + `cuMemMap`).
-    pub fn map(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+    /// Physical memory (`cuMemCreate`): counts against the capacity from now until
+    /// `free_physical`, mapped or not. Its contents do not travel with it between
+    /// mappings here (each reserved range keeps its own bytes); the allocator never
+    /// relies on the contents of memory it moves.
+    pub fn create(&self, bytes: usize) -> Result<u64> {
         let mut s = self.state.write().unwrap();
-        let pages = self.pages(&s, ptr, bytes)?;
-        if pages.clone().any(|p| s.mapped.contains(&(p * PAGE))) {
+        if bytes == 0 || bytes as u64 % PAGE != 0 {
             return Err(Error::InvalidArgument(format!(
-                "map of {ptr:#x} on {}: already mapped",
+                "physical memory of {bytes} bytes on {}: not whole pages",
                 self.device
             )));
         }
@@ -176,27 +186,84 @@ impl SimMemory {
             });
         }
         s.used += bytes as u64;
-        for p in pages {
-            s.mapped.insert(p * PAGE);
-        }
-        Ok(())
+        let handle = s.next_handle;
+        s.next_handle += 1;
+        s.physical.insert(handle, (bytes, None));
+        Ok(handle)
     }
 
-    /// Returns pages' memory (`cuMemUnmap` + `cuMemRelease`).
-    pub fn unmap(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+    /// Maps physical memory at `ptr`, whole pages of a reserved range (`cuMemMap`).
+    pub fn map_physical(&self, ptr: DevicePtr, handle: u64) -> Result<()> {
         let mut s = self.state.write().unwrap();
+        let bytes = match s.physical.get(&handle) {
+            Some((bytes, None)) => *bytes,
+            Some((_, Some(at))) => {
+                return Err(Error::InvalidArgument(format!(
+                    "map at {ptr:#x} on {}: that memory is already mapped at {at:#x}",
+                    self.device
+                )))
+            }
+            None => {
+                return Err(Error::InvalidArgument(format!(
+                    "map at {ptr:#x} on {}: no such physical memory",
+                    self.device
+                )))
+            }
+        };
         let pages = self.pages(&s, ptr, bytes)?;
-        if !pages.clone().all(|p| s.mapped.contains(&(p * PAGE))) {
+        if pages.clone().any(|p| s.mapped.contains(&(p * PAGE))) {
             return Err(Error::InvalidArgument(format!(
-                "unmap of {ptr:#x} on {}: not mapped",
+                "map of {ptr:#x} on {}: already mapped",
                 self.device
             )));
         }
         for p in pages {
+            s.mapped.insert(p * PAGE);
+        }
+        s.physical.insert(handle, (bytes, Some(ptr)));
+        s.mapped_at.insert(ptr, handle);
+        Ok(())
+    }
+
+    /// Unmaps what one `map_physical` mapped at `ptr` (`cuMemUnmap`); the memory stays
+    /// allocated and is returned.
+    pub fn unmap_physical(&self, ptr: DevicePtr, bytes: usize) -> Result<u64> {
+        let mut s = self.state.write().unwrap();
+        let handle = match s.mapped_at.get(&ptr) {
+            Some(&h) if s.physical.get(&h).map(|p| p.0) == Some(bytes) => h,
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "unmap of {bytes} bytes at {ptr:#x} on {}: not one mapping",
+                    self.device
+                )))
+            }
+        };
+        for p in self.pages(&s, ptr, bytes)? {
             s.mapped.remove(&(p * PAGE));
         }
-        s.used -= bytes as u64;
-        Ok(())
+        s.mapped_at.remove(&ptr);
+        s.physical.insert(handle, (bytes, None));
+        Ok(handle)
+    }
+
+    /// Releases physical memory mapped nowhere (`cuMemRelease`).
+    pub fn free_physical(&self, handle: u64) -> Result<()> {
+        let mut s = self.state.write().unwrap();
+        match s.physical.get(&handle) {
+            Some((bytes, None)) => {
+                s.used -= *bytes as u64;
+                s.physical.remove(&handle);
+                Ok(())
+            }
+            Some((_, Some(at))) => Err(Error::InvalidArgument(format!(
+                "release of physical memory on {}: still mapped at {at:#x}",
+                self.device
+            ))),
+            None => Err(Error::InvalidArgument(format!(
+                "release of physical memory on {}: no such memory",
+                self.device
+            ))),
+        }
     }
 
     /// Host memory mapped into the simulated address space: backed at once, because the

@@ -10,14 +10,15 @@ mod stream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::device::{
-    Backend, DeviceId, DeviceProperties, DevicePtr, Event, FillPattern, HostPtr, ManagedAdvice,
-    MemInfo, MemLocation, Stream,
+use crate::backend::prelude::*;
+use crate::backend::{
+    DeviceId, DeviceProperties, DevicePtr, Event, FillPattern, HostPtr, ManagedAdvice, MemInfo,
+    MemLocation, PhysicalMemory, Stream,
 };
 use crate::error::Result;
 use crate::kernels::{cpu, Kernel};
 
-use memory::SimMemory;
+
 use pinned::{staged_copy, PinnedHost};
 use stream::{sim_stream, SimEvent, SimStream};
 
@@ -72,7 +73,7 @@ impl SimBackend {
         job: impl FnOnce(&SimMemory) -> Result<()> + Send + 'static,
     ) -> Result<()> {
         let memory = self.memory.clone();
-        sim_stream(stream)?.enqueue(Box::new(move || job(&memory)))
+        sim_stream(stream, self.id)?.enqueue(Box::new(move || job(&memory)))
     }
 }
 
@@ -118,7 +119,9 @@ impl Backend for SimBackend {
             total,
         })
     }
+}
 
+impl Memory for SimBackend {
     fn raw_alloc(&self, bytes: usize) -> Result<DevicePtr> {
         self.memory.alloc(bytes)
     }
@@ -135,9 +138,11 @@ impl Backend for SimBackend {
         self.synchronize()?;
         self.memory.free(ptr)
     }
+
     // ANCHOR_END: sim_raw_free
 
     fn raw_alloc_async(&self, bytes: usize, stream: &Stream) -> Result<DevicePtr> {
+        stream.check_device(self.id)?;
         // The simulator has no pool of its own: a stream-ordered allocation is an
         // allocation made once the stream's earlier work is done.
         stream.synchronize()?;
@@ -145,10 +150,13 @@ impl Backend for SimBackend {
     }
 
     fn raw_free_async(&self, ptr: DevicePtr, stream: &Stream) -> Result<()> {
+        stream.check_device(self.id)?;
         stream.synchronize()?;
         self.memory.free(ptr)
     }
+}
 
+impl VirtualMemory for SimBackend {
     fn vm_granularity(&self) -> Result<usize> {
         Ok(memory::PAGE as usize)
     }
@@ -161,16 +169,34 @@ impl Backend for SimBackend {
         self.memory.release(base)
     }
 
-    fn vm_map(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
-        self.memory.map(ptr, bytes)
+    fn vm_create(&self, bytes: usize) -> Result<PhysicalMemory> {
+        let handle = self.memory.create(bytes)?;
+        Ok(PhysicalMemory { handle, bytes })
     }
 
-    fn vm_unmap(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
-        self.memory.unmap(ptr, bytes)
+    fn vm_map_memory(&self, ptr: DevicePtr, memory: PhysicalMemory) -> Result<()> {
+        let handle = memory.handle;
+        if let Err(e) = self.memory.map_physical(ptr, handle) {
+            // As documented: memory that could not be mapped is released.
+            let _ = self.memory.free_physical(handle);
+            return Err(e);
+        }
+        Ok(())
     }
 
+    fn vm_unmap_memory(&self, ptr: DevicePtr, bytes: usize) -> Result<PhysicalMemory> {
+        let handle = self.memory.unmap_physical(ptr, bytes)?;
+        Ok(PhysicalMemory { handle, bytes })
+    }
+
+    fn vm_free_memory(&self, memory: PhysicalMemory) -> Result<()> {
+        self.memory.free_physical(memory.handle)
+    }
+}
+
+impl Streams for SimBackend {
     fn default_stream(&self) -> Result<Stream> {
-        Ok(Stream(self.default_stream.clone()))
+        Ok(Stream::new(self.id, self.default_stream.clone()))
     }
 
     fn new_stream(&self, _priority: i32) -> Result<Stream> {
@@ -183,15 +209,32 @@ impl Backend for SimBackend {
         let mut streams = self.streams.lock().unwrap();
         streams.retain(|w| w.strong_count() > 0);
         streams.push(Arc::downgrade(&s));
-        Ok(Stream(s))
+        Ok(Stream::new(self.id, s))
     }
 
     fn new_event(&self) -> Result<Event> {
-        Ok(SimEvent::new_event())
+        Ok(SimEvent::new_event(self.id))
     }
 
+    fn synchronize(&self) -> Result<()> {
+        let streams: Vec<Arc<SimStream>> = self
+            .streams
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for s in streams {
+            crate::backend::StreamImpl::synchronize(&*s)?;
+        }
+        Ok(())
+    }
+}
+
+impl Copies for SimBackend {
     // ANCHOR: sim_copies
     fn copy_htod(&self, dst: DevicePtr, src: &[u8], stream: &Stream) -> Result<()> {
+        stream.check_device(self.id)?;
         stream.synchronize()?;
         if self.inline || self.pinned.contains(src.as_ptr() as usize, src.len()) {
             return self.memory.write(dst, src);
@@ -203,6 +246,7 @@ impl Backend for SimBackend {
     }
 
     fn copy_dtoh(&self, dst: &mut [u8], src: DevicePtr, stream: &Stream) -> Result<()> {
+        stream.check_device(self.id)?;
         stream.synchronize()?;
         if self.inline || self.pinned.contains(dst.as_ptr() as usize, dst.len()) {
             return self.memory.read(dst, src);
@@ -220,12 +264,14 @@ impl Backend for SimBackend {
         bytes: usize,
         stream: &Stream,
     ) -> Result<()> {
+        stream.check_device(self.id)?;
         self.enqueue(stream, move |m| {
             m.access(&[(src, bytes), (dst, bytes)], |p| unsafe {
                 std::ptr::copy(p[0], p[1], bytes)
             })
         })
     }
+
     // ANCHOR_END: sim_copies
 
     fn fill(
@@ -235,42 +281,12 @@ impl Backend for SimBackend {
         count: usize,
         stream: &Stream,
     ) -> Result<()> {
+        stream.check_device(self.id)?;
         self.enqueue(stream, move |m| {
             m.access(&[(dst, count * pattern.width())], |p| unsafe {
                 cpu::fill(p[0], pattern, count)
             })
         })
-    }
-
-    fn launch(&self, kernel: &Kernel, stream: &Stream) -> Result<()> {
-        let kernel = kernel.clone();
-        self.enqueue(stream, move |m| cpu::run(&kernel, m))
-    }
-
-    fn synchronize(&self) -> Result<()> {
-        let streams: Vec<Arc<SimStream>> = self
-            .streams
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(Weak::upgrade)
-            .collect();
-        for s in streams {
-            crate::device::StreamImpl::synchronize(&*s)?;
-        }
-        Ok(())
-    }
-
-    fn host_alloc(&self, bytes: usize, mapped: bool) -> Result<HostPtr> {
-        self.pinned.alloc(&self.memory, bytes, mapped)
-    }
-
-    fn host_free(&self, ptr: HostPtr) -> Result<()> {
-        self.pinned.free(&self.memory, ptr)
-    }
-
-    fn host_device_ptr(&self, ptr: HostPtr) -> Result<DevicePtr> {
-        self.pinned.device_ptr(self.id, ptr)
     }
 
     unsafe fn copy_htod_async(
@@ -280,6 +296,7 @@ impl Backend for SimBackend {
         bytes: usize,
         stream: &Stream,
     ) -> Result<()> {
+        stream.check_device(self.id)?;
         let src = src as usize;
         if self.pinned.contains(src, bytes) {
             return self.enqueue(stream, move |m| {
@@ -303,6 +320,7 @@ impl Backend for SimBackend {
         bytes: usize,
         stream: &Stream,
     ) -> Result<()> {
+        stream.check_device(self.id)?;
         let dst = dst as usize;
         if self.pinned.contains(dst, bytes) {
             return self.enqueue(stream, move |m| {
@@ -316,7 +334,31 @@ impl Backend for SimBackend {
             staged_copy(p[0], dst as *mut u8, bytes)
         })
     }
+}
 
+impl Kernels for SimBackend {
+    fn launch(&self, kernel: &Kernel, stream: &Stream) -> Result<()> {
+        stream.check_device(self.id)?;
+        let kernel = kernel.clone();
+        self.enqueue(stream, move |m| cpu::run(&kernel, m))
+    }
+}
+
+impl HostMemory for SimBackend {
+    fn host_alloc(&self, bytes: usize, mapped: bool) -> Result<HostPtr> {
+        self.pinned.alloc(&self.memory, bytes, mapped)
+    }
+
+    fn host_free(&self, ptr: HostPtr) -> Result<()> {
+        self.pinned.free(&self.memory, ptr)
+    }
+
+    fn host_device_ptr(&self, ptr: HostPtr) -> Result<DevicePtr> {
+        self.pinned.device_ptr(self.id, ptr)
+    }
+}
+
+impl ManagedMemory for SimBackend {
     fn managed_alloc(&self, bytes: usize) -> Result<DevicePtr> {
         // The same rule as on the GPU: never more managed memory than is free.
         let info = self.mem_info()?;
@@ -338,6 +380,7 @@ impl Backend for SimBackend {
         _to: MemLocation,
         stream: &Stream,
     ) -> Result<()> {
+        stream.check_device(self.id)?;
         // One memory for host and device: a prefetch only has to be ordered and valid.
         self.enqueue(stream, move |m| m.access(&[(ptr, bytes)], |_| ()))
     }
@@ -347,4 +390,7 @@ impl Backend for SimBackend {
     }
 }
 
-pub(crate) use memory::SimMemory as Memory;
+impl PeerAccess for SimBackend {
+}
+
+pub(crate) use memory::SimMemory;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use super::memory::SimMemory;
-use crate::device::{DeviceId, DevicePtr, HostPtr};
+use crate::backend::{DeviceId, DevicePtr, HostPtr};
 use crate::error::{Error, Result};
 
 /// Pinned allocations are page aligned, like `cuMemHostAlloc`'s.

@@ -7,7 +7,7 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use crate::device::{Event, EventImpl, Stream, StreamImpl};
+use crate::backend::{DeviceId, Event, EventImpl, Stream, StreamImpl};
 use crate::error::{Error, Result};
 
 pub(crate) type Job = Box<dyn FnOnce() -> Result<()> + Send>;
@@ -161,13 +161,12 @@ fn sim_event(event: &Event) -> Result<&Arc<SimEventInner>> {
     event
         .downcast::<SimEvent>()
         .map(|e| &e.0)
-        .ok_or_else(|| Error::InvalidArgument("an event of another device was used".into()))
+        .ok_or_else(|| Error::InvalidArgument("an event of another backend was used".into()))
 }
 
-pub(crate) fn sim_stream(stream: &Stream) -> Result<&SimStream> {
-    stream
-        .downcast::<SimStream>()
-        .ok_or_else(|| Error::InvalidArgument("a stream of another device was used".into()))
+/// The simulated stream behind `stream`, which must be `device`'s.
+pub(crate) fn sim_stream(stream: &Stream, device: DeviceId) -> Result<&SimStream> {
+    stream.downcast_on::<SimStream>(device)
 }
 
 #[derive(Default)]
@@ -209,10 +208,13 @@ impl SimEventInner {
 pub(crate) struct SimEvent(pub Arc<SimEventInner>);
 
 impl SimEvent {
-    pub fn new_event() -> Event {
-        Event(Arc::new(SimEvent(Arc::new(SimEventInner {
-            state: (Mutex::new(EventState::default()), Condvar::new()),
-        }))))
+    pub fn new_event(device: DeviceId) -> Event {
+        Event::new(
+            device,
+            Arc::new(SimEvent(Arc::new(SimEventInner {
+                state: (Mutex::new(EventState::default()), Condvar::new()),
+            }))),
+        )
     }
 }
 

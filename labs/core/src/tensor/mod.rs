@@ -2,10 +2,9 @@
 //! follows PyTorch: `to(device)` returns the same tensor when it is already there and
 //! copies otherwise, and an operation on tensors of two devices is an error.
 
-mod dtype;
 mod ops;
 
-pub use dtype::{DType, Element};
+pub use crate::dtype::{DType, Element};
 
 use std::sync::Arc;
 
@@ -106,7 +105,7 @@ impl Tensor {
         let stream = device.default_stream()?;
         device
             .backend()
-            .copy_htod(t.ptr(), dtype::as_bytes(data), &stream)?;
+            .copy_htod(t.ptr(), crate::dtype::as_bytes(data), &stream)?;
         Ok(t)
     }
 
@@ -209,7 +208,7 @@ impl Tensor {
         }
         let mut bytes = vec![0u8; self.nbytes()];
         self.read_bytes(&mut bytes)?;
-        Ok(dtype::from_bytes(&bytes))
+        Ok(crate::dtype::from_bytes(&bytes))
     }
 
     // ANCHOR: check_same_device

@@ -1,11 +1,10 @@
-//! Element types. `f16` and `bf16` come from the `half` crate; every dtype can be
+//! Element types, at the bottom of the crate: everything above may name them. `f16` and `bf16` come from the `half` crate; every dtype can be
 //! stored, filled, copied and read back, while arithmetic kernels start with `f32`.
 
 use std::fmt;
 
 use half::{bf16, f16};
 
-use crate::device::FillPattern;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -35,6 +34,25 @@ impl fmt::Display for DType {
             DType::I32 => "int32",
             DType::U8 => "uint8",
         })
+    }
+}
+
+/// A bit pattern to fill memory with (`cuMemsetD8/D16/D32`): fills work for every dtype
+/// by writing the element's bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FillPattern {
+    U8(u8),
+    U16(u16),
+    U32(u32),
+}
+
+impl FillPattern {
+    pub fn width(self) -> usize {
+        match self {
+            FillPattern::U8(_) => 1,
+            FillPattern::U16(_) => 2,
+            FillPattern::U32(_) => 4,
+        }
     }
 }
 

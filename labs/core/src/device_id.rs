@@ -1,9 +1,10 @@
-//! Names of devices as users write them: `cpu`, `cuda`, `cuda:1`, `sim`, `sim:0`.
+//! Names of devices as users write them: `cpu`, `cuda`, `cuda:1`, `sim`, `sim:0`, and
+//! the address types of their memory. A bottom layer: errors, backends and the registry
+//! all name devices.
 
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::Error;
 
 // ANCHOR: device_id
 /// Which device a tensor or buffer lives on.
@@ -36,14 +37,14 @@ impl fmt::Display for DeviceId {
 
 // ANCHOR: parse_device_id
 impl FromStr for DeviceId {
-    type Err = Error;
+    type Err = ParseDeviceError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
         let (kind, index) = match s.split_once(':') {
             Some((k, i)) => {
                 let n = i.parse::<usize>().map_err(|_| {
-                    Error::InvalidArgument(format!(
+                    ParseDeviceError(format!(
                         "invalid device `{s}`: `{i}` is not a device index"
                     ))
                 })?;
@@ -55,13 +56,32 @@ impl FromStr for DeviceId {
             "cpu" if !s.contains(':') => Ok(DeviceId::Cpu),
             "cuda" | "gpu" => Ok(DeviceId::Cuda(index)),
             "sim" => Ok(DeviceId::Sim(index)),
-            _ => Err(Error::InvalidArgument(format!(
+            _ => Err(ParseDeviceError(format!(
                 "invalid device `{s}`: expected cpu, cuda, cuda:N, sim or sim:N"
             ))),
         }
     }
 }
 // ANCHOR_END: parse_device_id
+
+/// A device name that is not one: the message says what was expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseDeviceError(pub String);
+
+impl fmt::Display for ParseDeviceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ParseDeviceError {}
+
+/// A device address. On `cuda` it is a real `CUdeviceptr`; on `sim` and `cpu` it is an
+/// address in the backend's own simulated address space.
+pub type DevicePtr = u64;
+
+/// A host address of page-locked memory from `HostMemory::host_alloc`.
+pub type HostPtr = *mut u8;
 
 #[cfg(test)]
 mod tests {

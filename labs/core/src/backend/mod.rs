@@ -1,0 +1,62 @@
+//! The contract every backend fulfils, as small traits, one per kind of work: memory,
+//! virtual memory, streams and events, copies, kernels, host memory, managed memory and
+//! peer access. The GPU (`cuda`), the simulated GPU (`sim`) and host memory (`cpu`)
+//! implement it, so everything above it (allocator, device registry, tensors, labs) is
+//! written once. This layer names devices and dtypes, nothing above it.
+
+mod copy;
+mod host_memory;
+mod kernels;
+mod managed;
+mod memory;
+mod peer;
+mod stream;
+mod virtual_memory;
+
+pub use copy::Copies;
+pub use host_memory::HostMemory;
+pub use kernels::Kernels;
+pub use managed::{ManagedAdvice, ManagedMemory, MemLocation};
+pub(crate) use memory::check_size;
+pub use memory::{DeviceProperties, MemInfo, Memory};
+pub use peer::PeerAccess;
+pub use stream::{Event, EventImpl, Stream, StreamImpl, Streams};
+pub use virtual_memory::{PhysicalMemory, VirtualMemory};
+
+pub use crate::device_id::{DeviceId, DevicePtr, HostPtr};
+pub use crate::dtype::FillPattern;
+
+/// Every trait of the contract, for `use labs_core::backend::prelude::*`: calling a
+/// method of one of them on a `dyn Backend` needs that trait in scope.
+pub mod prelude {
+    pub use super::{
+        Backend, Copies, HostMemory, Kernels, ManagedMemory, Memory, PeerAccess, Streams,
+        VirtualMemory,
+    };
+}
+
+use crate::error::Result;
+
+// ANCHOR: backend_trait
+/// A whole device: all of the contract, and what the device says about itself.
+pub trait Backend:
+    Memory
+    + VirtualMemory
+    + Streams
+    + Copies
+    + Kernels
+    + HostMemory
+    + ManagedMemory
+    + PeerAccess
+    + Send
+    + Sync
+    + 'static
+{
+    fn id(&self) -> DeviceId;
+    /// Name, memory, multiprocessors, compute capability. On `cuda` this is the first
+    /// call that initialises the context.
+    fn properties(&self) -> Result<DeviceProperties>;
+    /// Free and total memory, as `cudaMemGetInfo` reports them.
+    fn mem_info(&self) -> Result<MemInfo>;
+}
+// ANCHOR_END: backend_trait

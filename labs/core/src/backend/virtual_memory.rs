@@ -1,0 +1,59 @@
+//! Virtual memory: address ranges reserved without memory behind them, and physical
+//! memory mapped into them page by page. Expandable segments are built on it.
+
+use crate::device_id::DevicePtr;
+use crate::error::Result;
+
+/// Physical device memory not mapped anywhere (`CUmemGenericAllocationHandle`): made
+/// by `vm_create`, placed by `vm_map_memory`, taken back by `vm_unmap_memory`, and
+/// given back to the driver by `vm_free_memory`. Keeping one across an unmap and a
+/// map somewhere else moves memory without creating or releasing any.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "physical memory is leaked unless it is mapped or freed"]
+pub struct PhysicalMemory {
+    /// The backend's handle for it.
+    pub(crate) handle: u64,
+    pub(crate) bytes: usize,
+}
+
+impl PhysicalMemory {
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+// ANCHOR: virtual_memory_trait
+pub trait VirtualMemory {
+    /// The page size of virtual memory mappings (`cuMemGetAllocationGranularity`).
+    fn vm_granularity(&self) -> Result<usize>;
+    /// Reserves a range of device addresses with no memory behind it
+    /// (`cuMemAddressReserve`); `bytes` is a multiple of the granularity.
+    fn vm_reserve(&self, bytes: usize) -> Result<DevicePtr>;
+    /// Gives a reserved range back (`cuMemAddressFree`); none of it may be mapped.
+    fn vm_release(&self, base: DevicePtr, bytes: usize) -> Result<()>;
+
+    /// Creates physical memory (`cuMemCreate`); `bytes` is a multiple of the granularity.
+    fn vm_create(&self, bytes: usize) -> Result<PhysicalMemory>;
+    /// Maps physical memory at `ptr` inside a reserved, unmapped range, readable and
+    /// writable by the device (`cuMemMap` + `cuMemSetAccess`). The unit of
+    /// `vm_unmap_memory` is the unit mapped here.
+    fn vm_map_memory(&self, ptr: DevicePtr, memory: PhysicalMemory) -> Result<()>;
+    /// Unmaps what one `vm_map_memory` mapped at `ptr` (`cuMemUnmap`) and hands its
+    /// memory back, still allocated. The caller makes sure no queued work still uses
+    /// the range.
+    fn vm_unmap_memory(&self, ptr: DevicePtr, bytes: usize) -> Result<PhysicalMemory>;
+    /// Releases physical memory that is mapped nowhere (`cuMemRelease`).
+    fn vm_free_memory(&self, memory: PhysicalMemory) -> Result<()>;
+
+    /// New memory mapped at `ptr..ptr+bytes`: `vm_create` then `vm_map_memory`.
+    fn vm_map(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        let memory = self.vm_create(bytes)?;
+        self.vm_map_memory(ptr, memory)
+    }
+    /// Unmaps and releases: `vm_unmap_memory` then `vm_free_memory`.
+    fn vm_unmap(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        let memory = self.vm_unmap_memory(ptr, bytes)?;
+        self.vm_free_memory(memory)
+    }
+}
+// ANCHOR_END: virtual_memory_trait
