@@ -5,7 +5,6 @@
 use std::fmt;
 use std::str::FromStr;
 
-
 // ANCHOR: device_id
 /// Which device a tensor or buffer lives on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -44,9 +43,7 @@ impl FromStr for DeviceId {
         let (kind, index) = match s.split_once(':') {
             Some((k, i)) => {
                 let n = i.parse::<usize>().map_err(|_| {
-                    ParseDeviceError(format!(
-                        "invalid device `{s}`: `{i}` is not a device index"
-                    ))
+                    ParseDeviceError(format!("invalid device `{s}`: `{i}` is not a device index"))
                 })?;
                 (k, n)
             }

@@ -5,7 +5,6 @@ use std::fmt;
 
 use half::{bf16, f16};
 
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,

@@ -215,7 +215,8 @@ fn a_stream_of_another_device_is_refused_by_every_operation() {
     let mut host = vec![0u8; 4096];
     let be = d.backend();
     let errors = [
-        be.copy_htod(buf.ptr(), &host.clone(), &foreign).unwrap_err(),
+        be.copy_htod(buf.ptr(), &host.clone(), &foreign)
+            .unwrap_err(),
         be.copy_dtoh(&mut host, buf.ptr(), &foreign).unwrap_err(),
         be.copy_dtod(buf.ptr(), buf.ptr(), 16, &foreign)
             .unwrap_err(),
@@ -270,7 +271,10 @@ fn physical_memory_moves_between_mappings_without_a_new_allocation() {
     let d = test_device();
     let be = d.backend();
     let page = be.vm_granularity().unwrap();
-    let (a, b) = (be.vm_reserve(2 * page).unwrap(), be.vm_reserve(2 * page).unwrap());
+    let (a, b) = (
+        be.vm_reserve(2 * page).unwrap(),
+        be.vm_reserve(2 * page).unwrap(),
+    );
     let before = d.mem_info().unwrap().free;
     let memory = be.vm_create(2 * page).unwrap();
     assert_eq!(memory.bytes(), 2 * page);

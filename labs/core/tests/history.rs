@@ -2,8 +2,8 @@
 //! guard, on the device under test (`LABS_DEVICE`, default the simulator).
 
 use labs_core::alloc::replay::read_trace;
-use labs_core::device::replay_on_sim;
 use labs_core::alloc::{Allocator, Config, LeakGuard};
+use labs_core::device::replay_on_sim;
 use labs_core::snapshot::{self, BlockState, Summary, TraceAction};
 use labs_core::testing::test_device;
 use labs_core::Device;

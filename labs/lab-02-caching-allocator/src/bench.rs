@@ -93,6 +93,12 @@ struct Row {
 }
 
 pub fn run(device: &Device, json: bool) -> Result<()> {
+    let page = device.backend().vm_granularity()?;
+    let rounds = if device.is_cuda() { 51 } else { 501 };
+    let vm = [
+        crate::vm_costs::measure(device, page, rounds)?,
+        crate::vm_costs::measure(device, 8 * page, rounds)?,
+    ];
     let mut rows = Vec::new();
     for (size, label) in SIZES {
         let alone = cached_pair_ns(device, size, 0)?;
@@ -123,6 +129,10 @@ pub fn run(device: &Device, json: bool) -> Result<()> {
             "cached_pair_1000_live_ns": per_size(&|r| r.busy.into()),
             "raw_driver_pair_ns": per_size(&|r| r.raw.into()),
             "alloc_async_pair_ns": per_size(&|r| r.pool.map_or(serde_json::Value::Null, Into::into)),
+            "vm_call_ns": serde_json::Value::Object(vm.iter().map(|c| (c.bytes.to_string(), serde_json::json!({
+                "create": c.create, "map": c.map, "unmap": c.unmap, "release": c.release,
+                "synchronize_idle": c.synchronize,
+            }))).collect()),
         });
         println!("{object}");
         return Ok(());
@@ -139,6 +149,23 @@ pub fn run(device: &Device, json: bool) -> Result<()> {
         println!(
             "{:<8} {:>11.0} ns {:>17.0} ns {:>13.0} ns {:>18}",
             r.label, r.alone, r.busy, r.raw, pool
+        );
+    }
+    println!();
+    println!("virtual-memory calls of an expandable segment on {device} (median)");
+    println!(
+        "{:<10} {:>12} {:>12} {:>12} {:>12} {:>18}",
+        "mapping", "create", "map+access", "unmap", "release", "sync, idle GPU"
+    );
+    for c in vm {
+        println!(
+            "{:<10} {:>9.0} ns {:>9.0} ns {:>9.0} ns {:>9.0} ns {:>15.0} ns",
+            labs_core::format::bytes(c.bytes as u64),
+            c.create,
+            c.map,
+            c.unmap,
+            c.release,
+            c.synchronize
         );
     }
     Ok(())

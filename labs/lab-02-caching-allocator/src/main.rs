@@ -4,6 +4,7 @@
 
 mod bench;
 mod experiments;
+mod vm_costs;
 
 use std::path::PathBuf;
 

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use labs_core::alloc::replay::read_trace;
-use labs_core::device::replay_on_sim;
 use labs_core::alloc::{Allocator, Config, LeakGuard, LeakReport};
+use labs_core::device::replay_on_sim;
 use labs_core::format::bytes;
 use labs_core::snapshot;
 use labs_core::table::Table;

@@ -343,10 +343,10 @@ impl Streams for CudaBackend {
 
     fn new_stream(&self, priority: i32) -> Result<Stream> {
         let s = self.state()?;
-        Ok(Stream::new(self.id_(), Arc::new(CudaStream::create(
-            s.ctx.clone(),
-            priority,
-        )?)))
+        Ok(Stream::new(
+            self.id_(),
+            Arc::new(CudaStream::create(s.ctx.clone(), priority)?),
+        ))
     }
 
     fn new_event(&self) -> Result<Event> {
@@ -542,8 +542,7 @@ impl ManagedMemory for CudaBackend {
     }
 }
 
-impl PeerAccess for CudaBackend {
-}
+impl PeerAccess for CudaBackend {}
 
 impl CudaBackend {
     fn location(&self, to: MemLocation) -> sys::CUmemLocation {

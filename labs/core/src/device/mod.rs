@@ -11,8 +11,8 @@ pub use crate::backend::{
     MemInfo, MemLocation, Stream, StreamImpl,
 };
 pub use crate::device_id::DeviceId;
-pub use standalone::{replay_on_sim, sim_backend};
 pub use select::{select_device, Selection, DEFAULT_SIM_CAPACITY, ENV_DEVICE, ENV_SIM_CAPACITY};
+pub use standalone::{replay_on_sim, sim_backend};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};

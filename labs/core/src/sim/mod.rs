@@ -18,7 +18,6 @@ use crate::backend::{
 use crate::error::Result;
 use crate::kernels::{cpu, Kernel};
 
-
 use pinned::{staged_copy, PinnedHost};
 use stream::{sim_stream, SimEvent, SimStream};
 
@@ -390,7 +389,6 @@ impl ManagedMemory for SimBackend {
     }
 }
 
-impl PeerAccess for SimBackend {
-}
+impl PeerAccess for SimBackend {}
 
 pub(crate) use memory::SimMemory;
