@@ -2,6 +2,7 @@
 //! exported for replay, and the device-wide view `nvidia-smi` gives.
 
 pub mod demo;
+pub mod exercises;
 pub mod plots;
 pub mod report;
 pub mod smi;
