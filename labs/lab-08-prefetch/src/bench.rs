@@ -6,6 +6,7 @@ use labs_core::{Device, Result};
 use serde::Serialize;
 
 use crate::bandwidth::{self, Bandwidth};
+use crate::driver_work::DriverWork;
 use crate::loader::{Fill, LoaderConfig};
 use crate::training::{self, StepTimes};
 
@@ -24,6 +25,11 @@ pub struct Report {
     pub batch_bytes: usize,
     /// prefetch step / max(copy, compute); the target is at most 1.05.
     pub prefetch_ratio: f64,
+    /// The slowest of the prefetched loop's passes (the step time is their median).
+    pub prefetch_step_worst_ms: f64,
+    /// Driver calls during the timed steps: all zero when the loop measured copies and
+    /// kernels only.
+    pub timed_driver_work: DriverWork,
     pub pinned_htod_gbps: f64,
     pub pinned_dtoh_gbps: f64,
     pub pageable_htod_gbps: f64,
@@ -65,7 +71,9 @@ pub fn run(device: &Device, quick: bool, progress: bool) -> Result<Report> {
         copy_ms: steps.copy_ms,
         compute_ms: steps.compute_ms,
         batch_bytes: steps.batch_bytes,
-        prefetch_ratio: steps.prefetch_step_ms / steps.copy_ms.max(steps.compute_ms),
+        prefetch_ratio: steps.prefetch_ratio,
+        prefetch_step_worst_ms: steps.prefetch_step_worst_ms,
+        timed_driver_work: steps.timed_driver_work,
         pinned_htod_gbps: best(|r| r.pinned_htod_gbps),
         pinned_dtoh_gbps: best(|r| r.pinned_dtoh_gbps),
         pageable_htod_gbps: best(|r| r.pageable_htod_gbps),
@@ -99,6 +107,14 @@ pub fn tables(device: &Device, r: &Report) -> Vec<Table> {
         "prefetched / max(copy, compute)".to_string(),
         format!("{:.3}", r.prefetch_ratio),
     ]);
+    steps.row([
+        "prefetched, slowest pass".to_string(),
+        format!("{:.3}", r.prefetch_step_worst_ms),
+    ]);
+    steps.row([
+        "driver calls in the timed steps".to_string(),
+        driver_work_summary(&r.timed_driver_work),
+    ]);
     let mut peak = Table::new(
         "Best bandwidth over all sizes (GB/s), beside PyTorch's on an H100",
         &["direction", "pageable", "pinned", "PyTorch pinned"],
@@ -116,4 +132,16 @@ pub fn tables(device: &Device, r: &Report) -> Vec<Table> {
         format!("{:.1}", r.pytorch_pinned_dtoh_gbps),
     ]);
     vec![bandwidth::table(device, &r.bandwidth), peak, steps]
+}
+
+/// `none`, or which driver calls the timed steps made (pinned allocs and frees, device
+/// allocs, frees and synchronisations).
+pub fn driver_work_summary(w: &DriverWork) -> String {
+    if w.is_none() {
+        return "none".to_string();
+    }
+    format!(
+        "pinned alloc {} free {}, device alloc {} free {} sync {}",
+        w.pinned_allocs, w.pinned_frees, w.device_allocs, w.device_frees, w.device_syncs
+    )
 }

@@ -4,6 +4,7 @@
 
 pub mod bandwidth;
 pub mod bench;
+pub mod driver_work;
 pub mod exercises;
 pub mod loader;
 pub mod mapped;

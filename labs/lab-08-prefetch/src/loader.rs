@@ -66,8 +66,14 @@ pub struct HostLoader {
 }
 
 impl HostLoader {
+    /// Batches in pinned memory from the device's shared host allocator.
     pub fn new(device: &Device, config: LoaderConfig) -> HostLoader {
-        let allocator = HostAllocator::get(device);
+        HostLoader::with_allocator(HostAllocator::get(device), config)
+    }
+
+    /// Batches from a pool of one's own: a benchmark then sees only its own blocks,
+    /// whatever other code left in (or takes from) the shared pool.
+    pub fn with_allocator(allocator: Arc<HostAllocator>, config: LoaderConfig) -> HostLoader {
         let workers = config.workers.max(1);
         let per_worker = config.prefetch_depth.div_ceil(workers).max(1);
         let mut queues = Vec::new();
@@ -181,6 +187,15 @@ pub struct PrefetchLoader {
 
 impl PrefetchLoader {
     pub fn new(device: &Device, config: LoaderConfig) -> Result<PrefetchLoader> {
+        PrefetchLoader::with_allocator(device, HostAllocator::get(device), config)
+    }
+
+    /// As `new`, with the host batches from `allocator` (see `HostLoader::with_allocator`).
+    pub fn with_allocator(
+        device: &Device,
+        allocator: Arc<HostAllocator>,
+        config: LoaderConfig,
+    ) -> Result<PrefetchLoader> {
         let depth = config.prefetch_depth.max(1);
         let slots = (0..=depth)
             .map(|_| {
@@ -192,7 +207,7 @@ impl PrefetchLoader {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(PrefetchLoader {
-            host: HostLoader::new(device, config),
+            host: HostLoader::with_allocator(allocator, config),
             // A copy stream of its own, so copies never queue behind kernels.
             copy_stream: device.new_stream()?,
             slots,

@@ -97,7 +97,15 @@ fn experiments(device: &Device, quick: bool) -> anyhow::Result<()> {
         "copy {:.3} ms, compute {:.3} ms: naive step {:.3} ms, prefetched step {:.3} ms",
         steps.copy_ms, steps.compute_ms, steps.naive_step_ms, steps.prefetch_step_ms
     );
-    println!("Training-like loop on {device}: {report_line}\n");
-    println!("{}", lab_08::training::pool_table(device));
+    println!("Training-like loop on {device}: {report_line}");
+    // The same figures as `bench` prints, so that the two runs compare directly.
+    println!(
+        "prefetched / max(copy, compute) = {:.3} (slowest of {} passes {:.3} ms); driver calls in the timed steps: {}\n",
+        steps.prefetch_ratio,
+        lab_08::training::PASSES,
+        steps.prefetch_step_worst_ms,
+        bench::driver_work_summary(&steps.timed_driver_work)
+    );
+    println!("{}", lab_08::training::pool_table(device, &steps));
     Ok(())
 }

@@ -27,8 +27,18 @@ fn bench_json_is_one_object_with_the_documented_keys() {
         "pinned_dtoh_gbps",
         "pageable_htod_gbps",
         "pageable_dtoh_gbps",
+        "prefetch_step_worst_ms",
     ] {
         assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {v}");
+    }
+    for key in [
+        "pinned_allocs",
+        "pinned_frees",
+        "device_allocs",
+        "device_frees",
+        "device_syncs",
+    ] {
+        assert!(v["timed_driver_work"][key].is_u64(), "{key}: {v}");
     }
     assert!(!v["bandwidth"].as_array().unwrap().is_empty());
 }
@@ -48,6 +58,9 @@ fn the_default_command_prints_every_experiment() {
         "non_blocking=True",
         "where its input lives",
         "Training-like loop",
+        // The same ratio as bench's, so that the two runs compare directly.
+        "prefetched / max(copy, compute) = ",
+        "driver calls in the timed steps: ",
         "pinned-memory pool",
     ] {
         assert!(text.contains(title), "missing {title}:\n{text}");
