@@ -130,7 +130,7 @@ pub fn run(device: &Device, json: bool) -> Result<()> {
             "raw_driver_pair_ns": per_size(&|r| r.raw.into()),
             "alloc_async_pair_ns": per_size(&|r| r.pool.map_or(serde_json::Value::Null, Into::into)),
             "vm_call_ns": serde_json::Value::Object(vm.iter().map(|c| (c.bytes.to_string(), serde_json::json!({
-                "create": c.create, "map": c.map, "unmap": c.unmap, "release": c.release,
+                "create": c.create, "map": c.map, "access": c.access, "unmap": c.unmap, "release": c.release,
                 "synchronize_idle": c.synchronize,
             }))).collect()),
         });
@@ -154,15 +154,16 @@ pub fn run(device: &Device, json: bool) -> Result<()> {
     println!();
     println!("virtual-memory calls of an expandable segment on {device} (median)");
     println!(
-        "{:<10} {:>12} {:>12} {:>12} {:>12} {:>18}",
-        "mapping", "create", "map+access", "unmap", "release", "sync, idle GPU"
+        "{:<10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>18}",
+        "mapping", "create", "map", "access", "unmap", "release", "sync, idle GPU"
     );
     for c in vm {
         println!(
-            "{:<10} {:>9.0} ns {:>9.0} ns {:>9.0} ns {:>9.0} ns {:>15.0} ns",
+            "{:<10} {:>9.0} ns {:>9.0} ns {:>9.0} ns {:>9.0} ns {:>9.0} ns {:>15.0} ns",
             labs_core::format::bytes(c.bytes as u64),
             c.create,
             c.map,
+            c.access,
             c.unmap,
             c.release,
             c.synchronize

@@ -1,5 +1,5 @@
 //! What each virtual-memory call of an expandable segment costs on the device: creating
-//! physical memory, mapping it (with its access rights), unmapping it, releasing it,
+//! physical memory, mapping it, granting the device access, unmapping it, releasing it,
 //! and a device-wide synchronisation with nothing queued. Recycling a mapping costs an
 //! unmap and a map when the physical memory is kept, and a release and a create more
 //! when it is not: these figures say which part to avoid.
@@ -15,6 +15,7 @@ pub struct VmCosts {
     pub bytes: usize,
     pub create: f64,
     pub map: f64,
+    pub access: f64,
     pub unmap: f64,
     pub release: f64,
     pub synchronize: f64,
@@ -30,13 +31,15 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub fn measure(device: &Device, bytes: usize, rounds: usize) -> Result<VmCosts> {
     let be = device.backend();
     let base = be.vm_reserve(bytes)?;
-    let mut t = [Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    let mut t: [Vec<f64>; 6] = Default::default();
     for _ in 0..rounds {
         let start = Instant::now();
         let memory = be.vm_create(bytes)?;
         let created = Instant::now();
         be.vm_map_memory(base, memory)?;
         let mapped = Instant::now();
+        be.vm_set_access(base, bytes)?;
+        let accessible = Instant::now();
         let memory = be.vm_unmap_memory(base, bytes)?;
         let unmapped = Instant::now();
         be.vm_free_memory(memory)?;
@@ -46,7 +49,8 @@ pub fn measure(device: &Device, bytes: usize, rounds: usize) -> Result<VmCosts> 
         for (i, (a, b)) in [
             (start, created),
             (created, mapped),
-            (mapped, unmapped),
+            (mapped, accessible),
+            (accessible, unmapped),
             (unmapped, released),
             (released, synced),
         ]
@@ -57,11 +61,12 @@ pub fn measure(device: &Device, bytes: usize, rounds: usize) -> Result<VmCosts> 
         }
     }
     be.vm_release(base, bytes)?;
-    let [create, map, unmap, release, synchronize] = t.map(median);
+    let [create, map, access, unmap, release, synchronize] = t.map(median);
     Ok(VmCosts {
         bytes,
         create,
         map,
+        access,
         unmap,
         release,
         synchronize,

@@ -34,10 +34,14 @@ pub trait VirtualMemory {
 
     /// Creates physical memory (`cuMemCreate`); `bytes` is a multiple of the granularity.
     fn vm_create(&self, bytes: usize) -> Result<PhysicalMemory>;
-    /// Maps physical memory at `ptr` inside a reserved, unmapped range, readable and
-    /// writable by the device (`cuMemMap` + `cuMemSetAccess`). The unit of
-    /// `vm_unmap_memory` is the unit mapped here.
+    /// Maps physical memory at `ptr` inside a reserved, unmapped range (`cuMemMap`); on
+    /// failure the memory is released. The device may touch it only after
+    /// `vm_set_access`. The unit of `vm_unmap_memory` is the unit mapped here.
     fn vm_map_memory(&self, ptr: DevicePtr, memory: PhysicalMemory) -> Result<()>;
+    /// Makes `ptr..ptr+bytes` readable and writable by the device (`cuMemSetAccess`).
+    /// The range must be wholly mapped, and may span several mappings: one call for
+    /// neighbouring mappings costs less than one call each.
+    fn vm_set_access(&self, ptr: DevicePtr, bytes: usize) -> Result<()>;
     /// Unmaps what one `vm_map_memory` mapped at `ptr` (`cuMemUnmap`) and hands its
     /// memory back, still allocated. The caller makes sure no queued work still uses
     /// the range.
@@ -45,10 +49,16 @@ pub trait VirtualMemory {
     /// Releases physical memory that is mapped nowhere (`cuMemRelease`).
     fn vm_free_memory(&self, memory: PhysicalMemory) -> Result<()>;
 
-    /// New memory mapped at `ptr..ptr+bytes`: `vm_create` then `vm_map_memory`.
+    /// New memory mapped at `ptr..ptr+bytes`, ready for the device: `vm_create`, then
+    /// `vm_map_memory`, then `vm_set_access`.
     fn vm_map(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
         let memory = self.vm_create(bytes)?;
-        self.vm_map_memory(ptr, memory)
+        self.vm_map_memory(ptr, memory)?;
+        if let Err(e) = self.vm_set_access(ptr, bytes) {
+            let _ = self.vm_unmap(ptr, bytes);
+            return Err(e);
+        }
+        Ok(())
     }
     /// Unmaps and releases: `vm_unmap_memory` then `vm_free_memory`.
     fn vm_unmap(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {

@@ -284,25 +284,12 @@ impl VirtualMemory for CudaBackend {
 
     fn vm_map_memory(&self, ptr: DevicePtr, memory: PhysicalMemory) -> Result<()> {
         let s = self.state()?;
-        let prop = self.allocation_prop();
         let (handle, bytes) = (memory.handle, memory.bytes);
         // SAFETY: `ptr..ptr+bytes` lies in a range this backend reserved and is unmapped.
-        let mapped = unsafe { sys::cuMemMap(ptr, bytes, 0, handle, 0) }.result();
-        let access = mapped.and_then(|_| {
-            let desc = sys::CUmemAccessDesc {
-                location: prop.location,
-                flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-            };
-            // SAFETY: the range was just mapped; `desc` is one valid descriptor.
-            unsafe { sys::cuMemSetAccess(ptr, bytes, &desc, 1) }.result()
-        });
-        if let Err(e) = access {
-            // SAFETY: undo what succeeded; the memory was handed to us and, as the
-            // contract says, is released when it cannot be mapped.
+        if let Err(e) = unsafe { sys::cuMemMap(ptr, bytes, 0, handle, 0) }.result() {
+            // SAFETY: the memory was handed to us and, as the contract says, is released
+            // when it cannot be mapped.
             unsafe {
-                if mapped.is_ok() {
-                    let _ = sys::cuMemUnmap(ptr, bytes);
-                }
                 let _ = sys::cuMemRelease(handle);
             }
             return Err(Error::driver("cuMemMap", e));
@@ -311,6 +298,17 @@ impl VirtualMemory for CudaBackend {
         Ok(())
     }
 
+    fn vm_set_access(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        self.state()?;
+        let desc = sys::CUmemAccessDesc {
+            location: self.allocation_prop().location,
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: the caller maps the whole range first; `desc` is one valid descriptor.
+        unsafe { sys::cuMemSetAccess(ptr, bytes, &desc, 1) }
+            .result()
+            .map_err(|e| Error::driver("cuMemSetAccess", e))
+    }
     // ANCHOR_END: vm_map
 
     fn vm_unmap_memory(&self, ptr: DevicePtr, bytes: usize) -> Result<PhysicalMemory> {

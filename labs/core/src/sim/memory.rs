@@ -246,6 +246,21 @@ impl SimMemory {
         Ok(handle)
     }
 
+    /// An error unless every page of `ptr..ptr+bytes` is mapped (`cuMemSetAccess`'s
+    /// requirement; access itself is not simulated).
+    pub fn check_mapped(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        let s = self.state.read().unwrap();
+        let pages = self.pages(&s, ptr, bytes)?;
+        if pages.clone().all(|p| s.mapped.contains(&(p * PAGE))) {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "access to {bytes} bytes at {ptr:#x} on {}: not all mapped",
+                self.device
+            )))
+        }
+    }
+
     /// Releases physical memory mapped nowhere (`cuMemRelease`).
     pub fn free_physical(&self, handle: u64) -> Result<()> {
         let mut s = self.state.write().unwrap();

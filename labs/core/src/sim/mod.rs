@@ -183,6 +183,10 @@ impl VirtualMemory for SimBackend {
         Ok(())
     }
 
+    fn vm_set_access(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        self.memory.check_mapped(ptr, bytes)
+    }
+
     fn vm_unmap_memory(&self, ptr: DevicePtr, bytes: usize) -> Result<PhysicalMemory> {
         let handle = self.memory.unmap_physical(ptr, bytes)?;
         Ok(PhysicalMemory { handle, bytes })
