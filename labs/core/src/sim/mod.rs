@@ -347,4 +347,13 @@ impl Backend for SimBackend {
     }
 }
 
-pub(crate) use memory::SimMemory as Memory;
+/// How the kernels' CPU twins reach simulated device memory.
+impl cpu::HostAccess for SimMemory {
+    fn with_host_ptrs(
+        &self,
+        ranges: &[(DevicePtr, usize)],
+        f: &mut dyn FnMut(&[*mut u8]),
+    ) -> Result<()> {
+        self.access(ranges, f)
+    }
+}
