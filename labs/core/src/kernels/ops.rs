@@ -66,6 +66,7 @@ op_family! {
     }
 }
 
+// ANCHOR: binary_ops
 op_family! {
     /// `out[i] = f(a[i], b[i])`, with the launch's scalar `alpha` available.
     BinaryOp, twin fn(f32, f32, f32) -> f32 {
@@ -76,10 +77,12 @@ op_family! {
         /// As with `fmaxf`, a NaN on one side gives the other side.
         Maximum: "maximum", "fmaxf(a, b)", |a, b, _| a.max(b);
         Minimum: "minimum", "fminf(a, b)", |a, b, _| a.min(b);
-        /// `alpha * a + b`: the BLAS axpy when `out` is `b`.
-        Axpy: "axpy", "alpha * a + b", |a, b, alpha| alpha * a + b;
+        /// `alpha * a + b`: the BLAS axpy when `out` is `b`. The explicit roundings keep
+        /// the compiler from fusing it into one `fma`, so the GPU gives the twin's bits.
+        Axpy: "axpy", "__fadd_rn(__fmul_rn(alpha, a), b)", |a, b, alpha| alpha * a + b;
     }
 }
+// ANCHOR_END: binary_ops
 
 #[cfg(test)]
 mod tests {
