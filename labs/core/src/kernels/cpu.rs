@@ -64,13 +64,14 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
             seed,
             offset,
         } => access(memory, &[(out, n * 4)], |p| {
-            let out = Raw::<f32>::new(p[0], n);
+            // SAFETY (every `Raw::new` here): `p[k]` is valid for the k-th range asked.
+            let out = unsafe { Raw::<f32>::new(p[0], n) };
             for i in 0..n {
                 out.set(i, randn(seed, offset + i as u64));
             }
         }),
         Kernel::Spin { x, n, iterations } => access(memory, &[(x, n * 4)], |p| {
-            let x = Raw::<f32>::new(p[0], n);
+            let x = unsafe { Raw::<f32>::new(p[0], n) };
             for i in 0..n {
                 x.set(i, spin(x.get(i), iterations));
             }
@@ -102,8 +103,11 @@ struct Raw<E> {
 }
 
 impl<E: Copy> Raw<E> {
-    /// The caller (always [`access`]) passes a pointer valid for `len` elements.
-    fn new(ptr: *mut u8, len: usize) -> Self {
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `len` elements while the view is
+    /// used: a pointer [`HostAccess`] gave for a range of `len` elements, used inside
+    /// its call.
+    unsafe fn new(ptr: *mut u8, len: usize) -> Self {
         Raw {
             ptr,
             len,
@@ -112,7 +116,7 @@ impl<E: Copy> Raw<E> {
     }
     fn get(&self, i: usize) -> E {
         assert!(i < self.len, "element {i} of {}", self.len);
-        // SAFETY: in bounds of a range `HostAccess` vouched for; unaligned reads.
+        // SAFETY: `i < len`, and `new`'s contract makes `len` elements valid.
         unsafe { (self.ptr as *const E).add(i).read_unaligned() }
     }
     fn set(&self, i: usize, v: E) {
@@ -188,7 +192,8 @@ fn unary<E: FloatElement>(
 ) -> Result<()> {
     let bytes = n * std::mem::size_of::<E>();
     access(memory, &[(x, bytes), (out, bytes)], |p| {
-        let (x, out) = (Raw::<E>::new(p[0], n), Raw::<E>::new(p[1], n));
+        let x = unsafe { Raw::<E>::new(p[0], n) };
+        let out = unsafe { Raw::<E>::new(p[1], n) };
         for i in 0..n {
             out.set(i, E::narrow(f(x.get(i).widen(), alpha)));
         }
@@ -205,8 +210,9 @@ fn binary<E: FloatElement>(
 ) -> Result<()> {
     let bytes = n * std::mem::size_of::<E>();
     access(memory, &[(a, bytes), (b, bytes), (out, bytes)], |p| {
-        let (a, b) = (Raw::<E>::new(p[0], n), Raw::<E>::new(p[1], n));
-        let out = Raw::<E>::new(p[2], n);
+        let a = unsafe { Raw::<E>::new(p[0], n) };
+        let b = unsafe { Raw::<E>::new(p[1], n) };
+        let out = unsafe { Raw::<E>::new(p[2], n) };
         for i in 0..n {
             out.set(i, E::narrow(f(a.get(i).widen(), b.get(i).widen(), alpha)));
         }
@@ -235,7 +241,8 @@ fn strided_copy<E: Copy>(
     let (low, count) = layout.extent();
     let start = src.wrapping_add_signed(low * width as i64);
     access(memory, &[(start, count * width), (dst, n * width)], |p| {
-        let (src, dst) = (Raw::<E>::new(p[0], count), Raw::<E>::new(p[1], n));
+        let src = unsafe { Raw::<E>::new(p[0], count) };
+        let dst = unsafe { Raw::<E>::new(p[1], n) };
         for i in 0..n {
             dst.set(i, src.get((layout.offset(i as u64) - low) as usize));
         }
@@ -283,4 +290,83 @@ pub fn randn(seed: u64, index: u64) -> f32 {
     let u1 = ((bits >> 40) as f32 + 1.0) * (1.0 / 16_777_216.0);
     let u2 = ((bits >> 16) & 0xFF_FFFF) as f32 * (1.0 / 16_777_216.0);
     (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::UnaryOp;
+
+    /// Plain host bytes posing as device memory at address `BASE`: the twins need
+    /// nothing more than [`HostAccess`].
+    struct Bytes(std::cell::RefCell<Vec<u8>>);
+    const BASE: DevicePtr = 0x1000;
+
+    impl HostAccess for Bytes {
+        fn with_host_ptrs(
+            &self,
+            ranges: &[(DevicePtr, usize)],
+            f: &mut dyn FnMut(&[*mut u8]),
+        ) -> Result<()> {
+            let mut bytes = self.0.borrow_mut();
+            let len = bytes.len() as u64;
+            if ranges
+                .iter()
+                .any(|&(a, n)| a < BASE || a + n as u64 > BASE + len)
+            {
+                return Err(Error::InvalidArgument("out of range".into()));
+            }
+            let base = bytes.as_mut_ptr();
+            let ptrs: Vec<*mut u8> = ranges
+                .iter()
+                .map(|&(a, _)| base.wrapping_add((a - BASE) as usize))
+                .collect();
+            f(&ptrs);
+            Ok(())
+        }
+    }
+
+    fn floats(memory: &Bytes) -> Vec<f32> {
+        memory
+            .0
+            .borrow()
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn twins_run_on_any_host_memory_in_place_and_strided() {
+        let values: Vec<u8> = [
+            1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+        ]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+        let memory = Bytes(std::cell::RefCell::new(values));
+        // In place: `x` and `out` alias.
+        run(&Kernel::scale(BASE, 10.0, BASE, 6), &memory).unwrap();
+        // The transpose of the 2x3 matrix into the second half.
+        let copy = Kernel::StridedCopy {
+            width: 4,
+            src: BASE,
+            dst: BASE + 24,
+            layout: Strided::new(&[3, 2], &[1, 3]).unwrap(),
+            n: 6,
+        };
+        run(&copy, &memory).unwrap();
+        assert_eq!(
+            floats(&memory),
+            [10., 20., 30., 40., 50., 60., 10., 40., 20., 50., 30., 60.]
+        );
+        let past_the_end = Kernel::Unary {
+            op: UnaryOp::Neg,
+            dtype: DType::F32,
+            x: BASE,
+            out: BASE + 4,
+            n: 12,
+            alpha: 0.0,
+        };
+        assert!(run(&past_the_end, &memory).is_err());
+    }
 }
