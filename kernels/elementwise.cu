@@ -1,6 +1,6 @@
 // The templates of the elementwise op families. This file is not compiled as it is:
-// labs/core/src/kernels/source.rs prepends the element type's helpers (ELEM, load,
-// store) and appends one DEFINE_* line per op of labs/core/src/kernels/ops.rs, for
+// labs/core/src/kernels/source.rs prepends the element type's helpers (ELEM, to_float,
+// from_float) and appends one DEFINE_* line per op of labs/core/src/kernels/ops.rs, for
 // example `DEFINE_BINARY(add_f32, a + b)`, then NVRTC compiles the result.
 //
 // Every kernel is a grid-stride loop, so any grid size covers any n; n is 64-bit
@@ -19,8 +19,8 @@
     extern "C" __global__ void NAME(const ELEM* in, ELEM* out, float alpha,           \
                                     unsigned long long n) {                           \
         GRID_STRIDE_LOOP(i, n) {                                                      \
-            float x = load(in[i]);                                                    \
-            out[i] = store(EXPR);                                                     \
+            float x = to_float(in[i]);                                                \
+            out[i] = from_float(EXPR);                                                \
         }                                                                             \
     }
 // ANCHOR_END: unary_template
@@ -31,9 +31,9 @@
     extern "C" __global__ void NAME(const ELEM* a_, const ELEM* b_, ELEM* out,        \
                                     float alpha, unsigned long long n) {              \
         GRID_STRIDE_LOOP(i, n) {                                                      \
-            float a = load(a_[i]);                                                    \
-            float b = load(b_[i]);                                                    \
-            out[i] = store(EXPR);                                                     \
+            float a = to_float(a_[i]);                                                \
+            float b = to_float(b_[i]);                                                \
+            out[i] = from_float(EXPR);                                                \
         }                                                                             \
     }
 // ANCHOR_END: binary_template
