@@ -85,22 +85,17 @@ fn kernels_read_mapped_host_memory() {
         c.copy_from_slice(&(i as f32).to_ne_bytes());
     }
     let out = Tensor::zeros(&[n], DType::F32, &d).unwrap();
-    d.launch(&Kernel::Scale {
-        x: mapped.device_ptr(),
-        alpha: 2.0,
-        out: out.ptr(),
-        n,
-    })
-    .unwrap();
+    d.launch(&Kernel::scale(mapped.device_ptr(), 2.0, out.ptr(), n))
+        .unwrap();
     let v = out.to_vec::<f32>().unwrap();
     assert!(v.iter().enumerate().all(|(i, &x)| x == 2.0 * i as f32));
     // And the other way: a kernel writes host memory in place.
-    d.launch(&Kernel::Scale {
-        x: mapped.device_ptr(),
-        alpha: 3.0,
-        out: mapped.device_ptr(),
+    d.launch(&Kernel::scale(
+        mapped.device_ptr(),
+        3.0,
+        mapped.device_ptr(),
         n,
-    })
+    ))
     .unwrap();
     d.synchronize().unwrap();
     let first = f32::from_ne_bytes(mapped.as_slice()[4..8].try_into().unwrap());
@@ -134,15 +129,7 @@ fn managed_memory_is_refused_beyond_free_memory_and_works_within() {
         .fill(ptr, FillPattern::U32(1.5f32.to_bits()), n, &stream)
         .unwrap();
     backend
-        .launch(
-            &Kernel::Scale {
-                x: ptr,
-                alpha: 2.0,
-                out: ptr,
-                n,
-            },
-            &stream,
-        )
+        .launch(&Kernel::scale(ptr, 2.0, ptr, n), &stream)
         .unwrap();
     let mut back = vec![0u8; n * 4];
     backend.copy_dtoh(&mut back, ptr, &stream).unwrap();

@@ -77,15 +77,9 @@ pub fn produce_consume(
         producer.record(&written)?;
         consumer.wait(&written)?;
     }
-    device.backend().launch(
-        &Kernel::Scale {
-            x: data.ptr(),
-            alpha: 2.0,
-            out: out.ptr(),
-            n,
-        },
-        consumer,
-    )?;
+    device
+        .backend()
+        .launch(&Kernel::scale(data.ptr(), 2.0, out.ptr(), n), consumer)?;
     consumer.synchronize()?;
     producer.synchronize()?;
     Ok(out)

@@ -42,15 +42,7 @@ pub fn run(device: &Device, busy: Duration, record_stream: bool) -> Result<Hazar
     a.record(&filled)?;
     b.wait(&filled)?;
     x.spin_on(iterations, &b)?; // B is busy: its read of `data` comes later
-    backend.launch(
-        &Kernel::Scale {
-            x: data.ptr(),
-            alpha: 2.0,
-            out: out.ptr(),
-            n: N,
-        },
-        &b,
-    )?;
+    backend.launch(&Kernel::scale(data.ptr(), 2.0, out.ptr(), N), &b)?;
     if record_stream {
         allocator.record_stream(&data, &b)?; // the cure: B uses this block too
     }

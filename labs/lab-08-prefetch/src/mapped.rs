@@ -40,12 +40,7 @@ pub fn measure(device: &Device, size: usize, samples: usize) -> Result<KernelRea
     let out = Tensor::zeros(&[n], DType::F32, device)?;
     let x = Tensor::full(&[n], 1.0f32, device)?;
     let mapped = MappedBuffer::new(device, size)?;
-    let scale = |x| Kernel::Scale {
-        x,
-        alpha: 2.0,
-        out: out.ptr(),
-        n,
-    };
+    let scale = |x| Kernel::scale(x, 2.0, out.ptr(), n);
     device.synchronize()?;
     let mut on_device = Vec::new();
     let mut on_host = Vec::new();

@@ -10,7 +10,7 @@ use cudarc::driver::{result, sys, CudaContext};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 
 use crate::error::{Error, Result};
-use crate::kernels::{Kernel, Module};
+use crate::kernels::{Kernel, Module, Strided};
 
 /// A loaded function; raw driver handles are plain pointers valid in any thread.
 #[derive(Clone, Copy)]
@@ -30,6 +30,8 @@ enum Arg {
     U64(u64),
     U32(u32),
     F32(f32),
+    /// A struct passed by value; its layout matches the C struct of the kernel.
+    Strided(Strided),
 }
 
 impl Arg {
@@ -38,27 +40,41 @@ impl Arg {
             Arg::U64(v) => v as *mut u64 as *mut c_void,
             Arg::U32(v) => v as *mut u32 as *mut c_void,
             Arg::F32(v) => v as *mut f32 as *mut c_void,
+            Arg::Strided(v) => v as *mut Strided as *mut c_void,
         }
     }
 }
 
+/// The arguments in the order of the kernel's C signature: `DEFINE_UNARY` and
+/// `DEFINE_BINARY` in `kernels/elementwise.cu`, then the fixed kernels.
 fn args(kernel: &Kernel) -> Vec<Arg> {
     use Arg::*;
     match *kernel {
-        Kernel::Add { a, b, out, n } | Kernel::Mul { a, b, out, n } => {
-            vec![U64(a), U64(b), U64(out), U64(n as u64)]
-        }
-        Kernel::Scale { x, alpha, out, n } => vec![U64(x), F32(alpha), U64(out), U64(n as u64)],
-        Kernel::Axpy { alpha, x, y, n } => vec![F32(alpha), U64(x), U64(y), U64(n as u64)],
+        Kernel::Unary {
+            x, out, n, alpha, ..
+        } => vec![U64(x), U64(out), F32(alpha), U64(n as u64)],
+        Kernel::Binary {
+            a,
+            b,
+            out,
+            n,
+            alpha,
+            ..
+        } => vec![U64(a), U64(b), U64(out), F32(alpha), U64(n as u64)],
         Kernel::Randn {
             out,
             n,
             seed,
             offset,
-        } => {
-            vec![U64(out), U64(n as u64), U64(seed), U64(offset)]
-        }
+        } => vec![U64(out), U64(n as u64), U64(seed), U64(offset)],
         Kernel::Spin { x, n, iterations } => vec![U64(x), U64(n as u64), U32(iterations)],
+        Kernel::StridedCopy {
+            src,
+            dst,
+            layout,
+            n,
+            ..
+        } => vec![U64(src), U64(dst), Strided(layout), U64(n as u64)],
     }
 }
 
@@ -85,29 +101,31 @@ impl ModuleCache {
             options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
             ..Default::default()
         };
-        let ptx = compile_ptx_with_opts(module.source, opts).map_err(|e| Error::Compile {
-            module: module.name,
+        let ptx = compile_ptx_with_opts(&module.source, opts).map_err(|e| Error::Compile {
+            module: &module.name,
             log: e.to_string(),
         })?;
         let image = CString::new(ptx.to_src()).map_err(|e| Error::Compile {
-            module: module.name,
+            module: &module.name,
             log: e.to_string(),
         })?;
         // SAFETY: a NUL-terminated PTX image, loaded into the bound context.
         let loaded = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
             .map_err(|e| Error::driver("cuModuleLoadData", e))?;
         let mut out = HashMap::new();
-        for &name in module.functions {
+        for name in &module.functions {
             // SAFETY: the module was just loaded and is never unloaded.
-            let f = unsafe { result::module::get_function(loaded, CString::new(name).unwrap()) }
-                .map_err(|e| Error::driver("cuModuleGetFunction", e))?;
-            out.insert(name, Function(f));
+            let f = unsafe {
+                result::module::get_function(loaded, CString::new(name.as_str()).unwrap())
+            }
+            .map_err(|e| Error::driver("cuModuleGetFunction", e))?;
+            out.insert(name.as_str(), Function(f));
         }
         Ok(out)
     }
 
     fn function(&self, kernel: &Kernel) -> Result<Function> {
-        let (module, name) = kernel.function();
+        let (module, name) = kernel.function()?;
         let mut functions = self.functions.lock().unwrap();
         if !functions.contains_key(name) {
             functions.extend(self.compile(module)?);

@@ -1,101 +1,114 @@
-//! The kernels every backend runs. On `cuda` they are the CUDA C sources in the
-//! workspace's `kernels/` folder, compiled at run time by NVRTC and cached per device;
-//! on `sim` and `cpu` they are their CPU twins in [`cpu`].
+//! The kernels every backend runs. An op is declared once, in [`ops`], with its CUDA C
+//! expression and its CPU twin; [`source`] generates the CUDA modules from those
+//! declarations (compiled by NVRTC at run time on `cuda`), and [`cpu`] runs the twins
+//! on `sim` and `cpu`.
+//!
+//! A new unary or binary op is one entry in `ops.rs`: its kernel for every float dtype,
+//! its launch arguments and its simulator loop all follow from the entry.
 
 pub mod cpu;
+pub mod ops;
+pub mod source;
+mod strided;
+
+pub use ops::{BinaryOp, UnaryOp};
+pub use source::Module;
+pub use strided::{Strided, MAX_DIMS};
 
 use crate::device_id::DevicePtr;
+use crate::dtype::DType;
+use crate::error::Result;
 
 /// One kernel launch with its arguments. Pointers are device addresses; `n` counts
 /// elements.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kernel {
-    /// `out = a + b`
-    Add {
+    /// `out[i] = op(x[i])` over `n` contiguous elements of a float dtype.
+    Unary {
+        op: UnaryOp,
+        dtype: DType,
+        x: DevicePtr,
+        out: DevicePtr,
+        n: usize,
+        /// The scalar some ops use (`scale`'s factor); ignored by the others.
+        alpha: f32,
+    },
+    /// `out[i] = op(a[i], b[i])` over `n` contiguous elements of a float dtype.
+    Binary {
+        op: BinaryOp,
+        dtype: DType,
         a: DevicePtr,
         b: DevicePtr,
         out: DevicePtr,
         n: usize,
-    },
-    /// `out = a * b`
-    Mul {
-        a: DevicePtr,
-        b: DevicePtr,
-        out: DevicePtr,
-        n: usize,
-    },
-    /// `out = alpha * x`
-    Scale {
-        x: DevicePtr,
+        /// The scalar some ops use (`axpy`'s factor); ignored by the others.
         alpha: f32,
-        out: DevicePtr,
-        n: usize,
     },
-    /// `y = alpha * x + y`
-    Axpy {
-        alpha: f32,
-        x: DevicePtr,
-        y: DevicePtr,
-        n: usize,
-    },
-    /// Standard-normal samples; element `i` depends only on `(seed, offset + i)`.
+    /// Standard-normal float32 samples; element `i` depends only on `(seed, offset + i)`.
     Randn {
         out: DevicePtr,
         n: usize,
         seed: u64,
         offset: u64,
     },
-    /// `iterations` dependent multiply-adds on each element: busy work of a chosen length.
+    /// `iterations` dependent multiply-adds on each float32 element: busy work of a
+    /// chosen length.
     Spin {
         x: DevicePtr,
         n: usize,
         iterations: u32,
     },
+    /// Gathers the strided view at `src` (the address of its first element) into `n`
+    /// contiguous elements of `width` bytes at `dst`.
+    StridedCopy {
+        width: usize,
+        src: DevicePtr,
+        dst: DevicePtr,
+        layout: Strided,
+        n: usize,
+    },
 }
-
-/// A CUDA C source file of `kernels/`, with the functions it defines.
-pub struct Module {
-    pub name: &'static str,
-    pub source: &'static str,
-    pub functions: &'static [&'static str],
-}
-
-pub const ELEMENTWISE: Module = Module {
-    name: "elementwise",
-    source: include_str!("../../../../kernels/elementwise.cu"),
-    functions: &["add_f32", "mul_f32", "scale_f32", "axpy_f32", "spin_f32"],
-};
-
-pub const RANDOM: Module = Module {
-    name: "random",
-    source: include_str!("../../../../kernels/random.cu"),
-    functions: &["randn_f32"],
-};
-
-pub const MODULES: &[Module] = &[ELEMENTWISE, RANDOM];
 
 impl Kernel {
-    /// The module and function that implement this kernel on the GPU.
-    pub fn function(&self) -> (&'static Module, &'static str) {
-        match self {
-            Kernel::Add { .. } => (&ELEMENTWISE, "add_f32"),
-            Kernel::Mul { .. } => (&ELEMENTWISE, "mul_f32"),
-            Kernel::Scale { .. } => (&ELEMENTWISE, "scale_f32"),
-            Kernel::Axpy { .. } => (&ELEMENTWISE, "axpy_f32"),
-            Kernel::Spin { .. } => (&ELEMENTWISE, "spin_f32"),
-            Kernel::Randn { .. } => (&RANDOM, "randn_f32"),
+    /// `out = alpha * x` over float32 (`out` may be `x`).
+    pub fn scale(x: DevicePtr, alpha: f32, out: DevicePtr, n: usize) -> Kernel {
+        Kernel::Unary {
+            op: UnaryOp::Scale,
+            dtype: DType::F32,
+            x,
+            out,
+            n,
+            alpha,
         }
+    }
+
+    /// `y = alpha * x + y` over float32, the BLAS axpy.
+    pub fn axpy(alpha: f32, x: DevicePtr, y: DevicePtr, n: usize) -> Kernel {
+        Kernel::Binary {
+            op: BinaryOp::Axpy,
+            dtype: DType::F32,
+            a: x,
+            b: y,
+            out: y,
+            n,
+            alpha,
+        }
+    }
+
+    /// The module and function that implement this kernel on the GPU; an error for a
+    /// dtype or element width no kernel is generated for.
+    pub fn function(&self) -> Result<(&'static Module, &'static str)> {
+        source::function(self)
     }
 
     /// Number of elements the launch covers (sets the grid size).
     pub fn elements(&self) -> usize {
         match *self {
-            Kernel::Add { n, .. }
-            | Kernel::Mul { n, .. }
-            | Kernel::Scale { n, .. }
-            | Kernel::Axpy { n, .. }
+            Kernel::Unary { n, .. }
+            | Kernel::Binary { n, .. }
             | Kernel::Randn { n, .. }
-            | Kernel::Spin { n, .. } => n,
+            | Kernel::Spin { n, .. }
+            | Kernel::StridedCopy { n, .. } => n,
         }
     }
 }

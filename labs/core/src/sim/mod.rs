@@ -18,6 +18,7 @@ use crate::backend::{
 use crate::error::Result;
 use crate::kernels::{cpu, Kernel};
 
+use memory::SimMemory;
 use pinned::{staged_copy, PinnedHost};
 use stream::{sim_stream, SimEvent, SimStream};
 
@@ -395,4 +396,13 @@ impl ManagedMemory for SimBackend {
 
 impl PeerAccess for SimBackend {}
 
-pub(crate) use memory::SimMemory;
+/// How the kernels' CPU twins reach simulated device memory.
+impl cpu::HostAccess for SimMemory {
+    fn with_host_ptrs(
+        &self,
+        ranges: &[(DevicePtr, usize)],
+        f: &mut dyn FnMut(&[*mut u8]),
+    ) -> Result<()> {
+        self.access(ranges, f)
+    }
+}

@@ -1,10 +1,14 @@
-//! Tensors: a dtype, a shape and a device, over device memory they own. Placement
-//! follows PyTorch: `to(device)` returns the same tensor when it is already there and
-//! copies otherwise, and an operation on tensors of two devices is an error.
+//! Tensors: a dtype and a [`Layout`] (shape, strides, offset) over a storage shared by
+//! every view of it. Placement follows PyTorch: `to(device)` returns the same tensor
+//! when it is already there and copies otherwise, and an operation on tensors of two
+//! devices is an error.
 
+mod layout;
 mod ops;
+mod views;
 
 pub use crate::dtype::{DType, Element};
+pub use layout::Layout;
 
 use std::sync::Arc;
 
@@ -34,21 +38,17 @@ impl Drop for Storage {
 }
 
 // ANCHOR: tensor_struct
-/// A tensor. Cloning is cheap and shares the storage, like a Python reference.
+/// A tensor. Cloning is cheap and shares the storage, like a Python reference; views
+/// (`transpose`, `narrow`, `expand`, `view`) share it too, with their own layout.
 #[derive(Clone)]
 pub struct Tensor {
     storage: Arc<Storage>,
-    shape: Vec<usize>,
+    layout: Layout,
     dtype: DType,
 }
 // ANCHOR_END: tensor_struct
 
-fn numel(shape: &[usize]) -> Result<usize> {
-    shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| Error::InvalidArgument(format!("shape {shape:?} has too many elements")))
-}
+use layout::numel;
 
 impl Tensor {
     // ANCHOR: tensor_empty
@@ -65,11 +65,21 @@ impl Tensor {
                 device: device.clone(),
                 block,
             }),
-            shape: shape.to_vec(),
+            layout: Layout::contiguous(shape, 0),
             dtype,
         })
     }
     // ANCHOR_END: tensor_empty
+
+    /// Another layout over the same storage (the views' constructor).
+    fn with_layout(&self, layout: Layout) -> Tensor {
+        debug_assert!(layout.end() * self.dtype.size() <= self.storage.block.size() as usize);
+        Tensor {
+            storage: self.storage.clone(),
+            layout,
+            dtype: self.dtype,
+        }
+    }
 
     /// Every element set to `value`.
     pub fn full<T: Element>(shape: &[usize], value: T, device: &Device) -> Result<Tensor> {
@@ -123,7 +133,18 @@ impl Tensor {
     }
 
     pub fn shape(&self) -> &[usize] {
-        &self.shape
+        self.layout.shape()
+    }
+    /// Elements to step over in storage for one step along each dimension.
+    pub fn strides(&self) -> &[usize] {
+        self.layout.strides()
+    }
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    /// Dense row-major: element `i` follows element `i - 1` in memory.
+    pub fn is_contiguous(&self) -> bool {
+        self.layout.is_contiguous()
     }
     pub fn dtype(&self) -> DType {
         self.dtype
@@ -132,17 +153,18 @@ impl Tensor {
         &self.storage.device
     }
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        self.layout.numel()
     }
     pub fn nbytes(&self) -> usize {
         self.numel() * self.dtype.size()
     }
-    /// The device address of the first element.
+    /// The device address of the first element (the storage's start plus the view's
+    /// offset).
     pub fn ptr(&self) -> DevicePtr {
-        self.storage.block.ptr()
+        self.storage.block.ptr() + (self.layout.offset() * self.dtype.size()) as u64
     }
 
-    /// The allocator block behind the tensor.
+    /// The allocator block behind the tensor (shared by all its views).
     pub fn block(&self) -> Block {
         self.storage.block
     }
@@ -155,7 +177,7 @@ impl Tensor {
             .record_stream(&self.storage.block, stream)
     }
 
-    /// Do two tensors share memory (as `a.data_ptr() == b.data_ptr()` would tell)?
+    /// Do two tensors share storage (as `a.untyped_storage().data_ptr()` would tell)?
     pub fn shares_storage(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.storage, &other.storage)
     }
@@ -168,7 +190,7 @@ impl Tensor {
         }
         let mut host = vec![0u8; self.nbytes()];
         self.read_bytes(&mut host)?;
-        let t = Tensor::empty(&self.shape, self.dtype, device)?;
+        let t = Tensor::empty(self.shape(), self.dtype, device)?;
         let stream = device.default_stream()?;
         device.backend().copy_htod(t.ptr(), &host, &stream)?;
         Ok(t)
@@ -180,10 +202,13 @@ impl Tensor {
         self.to(&Device::cpu())
     }
 
-    /// A new tensor with a copy of the data, on the same device.
+    /// A new contiguous tensor with a copy of the data, on the same device.
     pub fn deep_clone(&self) -> Result<Tensor> {
+        if !self.is_contiguous() {
+            return self.contiguous(); // already a copy
+        }
         let device = self.device();
-        let t = Tensor::empty(&self.shape, self.dtype, device)?;
+        let t = Tensor::empty(self.shape(), self.dtype, device)?;
         let stream = device.default_stream()?;
         device
             .backend()
@@ -191,10 +216,12 @@ impl Tensor {
         Ok(t)
     }
 
+    /// The elements in row-major order (a strided view is gathered on the device first).
     fn read_bytes(&self, out: &mut [u8]) -> Result<()> {
+        let dense = self.contiguous()?;
         let device = self.device();
         let stream = device.default_stream()?;
-        device.backend().copy_dtoh(out, self.ptr(), &stream)
+        device.backend().copy_dtoh(out, dense.ptr(), &stream)
     }
 
     /// The elements, copied to the host (waits for pending work on the default stream).
@@ -229,7 +256,7 @@ impl std::fmt::Debug for Tensor {
         write!(
             f,
             "Tensor(shape={:?}, dtype={}, device={})",
-            self.shape,
+            self.shape(),
             self.dtype,
             self.device()
         )

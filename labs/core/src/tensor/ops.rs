@@ -1,11 +1,28 @@
 //! Arithmetic on tensors. Each op checks devices, dtypes and shapes, then enqueues one
-//! kernel on the device's default stream and returns without waiting.
+//! kernel on the device's default stream and returns without waiting. Any op declared
+//! in `kernels/ops.rs` is reachable through [`Tensor::unary`] and [`Tensor::binary`];
+//! the named methods are shorthands. Inputs that are strided views are made dense
+//! first (a copy); in-place ops need a dense tensor.
 
 use super::{DType, Tensor};
 use crate::error::{Error, Result};
-use crate::kernels::Kernel;
+use crate::kernels::{BinaryOp, Kernel, UnaryOp};
+
+/// What the elementwise kernels are generated for.
+const FLOAT_DTYPES: &str = "float32, float16, bfloat16";
 
 impl Tensor {
+    fn check_float(&self, op: &'static str) -> Result<()> {
+        match self.dtype {
+            DType::F32 | DType::F16 | DType::BF16 => Ok(()),
+            found => Err(Error::DType {
+                op,
+                found,
+                supported: FLOAT_DTYPES,
+            }),
+        }
+    }
+
     fn check_f32(&self, op: &'static str) -> Result<()> {
         if self.dtype != DType::F32 {
             return Err(Error::DType {
@@ -19,91 +36,161 @@ impl Tensor {
 
     fn check_binary(&self, other: &Tensor, op: &'static str) -> Result<()> {
         self.check_same_device(other)?;
-        self.check_f32(op)?;
-        other.check_f32(op)?;
-        if self.shape != other.shape {
+        self.check_float(op)?;
+        if other.dtype != self.dtype {
+            return Err(Error::DType {
+                op,
+                found: other.dtype,
+                supported: "the dtype of the other operand",
+            });
+        }
+        if self.shape() != other.shape() {
             return Err(Error::Shape {
                 op,
-                a: self.shape.clone(),
-                b: other.shape.clone(),
+                a: self.shape().to_vec(),
+                b: other.shape().to_vec(),
             });
         }
         Ok(())
     }
 
-    // ANCHOR: tensor_add
-    /// `self + other`, elementwise.
-    pub fn add(&self, other: &Tensor) -> Result<Tensor> {
-        self.check_binary(other, "add")?;
-        let out = Tensor::empty(&self.shape, DType::F32, self.device())?;
-        self.device().launch(&Kernel::Add {
-            a: self.ptr(),
-            b: other.ptr(),
+    fn check_dense(&self, op: &'static str) -> Result<()> {
+        if !self.is_contiguous() {
+            return Err(Error::InvalidArgument(format!(
+                "{op}: an in-place op needs a contiguous tensor, got strides {:?}",
+                self.strides()
+            )));
+        }
+        Ok(())
+    }
+
+    /// `op` applied to every element, into a new tensor; `alpha` is the scalar of ops
+    /// that take one (`Scale`).
+    pub fn unary_with(&self, op: UnaryOp, alpha: f32) -> Result<Tensor> {
+        self.check_float(op.name())?;
+        let x = self.contiguous()?;
+        let out = Tensor::empty(self.shape(), self.dtype, self.device())?;
+        self.device().launch(&Kernel::Unary {
+            op,
+            dtype: self.dtype,
+            x: x.ptr(),
             out: out.ptr(),
             n: self.numel(),
+            alpha,
         })?;
         Ok(out)
     }
+
+    /// `op` applied to every element, into a new tensor.
+    pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        self.unary_with(op, 0.0)
+    }
+
+    /// `op` applied to pairs of elements of two tensors of one shape and dtype.
+    pub fn binary_with(&self, op: BinaryOp, other: &Tensor, alpha: f32) -> Result<Tensor> {
+        self.check_binary(other, op.name())?;
+        let (a, b) = (self.contiguous()?, other.contiguous()?);
+        let out = Tensor::empty(self.shape(), self.dtype, self.device())?;
+        self.device().launch(&Kernel::Binary {
+            op,
+            dtype: self.dtype,
+            a: a.ptr(),
+            b: b.ptr(),
+            out: out.ptr(),
+            n: self.numel(),
+            alpha,
+        })?;
+        Ok(out)
+    }
+
+    /// `op` applied to pairs of elements of two tensors of one shape and dtype.
+    pub fn binary(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
+        self.binary_with(op, other, 0.0)
+    }
+
+    // ANCHOR: tensor_add
+    /// `self + other`, elementwise.
+    pub fn add(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Add, other)
+    }
     // ANCHOR_END: tensor_add
+
+    /// `self - other`, elementwise.
+    pub fn sub(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Sub, other)
+    }
 
     /// `self * other`, elementwise.
     pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
-        self.check_binary(other, "mul")?;
-        let out = Tensor::empty(&self.shape, DType::F32, self.device())?;
-        self.device().launch(&Kernel::Mul {
-            a: self.ptr(),
-            b: other.ptr(),
-            out: out.ptr(),
-            n: self.numel(),
-        })?;
-        Ok(out)
+        self.binary(BinaryOp::Mul, other)
+    }
+
+    /// `self / other`, elementwise.
+    pub fn div(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Div, other)
+    }
+
+    /// The larger of each pair of elements.
+    pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Maximum, other)
+    }
+
+    /// `-self`.
+    pub fn neg(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Neg)
+    }
+
+    /// `e^self`, elementwise.
+    pub fn exp(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Exp)
+    }
+
+    /// `max(self, 0)`, elementwise.
+    pub fn relu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Relu)
     }
 
     /// `alpha * self`.
     pub fn scale(&self, alpha: f32) -> Result<Tensor> {
-        self.check_f32("scale")?;
-        let out = Tensor::empty(&self.shape, DType::F32, self.device())?;
-        self.device().launch(&Kernel::Scale {
-            x: self.ptr(),
-            alpha,
-            out: out.ptr(),
-            n: self.numel(),
-        })?;
-        Ok(out)
+        self.unary_with(UnaryOp::Scale, alpha)
     }
 
     /// `self += alpha * x`, in place (the BLAS axpy; PyTorch's `add_(x, alpha=)`).
     pub fn axpy_(&self, alpha: f32, x: &Tensor) -> Result<()> {
         self.check_binary(x, "axpy")?;
-        self.device().launch(&Kernel::Axpy {
-            alpha,
-            x: x.ptr(),
-            y: self.ptr(),
+        self.check_dense("axpy_")?;
+        let x = x.contiguous()?;
+        self.device().launch(&Kernel::Binary {
+            op: BinaryOp::Axpy,
+            dtype: self.dtype,
+            a: x.ptr(),
+            b: self.ptr(),
+            out: self.ptr(),
             n: self.numel(),
+            alpha,
         })
     }
 
-    /// Runs `iterations` dependent multiply-adds on every element, in place: busy work
-    /// whose duration the labs choose.
-    pub fn spin_(&self, iterations: u32) -> Result<()> {
+    fn spin_kernel(&self, iterations: u32) -> Result<Kernel> {
         self.check_f32("spin")?;
-        self.device().launch(&Kernel::Spin {
+        self.check_dense("spin_")?;
+        Ok(Kernel::Spin {
             x: self.ptr(),
             n: self.numel(),
             iterations,
         })
     }
 
+    /// Runs `iterations` dependent multiply-adds on every element, in place: busy work
+    /// whose duration the labs choose.
+    pub fn spin_(&self, iterations: u32) -> Result<()> {
+        self.device().launch(&self.spin_kernel(iterations)?)
+    }
+
     /// `spin_` enqueued on a chosen stream.
     pub fn spin_on(&self, iterations: u32, stream: &crate::Stream) -> Result<()> {
-        self.check_f32("spin")?;
-        self.device().backend().launch(
-            &Kernel::Spin {
-                x: self.ptr(),
-                n: self.numel(),
-                iterations,
-            },
-            stream,
-        )
+        self.device()
+            .backend()
+            .launch(&self.spin_kernel(iterations)?, stream)
     }
 }
