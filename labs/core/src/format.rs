@@ -40,10 +40,23 @@ pub fn gb_per_s(bytes: u64, d: Duration) -> String {
 /// elided, so that a megabyte of input gives a readable line rather than a megabyte.
 pub fn quote(text: &str) -> String {
     const QUOTE_MAX: usize = 60;
-    match text.char_indices().nth(QUOTE_MAX) {
-        None => format!("`{text}`"),
-        Some((cut, _)) => format!("`{}...` ({} bytes)", &text[..cut], text.len()),
+    // Control characters escaped (`\n`, `\u{0}`): a message stays on one line. The
+    // limit is on what is shown, escapes included.
+    let (mut shown, mut width) = (String::new(), 0);
+    for c in text.chars() {
+        if width >= QUOTE_MAX {
+            return format!("`{shown}...` ({} bytes)", text.len());
+        }
+        if c.is_control() {
+            let escaped: String = c.escape_default().collect();
+            width += escaped.len();
+            shown.push_str(&escaped);
+        } else {
+            width += 1;
+            shown.push(c);
+        }
     }
+    format!("`{shown}`")
 }
 
 /// Parses `512`, `64KiB`, `20MiB`, `16GiB`, `1.5GB`, `80G`, `1e9` into bytes, exactly:
@@ -95,9 +108,9 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         "pb" => 1_000_000_000_000_000,
         other => {
             return Err(format!(
-                "{} is not a size unit in {} (units: B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)",
-                quote(other),
-                quote(text)
+                "{} is not a size unit (units: B, KiB, MiB, GiB, TiB, PiB, EiB, KB, MB, GB, \
+                 TB, PB)",
+                quote(other)
             ))
         }
     };

@@ -87,8 +87,21 @@ impl SnapshotError {
 /// module imports nothing else of the crate.)
 pub(crate) fn quote(text: &str) -> String {
     const QUOTE_MAX: usize = 60;
-    match text.char_indices().nth(QUOTE_MAX) {
-        None => format!("`{text}`"),
-        Some((cut, _)) => format!("`{}...` ({} bytes)", &text[..cut], text.len()),
+    // Control characters escaped (`\n`, `\u{0}`): a message stays on one line. The
+    // limit is on what is shown, escapes included.
+    let (mut shown, mut width) = (String::new(), 0);
+    for c in text.chars() {
+        if width >= QUOTE_MAX {
+            return format!("`{shown}...` ({} bytes)", text.len());
+        }
+        if c.is_control() {
+            let escaped: String = c.escape_default().collect();
+            width += escaped.len();
+            shown.push_str(&escaped);
+        } else {
+            width += 1;
+            shown.push(c);
+        }
     }
+    format!("`{shown}`")
 }

@@ -26,10 +26,11 @@ const MAX_DEPTH: usize = 32;
 
 /// The work a conversion may do, in values visited and 16-byte pieces of text copied,
 /// per byte of pickle (plus a floor for small files). A pickle can refer to one object
-/// any number of times, so a small file can describe an enormous tree; real snapshots
-/// need a few units per byte.
-const WORK_PER_BYTE: u64 = 64;
-const WORK_FLOOR: u64 = 1 << 24;
+/// any number of times, so a small file can describe an enormous tree; the snapshot in
+/// the shared test data needs less than one unit per byte. A unit costs at most some
+/// tens of bytes of memory, so memory stays proportional to the file's size.
+const WORK_PER_BYTE: u64 = 8;
+const WORK_FLOOR: u64 = 1 << 20;
 
 /// What a conversion shares across the values of one pickle: its work budget, and the
 /// frame lists already converted (by heap id), which are handed out again rather than

@@ -146,3 +146,32 @@ pub fn gzip(bytes: &[u8]) -> Vec<u8> {
     e.finish().unwrap()
 }
 pub mod pickles;
+pub mod mutate;
+
+/// Runs `cases(default)` cases of `strategy` through `test`, which returns what the case
+/// came to (a short label such as "read" or "error"); prints the tally, so that a run
+/// says what it covered, and returns it.
+pub fn fuzz<S: proptest::strategy::Strategy>(
+    name: &str,
+    default: u32,
+    strategy: S,
+    test: impl Fn(S::Value) -> &'static str,
+) -> std::collections::BTreeMap<&'static str, usize> {
+    use std::cell::RefCell;
+    let tally = RefCell::new(std::collections::BTreeMap::new());
+    let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases: cases(default),
+        failure_persistence: None,
+        ..Default::default()
+    });
+    let result = runner.run(&strategy, |value| {
+        *tally.borrow_mut().entry(test(value)).or_insert(0) += 1;
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{name}: {e}");
+    }
+    let tally = tally.into_inner();
+    eprintln!("{name}: {} cases: {tally:?}", tally.values().sum::<usize>());
+    tally
+}
