@@ -88,7 +88,9 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         Some(r) => {
             let (_, len) = exponent_digits(r);
             // Beyond any u64 either way; clamped so that the arithmetic stays small.
-            let e: i64 = r[..len].parse().unwrap_or(if r.starts_with('-') { -99 } else { 99 });
+            let e: i64 = r[..len]
+                .parse()
+                .unwrap_or(if r.starts_with('-') { -99 } else { 99 });
             (e.clamp(-99, 99), &r[len..])
         }
         None => (0, rest),
@@ -114,7 +116,12 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
             ))
         }
     };
-    let too_large = || format!("{} is too large: sizes are at most 2^64 - 1 bytes", quote(text));
+    let too_large = || {
+        format!(
+            "{} is too large: sizes are at most 2^64 - 1 bytes",
+            quote(text)
+        )
+    };
     // value = digits * 10^(exponent - fraction digits) * scale, in exact integers.
     let digits = format!("{int_part}{frac_part}");
     let digits = digits.trim_start_matches('0');
@@ -126,7 +133,10 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     }
     let mut mantissa: u128 = 0;
     for d in digits.bytes() {
-        mantissa = match mantissa.checked_mul(10).and_then(|m| m.checked_add((d - b'0') as u128)) {
+        mantissa = match mantissa
+            .checked_mul(10)
+            .and_then(|m| m.checked_add((d - b'0') as u128))
+        {
             Some(m) => m,
             None => return Err(too_large()),
         };

@@ -95,7 +95,10 @@ fn a_gzip_bomb_line_is_refused_without_inflating_it() {
     })
     .expect_err("a 64 MiB line")
     .to_string();
-    assert!(err.contains("line 2") && err.contains("longer than"), "{err}");
+    assert!(
+        err.contains("line 2") && err.contains("longer than"),
+        "{err}"
+    );
     assert_one_line(&err);
 }
 
@@ -178,10 +181,22 @@ fn segment(total_size: u64, blocks: &[u64]) -> Segment {
 #[test]
 fn snapshot_sizes_that_wrap_or_overflow_their_segment_are_refused() {
     let cases = [
-        ("two 2^63-byte segments", vec![segment(1 << 63, &[]), segment(1 << 63, &[])]),
-        ("a block larger than its segment", vec![segment(2 << 20, &[4 << 20])]),
-        ("blocks summing past their segment", vec![segment(2 << 20, &[2 << 20, 512])]),
-        ("blocks whose sum wraps", vec![segment(4 << 20, &[1 << 63, 1 << 63, 512])]),
+        (
+            "two 2^63-byte segments",
+            vec![segment(1 << 63, &[]), segment(1 << 63, &[])],
+        ),
+        (
+            "a block larger than its segment",
+            vec![segment(2 << 20, &[4 << 20])],
+        ),
+        (
+            "blocks summing past their segment",
+            vec![segment(2 << 20, &[2 << 20, 512])],
+        ),
+        (
+            "blocks whose sum wraps",
+            vec![segment(4 << 20, &[1 << 63, 1 << 63, 512])],
+        ),
     ];
     for (what, segments) in cases {
         let snap = Snapshot {
@@ -239,7 +254,10 @@ fn errors_quote_at_most_a_line_of_the_input() {
         .unwrap_err()
         .to_string();
     assert_one_line(&err);
-    let path = trace_file("long-field.trace.csv", &format!("alloc,{},1,0\n", &digits[..1000]));
+    let path = trace_file(
+        "long-field.trace.csv",
+        &format!("alloc,{},1,0\n", &digits[..1000]),
+    );
     let err = replay::read_trace(&path).unwrap_err().to_string();
     assert_one_line(&err);
 }

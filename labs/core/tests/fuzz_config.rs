@@ -23,7 +23,9 @@ const CONFS: &[&str] = &[
     "backend:native,max_split_size_mb:21",
 ];
 
-const SIZES: &[&str] = &["512", "20MiB", "16GiB", "1.5GB", "80G", "1e9", "0.5KiB", "3EiB"];
+const SIZES: &[&str] = &[
+    "512", "20MiB", "16GiB", "1.5GB", "80G", "1e9", "0.5KiB", "3EiB",
+];
 
 const MIB: usize = 1 << 20;
 const LIMIT: Duration = Duration::from_secs(2);
@@ -34,7 +36,9 @@ fn mutated_configurations_parse_or_fail_cleanly() {
     let tally = bounded::fuzz("fuzz_config: conf", 500, strategy, |(seed, m)| {
         let bytes = apply(CONFS[seed.index(CONFS.len())].as_bytes(), &m);
         let text = String::from_utf8_lossy(&bytes);
-        match bounded("parsing", 4 * MIB + 4 * text.len(), LIMIT, || Config::parse(&text)) {
+        match bounded("parsing", 4 * MIB + 4 * text.len(), LIMIT, || {
+            Config::parse(&text)
+        }) {
             Ok(c) => {
                 let again = Config::parse(&c.to_conf_string());
                 assert_eq!(again.as_ref(), Ok(&c), "round trip of {text:?}");
@@ -55,7 +59,9 @@ fn mutated_sizes_parse_exactly_or_fail_cleanly() {
     let tally = bounded::fuzz("fuzz_config: sizes", 500, strategy, |(seed, m)| {
         let bytes = apply(SIZES[seed.index(SIZES.len())].as_bytes(), &m);
         let text = String::from_utf8_lossy(&bytes);
-        match bounded("parsing", MIB + 4 * text.len(), LIMIT, || parse_bytes(&text)) {
+        match bounded("parsing", MIB + 4 * text.len(), LIMIT, || {
+            parse_bytes(&text)
+        }) {
             Ok(n) => {
                 // Exact: plain digits read back as themselves.
                 let t = text.trim();

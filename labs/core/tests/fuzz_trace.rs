@@ -73,7 +73,13 @@ fn check(bytes: &[u8]) -> &'static str {
             replay_with(&trace, &allocator, lenient)
         });
         match result {
-            Ok(_) => outcome = if lenient { "read, replayed leniently" } else { "read and replayed" },
+            Ok(_) => {
+                outcome = if lenient {
+                    "read, replayed leniently"
+                } else {
+                    "read and replayed"
+                }
+            }
             Err(e) => assert_one_line(&e.to_string()),
         }
         if outcome == "read and replayed" {
@@ -93,15 +99,30 @@ fn mutated_traces_read_and_replay_cleanly() {
         check(&bytes)
     });
     // The mutations must leave some traces valid, or the replay is never fuzzed.
-    assert!(tally.get("read and replayed").is_some(), "{tally:?}");
+    assert!(tally.contains_key("read and replayed"), "{tally:?}");
 }
 
 /// Sizes and streams at the allocator's edges, and ordinary ones.
 fn size() -> impl Strategy<Value = u64> {
     prop_oneof![
         1u64..(64 << 20),
-        prop::sample::select(vec![0, 1, 511, 512, 513, 1 << 20, (1 << 20) + 1, 10 << 20, 80 << 30,
-            (80 << 30) + 1, 1 << 48, (1 << 48) + 1, 1 << 63, u64::MAX - 511, u64::MAX]),
+        prop::sample::select(vec![
+            0,
+            1,
+            511,
+            512,
+            513,
+            1 << 20,
+            (1 << 20) + 1,
+            10 << 20,
+            80 << 30,
+            (80 << 30) + 1,
+            1 << 48,
+            (1 << 48) + 1,
+            1 << 63,
+            u64::MAX - 511,
+            u64::MAX
+        ]),
     ]
 }
 
@@ -131,7 +152,12 @@ fn the_limits_hold_against_inputs_built_to_exceed_them() {
     let mut long_line = HAND_BUILT.as_bytes().to_vec();
     long_line.resize(long_line.len() + (2 << 20), b'7');
     let many_lines = HAND_BUILT.repeat(20_000).into_bytes();
-    for bytes in [long_line.clone(), gzip(&long_line), many_lines.clone(), gzip(&many_lines)] {
+    for bytes in [
+        long_line.clone(),
+        gzip(&long_line),
+        many_lines.clone(),
+        gzip(&many_lines),
+    ] {
         assert_eq!(check(&bytes), "refused");
     }
 }

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use labs_core::alloc::{replay, Allocator, Config};
-use labs_core::format::{bytes, parse_bytes};
 use labs_core::device::ENV_SIM_CAPACITY;
+use labs_core::format::{bytes, parse_bytes};
 use labs_core::DeviceId;
 
 #[derive(Parser)]
@@ -104,7 +104,11 @@ fn size_option(name: &str, text: &str) -> Result<u64> {
     }
 }
 
-fn run_replay(device_flag: Option<&str>, file: &std::path::Path, flags: &ReplayFlags) -> Result<()> {
+fn run_replay(
+    device_flag: Option<&str>,
+    file: &std::path::Path,
+    flags: &ReplayFlags,
+) -> Result<()> {
     // As every allocator of the labs: --conf, else LABS_ALLOC_CONF, else the default.
     let conf = match &flags.conf {
         Some(c) => Config::parse(c).context("--conf")?,

@@ -150,7 +150,13 @@ fn replay_honours_the_environment() {
         .output()
         .unwrap();
     let v = labs_core::testing::one_json_object(out);
-    assert!(v["conf"].as_str().unwrap().contains("expandable_segments:False"), "{v}");
+    assert!(
+        v["conf"]
+            .as_str()
+            .unwrap()
+            .contains("expandable_segments:False"),
+        "{v}"
+    );
     // A simulated GPU too small for the trace: the capacity was applied.
     let out = lab()
         .env("LABS_SIM_CAPACITY", "64MiB")
@@ -172,7 +178,10 @@ fn sizes_on_the_command_line_are_exact() {
             .unwrap();
         assert!(!out.status.success(), "--capacity {capacity} was accepted");
         let err = stderr(&out);
-        assert!(err.contains("--capacity") && !err.contains("is not a size unit"), "{err}");
+        assert!(
+            err.contains("--capacity") && !err.contains("is not a size unit"),
+            "{err}"
+        );
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
 }
@@ -181,12 +190,21 @@ fn sizes_on_the_command_line_are_exact() {
 fn trace_errors_name_the_file_once_and_limits_can_be_set() {
     let path = temp_trace("named-once.trace.csv", "alloc,1,x,0\n");
     let out = lab().arg("replay").arg(&path).output().unwrap();
-    assert_eq!(stderr(&out).matches("named-once.trace.csv").count(), 1, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).matches("named-once.trace.csv").count(),
+        1,
+        "{}",
+        stderr(&out)
+    );
     let out = lab()
         .args(["replay", "--max-trace-size", "1KiB"])
         .arg(trace("seed_transformer_b64"))
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("longer than 1024 bytes"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("longer than 1024 bytes"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -25,7 +25,8 @@ use super::history::{frames_of, History, HistoryEvent};
 use super::parked::Parked;
 use super::pool::{check_stream_count, stream_pool, BlockState, Blocks, FreeSet, NONE};
 use super::size::{
-    checked_round_size, pool_of, round_size, segment_size, Pool, EXPANDABLE_VA, LARGE_BUFFER, MIN_BLOCK, SMALL_SIZE,
+    checked_round_size, pool_of, round_size, segment_size, Pool, EXPANDABLE_VA, LARGE_BUFFER,
+    MIN_BLOCK, SMALL_SIZE,
 };
 use super::stats::Stats;
 use crate::device::{Backend, DeviceId, DevicePtr, Event, Stream};

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use super::{Allocator, Block, Config};
 use crate::device::{Backend, DeviceId};
 use crate::error::{Error, Result};
-pub use crate::snapshot::{CsvEvent as TraceEvent, TraceLimits};
 use crate::snapshot::{read_trace_file, TraceAction};
+pub use crate::snapshot::{CsvEvent as TraceEvent, TraceLimits};
 
 #[derive(Debug, Clone)]
 pub struct Trace {

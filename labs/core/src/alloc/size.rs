@@ -107,9 +107,16 @@ mod tests {
         assert_eq!(checked_round_size(limit + 1, 0, limit), None);
         for size in [u64::MAX, u64::MAX - 511, 1 << 63, MAX_REQUEST + 1] {
             for divisions in [0, 4, 16] {
-                assert_eq!(checked_round_size(size, divisions, u64::MAX), None, "{size}");
+                assert_eq!(
+                    checked_round_size(size, divisions, u64::MAX),
+                    None,
+                    "{size}"
+                );
             }
         }
-        assert_eq!(checked_round_size(MAX_REQUEST, 0, u64::MAX), Some(MAX_REQUEST));
+        assert_eq!(
+            checked_round_size(MAX_REQUEST, 0, u64::MAX),
+            Some(MAX_REQUEST)
+        );
     }
 }

@@ -16,8 +16,8 @@ mod validate;
 pub use error::SnapshotError;
 pub use json::{dump, dump_to_file, load_json, FORMAT_NAME, FORMAT_VERSION};
 pub use model::{
-    AllocatorSettings, Block, BlockState, Frame, Frames, Segment, SegmentType, Snapshot, TraceAction,
-    TraceEvent,
+    AllocatorSettings, Block, BlockState, Frame, Frames, Segment, SegmentType, Snapshot,
+    TraceAction, TraceEvent,
 };
 pub use pytorch::load_pickle;
 pub use summary::Summary;

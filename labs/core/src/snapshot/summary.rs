@@ -54,7 +54,11 @@ impl Summary {
                 .iter()
                 .filter(|g| g.segment_type == super::SegmentType::Large)
                 .count(),
-            reserved_bytes: s.segments.iter().map(|g| g.total_size).fold(0, u64::saturating_add),
+            reserved_bytes: s
+                .segments
+                .iter()
+                .map(|g| g.total_size)
+                .fold(0, u64::saturating_add),
             allocated_bytes: in_state(BlockState::ActiveAllocated)
                 .map(|b| b.size)
                 .fold(0, u64::saturating_add),

@@ -14,8 +14,8 @@ use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 
-use super::model::{Snapshot, TraceAction};
 use super::error::quote;
+use super::model::{Snapshot, TraceAction};
 use super::SnapshotError;
 
 pub const HEADER: &str = "action,addr,size,stream";
@@ -143,7 +143,10 @@ pub fn read_trace_from(
         }
         if got == 0 {
             if n == 1 {
-                return Err(bad(1, format!("the file is empty: expected the header `{HEADER}`")));
+                return Err(bad(
+                    1,
+                    format!("the file is empty: expected the header `{HEADER}`"),
+                ));
             }
             break;
         }
@@ -217,30 +220,58 @@ mod tests {
         for (text, needle) in [
             ("", "t.csv: line 1: the file is empty"),
             ("nope\n", "line 1: expected the header"),
-            ("action,addr,size,stream\nalloc,1,2\n", "line 2: expected 4 fields"),
-            ("action,addr,size,stream\nalloc,1,2,0\nalloc,x,2,0\n", "line 3: addr `x`"),
-            ("action,addr,size,stream\nalloc,1,-5,0\n", "line 2: size `-5`"),
-            ("action,addr,size,stream\nmalloc,1,5,0\n", "line 2: unknown action `malloc`"),
-            ("action,addr,size,stream\nfree_completed,zz,yy,xx\n", "line 2: addr `zz`"),
+            (
+                "action,addr,size,stream\nalloc,1,2\n",
+                "line 2: expected 4 fields",
+            ),
+            (
+                "action,addr,size,stream\nalloc,1,2,0\nalloc,x,2,0\n",
+                "line 3: addr `x`",
+            ),
+            (
+                "action,addr,size,stream\nalloc,1,-5,0\n",
+                "line 2: size `-5`",
+            ),
+            (
+                "action,addr,size,stream\nmalloc,1,5,0\n",
+                "line 2: unknown action `malloc`",
+            ),
+            (
+                "action,addr,size,stream\nfree_completed,zz,yy,xx\n",
+                "line 2: addr `zz`",
+            ),
         ] {
             let e = read(text).unwrap_err();
             assert!(e.contains(needle), "{text:?}: {e}");
         }
         let ok = read("action,addr,size,stream\nalloc,16,100,0\nsegment_alloc,0,2097152,0\nfree_requested,0x10,100,0\n").unwrap();
         assert_eq!(ok.len(), 3);
-        assert_eq!((ok[2].action.clone(), ok[2].addr, ok[2].line), (TraceAction::FreeRequested, 16, 4));
+        assert_eq!(
+            (ok[2].action.clone(), ok[2].addr, ok[2].line),
+            (TraceAction::FreeRequested, 16, 4)
+        );
     }
 
     #[test]
     fn limits_are_enforced_at_their_exact_value() {
         let text = "action,addr,size,stream\nalloc,16,100,0\n";
         let at = |max_bytes, max_line| {
-            read_trace_from("t", text.as_bytes(), TraceLimits { max_bytes, max_line })
+            read_trace_from(
+                "t",
+                text.as_bytes(),
+                TraceLimits {
+                    max_bytes,
+                    max_line,
+                },
+            )
         };
         assert!(at(text.len() as u64, 23).is_ok());
         let e = at(text.len() as u64 - 1, 23).unwrap_err().to_string();
         assert!(e.contains("longer than"), "{e}");
         let e = at(1000, 22).unwrap_err().to_string();
-        assert!(e.contains("line 1: the line is longer than 22 bytes"), "{e}");
+        assert!(
+            e.contains("line 1: the line is longer than 22 bytes"),
+            "{e}"
+        );
     }
 }

@@ -22,8 +22,8 @@ pub(crate) fn sizes(s: &Snapshot) -> Result<(), SnapshotError> {
         let mut in_blocks = 0u64;
         for (j, b) in seg.blocks.iter().enumerate() {
             let at = format!("{at}.blocks[{j}]");
-            let fits = b.address >= seg.address
-                && b.address.checked_add(b.size).is_some_and(|e| e <= end);
+            let fits =
+                b.address >= seg.address && b.address.checked_add(b.size).is_some_and(|e| e <= end);
             if !fits {
                 return Err(SnapshotError::shape(
                     at,

@@ -67,7 +67,13 @@ pub fn measure<R>(f: impl FnOnce() -> R) -> (R, Cost) {
     let out = f();
     let elapsed = start.elapsed();
     let peak_bytes = PEAK.with(Cell::get).saturating_sub(base);
-    (out, Cost { peak_bytes, elapsed })
+    (
+        out,
+        Cost {
+            peak_bytes,
+            elapsed,
+        },
+    )
 }
 
 /// Runs `f`, failing the test if it used more than `max_bytes` of heap or `max_time`.
@@ -145,8 +151,8 @@ pub fn gzip(bytes: &[u8]) -> Vec<u8> {
     e.write_all(bytes).unwrap();
     e.finish().unwrap()
 }
-pub mod pickles;
 pub mod mutate;
+pub mod pickles;
 
 /// Runs `cases(default)` cases of `strategy` through `test`, which returns what the case
 /// came to (a short label such as "read" or "error"); prints the tally, so that a run
