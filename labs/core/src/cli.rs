@@ -16,6 +16,27 @@ pub fn exit<E: Display>(result: Result<(), E>) -> ExitCode {
     }
 }
 
+/// Lets a lab end quietly when the reader of its output goes away (`lab-02 | head -1`):
+/// the conventional death by SIGPIPE (status 141 in a shell), as every Unix tool does,
+/// instead of Rust's default of ignoring the signal and panicking in `println!`. Call
+/// it first in `main`.
+pub fn quiet_broken_pipe() {
+    #[cfg(unix)]
+    {
+        extern "C" {
+            fn signal(signum: i32, handler: usize) -> usize;
+        }
+        // The same numbers on Linux and macOS.
+        const SIGPIPE: i32 = 13;
+        const SIG_DFL: usize = 0;
+        // SAFETY: restores the default disposition of one signal before any thread is
+        // started; no handler code is installed.
+        unsafe {
+            signal(SIGPIPE, SIG_DFL);
+        }
+    }
+}
+
 /// The device a lab runs on: its `--device` flag, else `LABS_DEVICE`, else the first GPU,
 /// else the simulated GPU. A fallback is announced on stderr, so that a reader without a
 /// GPU knows which device the figures come from.

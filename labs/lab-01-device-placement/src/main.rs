@@ -21,6 +21,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    labs_core::cli::quiet_broken_pipe();
     labs_core::cli::exit(run(Args::parse()))
 }
 

@@ -8,9 +8,10 @@ mod vm_costs;
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use labs_core::alloc::{replay, Allocator, Config};
+use labs_core::device::ENV_SIM_CAPACITY;
 use labs_core::format::{bytes, parse_bytes};
 use labs_core::DeviceId;
 
@@ -31,12 +32,20 @@ enum Command {
         /// Allocator configuration in LABS_ALLOC_CONF syntax (default: ours).
         #[arg(long)]
         conf: Option<String>,
-        /// The simulated GPU's size (sim only), e.g. 80GiB.
+        /// The simulated GPU's size (sim only), e.g. 80GiB (default: LABS_SIM_CAPACITY,
+        /// else 80GiB, the GPU the shared traces came from).
         #[arg(long)]
         capacity: Option<String>,
         /// One JSON object on stdout.
         #[arg(long)]
         json: bool,
+        /// Skip (and count) frees of addresses that are not allocated, instead of
+        /// failing: for traces whose recording started mid-run.
+        #[arg(long)]
+        lenient: bool,
+        /// The most CSV text the trace may hold, after decompression (default 256MiB).
+        #[arg(long, value_name = "SIZE")]
+        max_trace_size: Option<String>,
     },
     /// Times the cached alloc+free pair against the driver's paths.
     Bench {
@@ -46,6 +55,7 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    labs_core::cli::quiet_broken_pipe();
     labs_core::cli::exit(run(Cli::parse()))
 }
 
@@ -58,12 +68,18 @@ fn run(cli: Cli) -> Result<()> {
             conf,
             capacity,
             json,
+            lenient,
+            max_trace_size,
         }) => run_replay(
             cli.device.name.as_deref(),
             &file,
-            conf.as_deref(),
-            capacity.as_deref(),
-            json,
+            &ReplayFlags {
+                conf,
+                capacity,
+                json,
+                lenient,
+                max_trace_size,
+            },
         ),
     }
 }
@@ -71,35 +87,59 @@ fn run(cli: Cli) -> Result<()> {
 /// The capacity of the GPU the shared traces came from.
 const TRACE_GPU: u64 = 80 << 30;
 
+/// `replay`'s options, as given.
+struct ReplayFlags {
+    conf: Option<String>,
+    capacity: Option<String>,
+    json: bool,
+    lenient: bool,
+    max_trace_size: Option<String>,
+}
+
+/// A size from a flag or the environment: exact, and more than zero.
+fn size_option(name: &str, text: &str) -> Result<u64> {
+    match parse_bytes(text) {
+        Ok(0) => bail!("{name}: the size must be more than 0 bytes"),
+        Ok(n) => Ok(n),
+        Err(e) => bail!("{name}: {e}"),
+    }
+}
+
 fn run_replay(
     device_flag: Option<&str>,
     file: &std::path::Path,
-    conf: Option<&str>,
-    capacity: Option<&str>,
-    json: bool,
+    flags: &ReplayFlags,
 ) -> Result<()> {
-    let conf = match conf {
-        Some(c) => Config::parse(c)?,
-        None => Config::default(),
+    // As every allocator of the labs: --conf, else LABS_ALLOC_CONF, else the default.
+    let conf = match &flags.conf {
+        Some(c) => Config::parse(c).context("--conf")?,
+        None => Config::from_env()?,
     };
-    let trace = replay::read_trace(file).with_context(|| format!("reading {}", file.display()))?;
+    let mut limits = replay::TraceLimits::default();
+    if let Some(m) = &flags.max_trace_size {
+        limits.max_bytes = size_option("--max-trace-size", m)?;
+    }
+    // The reader's errors name the file; no context is added that would name it again.
+    let trace = replay::read_trace_with(file, limits)?;
     let device = labs_core::cli::open_device(device_flag)?;
     let backend = if matches!(device.id(), DeviceId::Sim(_)) {
         // A fresh simulated GPU the size of the trace's, not the shared sim device.
-        let capacity = match capacity {
-            Some(c) => parse_bytes(c).map_err(anyhow::Error::msg)?,
-            None => TRACE_GPU,
+        let env = std::env::var(ENV_SIM_CAPACITY).ok();
+        let capacity = match (&flags.capacity, &env) {
+            (Some(c), _) => size_option("--capacity", c)?,
+            (None, Some(e)) => size_option(ENV_SIM_CAPACITY, e)?,
+            (None, None) => TRACE_GPU,
         };
         labs_core::device::sim_backend(capacity)
     } else {
-        if capacity.is_some() {
+        if flags.capacity.is_some() {
             eprintln!("note: --capacity applies to the simulated GPU only; ignored on {device}");
         }
         device.backend_arc()
     };
     let allocator = Allocator::new(backend, conf)?;
-    let r = replay::replay(&trace, &allocator)?;
-    if json {
+    let r = replay::replay_with(&trace, &allocator, flags.lenient)?;
+    if flags.json {
         let object = serde_json::json!({
             "trace": r.trace,
             "conf": r.conf,
@@ -111,6 +151,7 @@ fn run_replay(
             "num_maps": r.num_maps,
             "num_unmaps": r.num_unmaps,
             "num_sync_all_streams": r.num_sync_all_streams,
+            "unknown_frees": r.unknown_frees,
             "ns_per_op": r.ns_per_op(),
         });
         println!("{object}");

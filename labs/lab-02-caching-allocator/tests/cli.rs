@@ -71,3 +71,140 @@ fn a_bad_conf_is_a_clear_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("max_split_size_mb"));
 }
+
+/// A trace file of `body` after the header, in a fresh temporary directory.
+fn temp_trace(name: &str, body: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("lab02-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, format!("action,addr,size,stream\n{body}")).unwrap();
+    path
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_closed_pipe_ends_the_lab_quietly() {
+    use std::io::{BufRead, BufReader};
+    let mut child = lab()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    // The reader has gone (as `| head -1`): the lab's next writes meet a closed pipe.
+    let out = child.wait_with_output().unwrap();
+    assert!(!first.is_empty());
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert!(
+            out.status.success() || out.status.signal() == Some(13),
+            "{:?}: {}",
+            out.status,
+            stderr(&out)
+        );
+    }
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+}
+
+#[test]
+fn frees_of_unallocated_addresses_fail_unless_lenient_and_are_counted() {
+    let path = temp_trace(
+        "double-free.trace.csv",
+        "alloc,4096,512,0\nfree_requested,4096,512,0\nfree_requested,4096,512,0\nfree_requested,8192,512,0\n",
+    );
+    let out = lab().arg("replay").arg(&path).output().unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("line 4"), "{}", stderr(&out));
+    let out = lab()
+        .args(["replay", "--json", "--lenient"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let v = labs_core::testing::one_json_object(out);
+    assert_eq!(v["unknown_frees"], 2, "{v}");
+    assert_eq!(v["ops"], 2, "{v}");
+}
+
+#[test]
+fn replay_honours_the_environment() {
+    let t = trace("seed_transformer_b64");
+    let out = lab()
+        .env("LABS_ALLOC_CONF", "garbage")
+        .arg("replay")
+        .arg(&t)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("LABS_ALLOC_CONF"), "{}", stderr(&out));
+    let out = lab()
+        .env("LABS_ALLOC_CONF", "expandable_segments:False")
+        .args(["replay", "--json"])
+        .arg(&t)
+        .output()
+        .unwrap();
+    let v = labs_core::testing::one_json_object(out);
+    assert!(
+        v["conf"]
+            .as_str()
+            .unwrap()
+            .contains("expandable_segments:False"),
+        "{v}"
+    );
+    // A simulated GPU too small for the trace: the capacity was applied.
+    let out = lab()
+        .env("LABS_SIM_CAPACITY", "64MiB")
+        .arg("replay")
+        .arg(&t)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("out of memory"), "{}", stderr(&out));
+}
+
+#[test]
+fn sizes_on_the_command_line_are_exact() {
+    for capacity in ["0.5", "0", "1e30", "18446744073709551616"] {
+        let out = lab()
+            .args(["replay", "--capacity", capacity])
+            .arg(trace("seed_transformer_b64"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "--capacity {capacity} was accepted");
+        let err = stderr(&out);
+        assert!(
+            err.contains("--capacity") && !err.contains("is not a size unit"),
+            "{err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn trace_errors_name_the_file_once_and_limits_can_be_set() {
+    let path = temp_trace("named-once.trace.csv", "alloc,1,x,0\n");
+    let out = lab().arg("replay").arg(&path).output().unwrap();
+    assert_eq!(
+        stderr(&out).matches("named-once.trace.csv").count(),
+        1,
+        "{}",
+        stderr(&out)
+    );
+    let out = lab()
+        .args(["replay", "--max-trace-size", "1KiB"])
+        .arg(trace("seed_transformer_b64"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("longer than 1024 bytes"),
+        "{}",
+        stderr(&out)
+    );
+}

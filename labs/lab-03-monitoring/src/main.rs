@@ -95,6 +95,7 @@ fn load(file: &Path) -> anyhow::Result<(Snapshot, SourceFormat)> {
 }
 
 fn main() -> std::process::ExitCode {
+    labs_core::cli::quiet_broken_pipe();
     labs_core::cli::exit(run(Args::parse()))
 }
 

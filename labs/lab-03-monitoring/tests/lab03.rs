@@ -173,7 +173,7 @@ fn synthetic(events: usize) -> Snapshot {
             size: (i % 7 + 1) << 20,
             stream: 0,
             time_us: i as i64,
-            frames: Vec::new(),
+            frames: Default::default(),
         });
     }
     Snapshot {

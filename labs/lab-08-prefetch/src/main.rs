@@ -36,6 +36,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    labs_core::cli::quiet_broken_pipe();
     labs_core::cli::exit(run(Args::parse()))
 }
 

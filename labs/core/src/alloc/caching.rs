@@ -23,9 +23,10 @@ use std::collections::HashMap;
 use super::export::{to_snapshot, LiveBlock};
 use super::history::{frames_of, History, HistoryEvent};
 use super::parked::Parked;
-use super::pool::{stream_pool, BlockState, Blocks, FreeSet, NONE};
+use super::pool::{check_stream_count, stream_pool, BlockState, Blocks, FreeSet, NONE};
 use super::size::{
-    pool_of, round_size, segment_size, Pool, EXPANDABLE_VA, LARGE_BUFFER, MIN_BLOCK, SMALL_SIZE,
+    checked_round_size, pool_of, round_size, segment_size, Pool, EXPANDABLE_VA, LARGE_BUFFER,
+    MIN_BLOCK, SMALL_SIZE,
 };
 use super::stats::Stats;
 use crate::backend::{Backend, DeviceId, DevicePtr, Event, Stream};
@@ -529,11 +530,20 @@ impl State {
         if !self.pending.is_empty() {
             self.process_events(be, false)?;
         }
-        let rounded = round_size(size, self.conf.roundup_power2_divisions.for_size(size));
+        // Sizes come from outside (programs, traces): one that cannot fit is an OOM
+        // here, before any work or host memory in proportion to it (`size.rs`).
+        let divisions = self.conf.roundup_power2_divisions.for_size(size);
+        let Some(rounded) = checked_round_size(size, divisions, self.limit) else {
+            self.stats.num_ooms += 1;
+            self.note(TraceAction::Oom, 0, size, stream);
+            return Err(oom(device, size, self));
+        };
         let pool = pool_of(rounded);
         let index = match self.streams.iter().position(|&s| s == stream) {
             Some(i) => i,
             None => {
+                // The stream's index is a 15-bit field of the free-set key (`pool.rs`).
+                check_stream_count(self.streams.len())?;
                 self.streams.push(stream);
                 self.streams.len() - 1
             }

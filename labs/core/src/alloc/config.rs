@@ -2,6 +2,7 @@
 //! syntax (`key:value,key:value`), so that a PyTorch user's setting means the same here.
 
 use crate::error::{Error, Result};
+use crate::format::quote;
 
 /// Environment variable holding the configuration of every device's allocator.
 pub const ENV_ALLOC_CONF: &str = "LABS_ALLOC_CONF";
@@ -80,24 +81,28 @@ impl Config {
         for item in split_items(text)?.into_iter().filter(|s| !s.is_empty()) {
             let (key, value) = item
                 .split_once(':')
-                .ok_or_else(|| bad(format!("`{item}` is not `key:value`")))?;
+                .ok_or_else(|| bad(format!("{} is not `key:value`", quote(item))))?;
             let (key, value) = (key.trim(), value.trim());
             match key {
                 "max_split_size_mb" => {
                     let mb: u64 = value
                         .parse()
-                        .map_err(|_| bad(format!("max_split_size_mb: `{value}` is not a whole number of MiB")))?;
+                        .map_err(|_| bad(format!("max_split_size_mb: {} is not a whole number of MiB", quote(value))))?;
                     // Smaller values would forbid splitting the 20 MiB segments that serve
                     // the 1-10 MiB requests, as in PyTorch.
                     if mb <= 20 {
                         return Err(bad(format!("max_split_size_mb: {mb} is too small, it must be > 20")));
                     }
-                    c.max_split_size = Some(mb * MIB);
+                    // Checked: a wrapped product would slip under the minimum above.
+                    let bytes = mb.checked_mul(MIB).ok_or_else(|| {
+                        bad(format!("max_split_size_mb: {mb} is too large (at most {})", u64::MAX / MIB))
+                    })?;
+                    c.max_split_size = Some(bytes);
                 }
                 "garbage_collection_threshold" => {
                     let t: f64 = value
                         .parse()
-                        .map_err(|_| bad(format!("garbage_collection_threshold: `{value}` is not a number")))?;
+                        .map_err(|_| bad(format!("garbage_collection_threshold: {} is not a number", quote(value))))?;
                     if !(t > 0.0 && t < 1.0) {
                         return Err(bad(format!(
                             "garbage_collection_threshold: {t} must be between 0.0 and 1.0, exclusive"
@@ -113,13 +118,13 @@ impl Config {
                     c.expandable_segments = match value {
                         "True" | "true" | "1" => true,
                         "False" | "false" | "0" => false,
-                        _ => return Err(bad(format!("expandable_segments: `{value}` is not True or False"))),
+                        _ => return Err(bad(format!("expandable_segments: {} is not True or False", quote(value)))),
                     }
                 }
                 "per_process_memory_fraction" => {
                     let f: f64 = value
                         .parse()
-                        .map_err(|_| bad(format!("per_process_memory_fraction: `{value}` is not a number")))?;
+                        .map_err(|_| bad(format!("per_process_memory_fraction: {} is not a number", quote(value))))?;
                     if !(f > 0.0 && f <= 1.0) {
                         return Err(bad(format!("per_process_memory_fraction: {f} must be in (0, 1]")));
                     }
@@ -129,15 +134,16 @@ impl Config {
                     c.park_freed_blocks = match value {
                         "True" | "true" | "1" => true,
                         "False" | "false" | "0" => false,
-                        _ => return Err(bad(format!("park_freed_blocks: `{value}` is not True or False"))),
+                        _ => return Err(bad(format!("park_freed_blocks: {} is not True or False", quote(value)))),
                     }
                 }
                 "backend" if value == "native" => {}
                 _ => {
                     return Err(bad(format!(
-                        "unknown option `{key}` (known: max_split_size_mb, garbage_collection_threshold, \
+                        "unknown option {} (known: max_split_size_mb, garbage_collection_threshold, \
                          roundup_power2_divisions, expandable_segments, per_process_memory_fraction, park_freed_blocks, \
-                         backend:native)"
+                         backend:native)",
+                        quote(key)
                     )))
                 }
             }
@@ -199,11 +205,11 @@ fn split_items(text: &str) -> Result<Vec<&str>> {
             _ => {}
         }
         if depth < 0 {
-            return Err(bad(format!("`]` without `[` in `{text}`")));
+            return Err(bad(format!("`]` without `[` in {}", quote(text))));
         }
     }
     if depth != 0 {
-        return Err(bad(format!("`[` without `]` in `{text}`")));
+        return Err(bad(format!("`[` without `]` in {}", quote(text))));
     }
     items.push(text[start..].trim());
     Ok(items)
@@ -245,7 +251,7 @@ impl Divisions {
             let d: u32 = n
                 .trim()
                 .parse()
-                .map_err(|_| format!("`{n}` is not a whole number"))?;
+                .map_err(|_| format!("{} is not a whole number", quote(n)))?;
             if d != 0 && !d.is_power_of_two() {
                 return Err(format!("{d} divisions: must be a power of two or 0"));
             }
@@ -255,11 +261,14 @@ impl Divisions {
             return Ok(Divisions::uniform(check(value)?));
         };
         let mut table = [0u32; INTERVALS];
+        // Entries are compared by size, not by table slot: sizes of 32 GiB and beyond
+        // share the last slot, and a list that goes on increasing past it is valid.
         let mut last: Option<usize> = None;
+        let mut last_mb: Option<u64> = None;
         for entry in list.split(',').map(str::trim) {
             let (key, n) = entry
                 .split_once(':')
-                .ok_or_else(|| format!("`{entry}` is not `MB:divisions`"))?;
+                .ok_or_else(|| format!("{} is not `MB:divisions`", quote(entry)))?;
             let n = check(n)?;
             if key.trim() == ">" {
                 let from = last.map_or(0, |i| i + 1);
@@ -269,14 +278,15 @@ impl Divisions {
             let mb: u64 = key
                 .trim()
                 .parse()
-                .map_err(|_| format!("`{key}` is not a size in MB"))?;
+                .map_err(|_| format!("{} is not a size in MB", quote(key)))?;
             if !mb.is_power_of_two() {
                 return Err(format!("interval {mb} MB: must be a power of two"));
             }
             let index = (mb.trailing_zeros() as usize).min(INTERVALS - 1);
-            if last.is_some_and(|l| index <= l) {
+            if last_mb.is_some_and(|l| mb <= l) {
                 return Err(format!("interval {mb} MB: intervals must increase"));
             }
+            last_mb = Some(mb);
             // As in PyTorch: the first entry also covers every smaller size; a later one
             // covers its own interval only, so intervals skipped between two entries
             // keep plain rounding.

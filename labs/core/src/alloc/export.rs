@@ -66,7 +66,7 @@ pub(crate) fn to_snapshot(
                             b.requested
                         },
                         state,
-                        frames: sites.get(&b.addr).cloned().unwrap_or_default(),
+                        frames: sites.get(&b.addr).cloned().unwrap_or_default().into(),
                     }
                 })
                 .collect();
@@ -93,7 +93,7 @@ pub(crate) fn to_snapshot(
             size: e.size,
             stream: e.stream,
             time_us: e.time_us,
-            frames: e.frames(),
+            frames: e.frames().into(),
         })
         .collect();
     Snapshot {

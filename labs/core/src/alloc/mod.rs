@@ -19,6 +19,6 @@ pub use config::{Config, Divisions, ENV_ALLOC_CONF};
 pub use export::LiveBlock;
 pub use history::{frames_of, HistoryEvent};
 pub use leak::{LeakGuard, LeakReport};
-pub use pool::BlockState;
-pub use size::{pool_of, round_size, segment_size, Pool};
+pub use pool::{BlockState, MAX_STREAMS};
+pub use size::{checked_round_size, pool_of, round_size, segment_size, Pool, MAX_REQUEST};
 pub use stats::{PoolStat, Stat, Stats};

@@ -141,6 +141,22 @@ fn key(stream_pool: u64, size: u64, addr: u64, id: u32) -> FreeKey {
 }
 // ANCHOR_END: free_key
 
+/// How many streams one allocator tells apart: the stream's index and the pool share
+/// the key's top 16 bits.
+pub const MAX_STREAMS: usize = 1 << 15;
+
+/// An error once an allocator has seen [`MAX_STREAMS`] streams (`seen`), rather than
+/// two streams sharing a pool.
+pub(crate) fn check_stream_count(seen: usize) -> crate::Result<()> {
+    if seen >= MAX_STREAMS {
+        return Err(crate::Error::InvalidArgument(format!(
+            "more than {MAX_STREAMS} streams allocate from one allocator; it tells at most \
+             {MAX_STREAMS} streams apart"
+        )));
+    }
+    Ok(())
+}
+
 /// The key prefix of a stream's pool: the stream's index among those seen (so that it
 /// fits the key whatever the driver's stream handles look like) and the pool.
 pub(crate) fn stream_pool(stream_index: u64, pool: super::size::Pool) -> u64 {

@@ -3,79 +3,60 @@
 //! gzip'd or plain, as converted from `torch.cuda.memory._snapshot()`.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::{Allocator, Block};
 use crate::error::{Error, Result};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    Alloc,
-    Free,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TraceEvent {
-    pub action: Action,
-    pub addr: u64,
-    pub size: u64,
-    pub stream: u64,
-    /// Line in the file, for error messages.
-    pub line: u32,
-}
+use crate::snapshot::{read_trace_file, TraceAction};
+pub use crate::snapshot::{CsvEvent as TraceEvent, TraceLimits};
 
 #[derive(Debug, Clone)]
 pub struct Trace {
     /// The file name without `.trace.csv[.gz]`.
     pub name: String,
-    /// The `alloc` and `free_requested` events; other actions are the recording
-    /// allocator's own decisions and are left out.
+    /// Every line of the file, validated. Replay feeds the `alloc` and `free_requested`
+    /// events; the other actions are the recording allocator's own decisions.
     pub events: Vec<TraceEvent>,
 }
 
 impl Trace {
     /// The peak of the live sum of requested sizes: what a perfect allocator reserves.
+    /// Sums are of u128, so that no trace can wrap them.
     pub fn peak_requested(&self) -> u64 {
         let mut live: HashMap<u64, u64> = HashMap::new();
-        let (mut current, mut peak) = (0u64, 0u64);
+        let (mut current, mut peak) = (0u128, 0u128);
         for e in &self.events {
             match e.action {
-                Action::Alloc => {
-                    current += e.size;
+                TraceAction::Alloc => {
+                    current += e.size as u128;
                     peak = peak.max(current);
                     if let Some(old) = live.insert(e.addr, e.size) {
-                        current -= old;
+                        current -= old as u128;
                     }
                 }
-                Action::Free => {
+                TraceAction::FreeRequested => {
                     if let Some(size) = live.remove(&e.addr) {
-                        current -= size;
+                        current -= size as u128;
                     }
                 }
+                _ => {}
             }
         }
-        peak
+        u64::try_from(peak).unwrap_or(u64::MAX)
     }
 }
 
-/// Reads a trace file; gzip is recognised by its magic number, not the name.
+/// Reads a trace file with the default limits; gzip is recognised by its magic number,
+/// not the name. Errors name the file once.
 pub fn read_trace(path: &Path) -> Result<Trace> {
-    let shown = path.display().to_string();
-    let mut file =
-        std::fs::File::open(path).map_err(|e| Error::InvalidArgument(format!("{shown}: {e}")))?;
-    let mut magic = [0u8; 2];
-    let n = file
-        .read(&mut magic)
-        .map_err(|e| Error::InvalidArgument(format!("{shown}: {e}")))?;
-    let file =
-        std::fs::File::open(path).map_err(|e| Error::InvalidArgument(format!("{shown}: {e}")))?;
-    let reader: Box<dyn BufRead> = if n == 2 && magic == [0x1f, 0x8b] {
-        Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(file)))
-    } else {
-        Box::new(BufReader::new(file))
-    };
+    read_trace_with(path, TraceLimits::default())
+}
+
+/// [`read_trace`] with explicit limits on the file's size and its lines.
+pub fn read_trace_with(path: &Path, limits: TraceLimits) -> Result<Trace> {
+    let events =
+        read_trace_file(path, limits).map_err(|e| Error::InvalidArgument(e.to_string()))?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
@@ -85,60 +66,7 @@ pub fn read_trace(path: &Path) -> Result<Trace> {
         .trim_end_matches(".csv")
         .trim_end_matches(".trace")
         .to_string();
-    let events = parse_trace(&shown, reader)?;
     Ok(Trace { name, events })
-}
-
-/// Parses CSV text; `source` names it in errors, which give the line.
-pub fn parse_trace(source: &str, reader: impl BufRead) -> Result<Vec<TraceEvent>> {
-    let mut events = Vec::new();
-    for (index, line) in reader.lines().enumerate() {
-        let number = index + 1;
-        let err = |what: String| Error::InvalidArgument(format!("{source}, line {number}: {what}"));
-        let line = line.map_err(|e| err(format!("unreadable ({e})")))?;
-        let line = line.trim();
-        if number == 1 {
-            if line != "action,addr,size,stream" {
-                return Err(err(format!(
-                    "expected the header `action,addr,size,stream`, found `{line}`"
-                )));
-            }
-            continue;
-        }
-        if line.is_empty() {
-            continue;
-        }
-        let fields: Vec<&str> = line.split(',').collect();
-        if fields.len() != 4 {
-            return Err(err(format!(
-                "expected 4 fields, found {} in `{line}`",
-                fields.len()
-            )));
-        }
-        let action = match fields[0] {
-            "alloc" => Action::Alloc,
-            "free_requested" => Action::Free,
-            "free_completed" | "segment_alloc" | "segment_free" | "segment_map"
-            | "segment_unmap" | "snapshot" | "oom" => continue,
-            other => return Err(err(format!("unknown action `{other}`"))),
-        };
-        let number_field = |i: usize, name: &str| -> Result<u64> {
-            let t = fields[i].trim();
-            let parsed = match t.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16),
-                None => t.parse(),
-            };
-            parsed.map_err(|_| err(format!("{name} `{t}` is not a non-negative integer")))
-        };
-        events.push(TraceEvent {
-            action,
-            addr: number_field(1, "addr")?,
-            size: number_field(2, "size")?,
-            stream: number_field(3, "stream")?,
-            line: number as u32,
-        });
-    }
-    Ok(events)
 }
 
 /// What a replay measured.
@@ -159,7 +87,8 @@ pub struct ReplayReport {
     pub num_unmaps: u64,
     /// Device-wide synchronisations the allocator did ([`crate::alloc::Stats::num_sync_all_streams`]).
     pub num_sync_all_streams: u64,
-    /// Frees of addresses the trace never allocated (skipped).
+    /// Frees of addresses not live at that point (never allocated, or freed twice):
+    /// skipped when the replay is lenient, an error otherwise.
     pub unknown_frees: u64,
     pub elapsed: Duration,
 }
@@ -175,8 +104,14 @@ impl ReplayReport {
 }
 
 // ANCHOR: replay
-/// Replays `trace` through `allocator` and frees what is still live at the end.
+/// Replays `trace` through `allocator` and frees what is still live at the end. A free
+/// of an address that is not live is an error: the trace is damaged or not one program's.
 pub fn replay(trace: &Trace, allocator: &Allocator) -> Result<ReplayReport> {
+    replay_with(trace, allocator, false)
+}
+
+/// [`replay`]; `lenient` skips (and counts) frees of addresses that are not live.
+pub fn replay_with(trace: &Trace, allocator: &Allocator, lenient: bool) -> Result<ReplayReport> {
     allocator.reset_peak_stats();
     let before = allocator.stats();
     let mut live: HashMap<u64, Block> = HashMap::with_capacity(4096);
@@ -185,7 +120,7 @@ pub fn replay(trace: &Trace, allocator: &Allocator) -> Result<ReplayReport> {
     let start = Instant::now();
     for e in &trace.events {
         match e.action {
-            Action::Alloc => {
+            TraceAction::Alloc => {
                 // Trace stream handles are the recording process's; any distinct keys do.
                 let next = streams.len() as u64;
                 let stream = if e.stream == 0 {
@@ -209,13 +144,21 @@ pub fn replay(trace: &Trace, allocator: &Allocator) -> Result<ReplayReport> {
                     )));
                 }
             }
-            Action::Free => match live.remove(&e.addr) {
+            TraceAction::FreeRequested => match live.remove(&e.addr) {
                 Some(block) => allocator.free(block)?,
-                None => {
+                None if lenient => {
                     unknown_frees += 1;
                     continue;
                 }
+                None => {
+                    return Err(Error::InvalidArgument(format!(
+                        "{}, line {}: free of {:#x}, which is not allocated (freed twice, or \
+                         never allocated); --lenient skips such frees",
+                        trace.name, e.line, e.addr
+                    )))
+                }
             },
+            _ => continue,
         }
         ops += 1;
     }
@@ -240,38 +183,3 @@ pub fn replay(trace: &Trace, allocator: &Allocator) -> Result<ReplayReport> {
     })
 }
 // ANCHOR_END: replay
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn malformed_lines_are_errors_naming_the_line() {
-        for (text, needle) in [
-            ("nope\n", "line 1: expected the header"),
-            (
-                "action,addr,size,stream\nalloc,1,2\n",
-                "line 2: expected 4 fields",
-            ),
-            (
-                "action,addr,size,stream\nalloc,1,2,0\nalloc,x,2,0\n",
-                "line 3: addr `x`",
-            ),
-            (
-                "action,addr,size,stream\nalloc,1,-5,0\n",
-                "line 2: size `-5`",
-            ),
-            (
-                "action,addr,size,stream\nmalloc,1,5,0\n",
-                "line 2: unknown action `malloc`",
-            ),
-        ] {
-            let e = parse_trace("t.csv", text.as_bytes())
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains(needle), "{e}");
-        }
-        let ok = parse_trace("t.csv", "action,addr,size,stream\nalloc,16,100,0\nsegment_alloc,0,2097152,0\nfree_requested,16,100,0\n".as_bytes()).unwrap();
-        assert_eq!(ok.len(), 2);
-    }
-}

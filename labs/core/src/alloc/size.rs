@@ -49,6 +49,23 @@ pub fn round_size(size: u64, divisions: u32) -> u64 {
 }
 // ANCHOR_END: round_size
 
+/// The largest request the allocator considers: its rounding, the largest segment it
+/// could need and the 40-bit size field of the free-set key (`pool.rs`) all stay in
+/// range below it (256 TiB, far beyond any GPU).
+pub const MAX_REQUEST: u64 = 1 << 48;
+
+/// [`round_size`] for a size from outside (a program, a trace): `None` when the request
+/// could never be served by a device of `limit` bytes, so that the caller reports an
+/// out-of-memory error before any work, and before any host memory proportional to the
+/// size is touched. `round_size` alone would wrap for sizes near 2^64.
+pub fn checked_round_size(size: u64, divisions: u32, limit: u64) -> Option<u64> {
+    if size > MAX_REQUEST.min(limit) {
+        return None;
+    }
+    let rounded = round_size(size, divisions);
+    (rounded <= limit && segment_size(rounded) <= MAX_REQUEST).then_some(rounded)
+}
+
 // ANCHOR: segment_size
 /// The size of a fixed segment for a rounded request.
 pub fn segment_size(rounded: u64) -> u64 {
@@ -79,5 +96,27 @@ mod tests {
         assert_eq!(segment_size(512), SMALL_BUFFER);
         assert_eq!(segment_size(5 << 20), LARGE_BUFFER);
         assert_eq!(segment_size((11 << 20) + 1), 12 << 20);
+    }
+
+    #[test]
+    fn checked_rounding_refuses_what_cannot_fit() {
+        let limit = 80 << 30;
+        assert_eq!(checked_round_size(1, 0, limit), Some(512));
+        assert_eq!(checked_round_size(1200 << 10, 4, limit), Some(1280 << 10));
+        assert_eq!(checked_round_size(limit, 0, limit), Some(limit));
+        assert_eq!(checked_round_size(limit + 1, 0, limit), None);
+        for size in [u64::MAX, u64::MAX - 511, 1 << 63, MAX_REQUEST + 1] {
+            for divisions in [0, 4, 16] {
+                assert_eq!(
+                    checked_round_size(size, divisions, u64::MAX),
+                    None,
+                    "{size}"
+                );
+            }
+        }
+        assert_eq!(
+            checked_round_size(MAX_REQUEST, 0, u64::MAX),
+            Some(MAX_REQUEST)
+        );
     }
 }

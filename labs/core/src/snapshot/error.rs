@@ -14,7 +14,10 @@ pub enum SnapshotError {
     },
 
     /// Neither our JSON nor a pickle: says what the file starts with instead.
-    #[error("not a memory snapshot: expected a PyTorch pickle or a labs JSON snapshot, but the file {0}")]
+    #[error(
+        "not a memory snapshot: expected a PyTorch pickle (protocol 2 to 5, as torch writes; \
+         protocols 0 and 1 are not read) or a labs JSON snapshot, but the file {0}"
+    )]
     UnknownFormat(String),
 
     /// The pickle itself is broken (truncated, corrupt, or uses objects we do not load).
@@ -29,9 +32,21 @@ pub enum SnapshotError {
     #[error("not a valid labs JSON snapshot: {0}")]
     Json(String),
 
-    /// A trace CSV that is not in the `action,addr,size,stream` format.
-    #[error("trace CSV line {line}: {problem}")]
-    TraceCsv { line: usize, problem: String },
+    /// A trace CSV that is not in the `action,addr,size,stream` format, or is larger
+    /// than the reader's limits; `file` names it.
+    #[error("{file}: line {line}: {problem}")]
+    TraceCsv {
+        file: String,
+        line: usize,
+        problem: String,
+    },
+
+    /// Any of the above about a file, naming it once.
+    #[error("{}: {error}", path.display())]
+    InFile {
+        path: PathBuf,
+        error: Box<SnapshotError>,
+    },
 
     /// A request about a device the snapshot has nothing for, or several devices where
     /// one is needed.
@@ -47,10 +62,46 @@ impl SnapshotError {
         }
     }
 
+    /// `self`, naming the file it came from (once: an error that names it already is
+    /// left as it is).
+    pub(crate) fn in_file(self, path: &std::path::Path) -> Self {
+        match self {
+            e @ (SnapshotError::Io { .. } | SnapshotError::InFile { .. }) => e,
+            e => SnapshotError::InFile {
+                path: path.into(),
+                error: Box::new(e),
+            },
+        }
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         SnapshotError::Io {
             path: path.into(),
             error,
         }
     }
+}
+
+/// Input quoted in a message: at most 60 characters, the rest elided, so that a
+/// megabyte of bad input gives a readable line. (`crate::format::quote` restated: this
+/// module imports nothing else of the crate.)
+pub(crate) fn quote(text: &str) -> String {
+    const QUOTE_MAX: usize = 60;
+    // Control characters escaped (`\n`, `\u{0}`): a message stays on one line. The
+    // limit is on what is shown, escapes included.
+    let (mut shown, mut width) = (String::new(), 0);
+    for c in text.chars() {
+        if width >= QUOTE_MAX {
+            return format!("`{shown}...` ({} bytes)", text.len());
+        }
+        if c.is_control() {
+            let escaped: String = c.escape_default().collect();
+            width += escaped.len();
+            shown.push_str(&escaped);
+        } else {
+            width += 1;
+            shown.push(c);
+        }
+    }
+    format!("`{shown}`")
 }

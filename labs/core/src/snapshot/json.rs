@@ -75,9 +75,11 @@ pub fn load_json(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
         serde_json::from_slice(bytes).map_err(|e| SnapshotError::Json(e.to_string()))?;
     debug_assert_eq!(doc.format, FORMAT_NAME);
     let _ = doc.version;
-    Ok(Snapshot {
+    let snapshot = Snapshot {
         segments: doc.segments,
         trace: doc.trace,
         settings: doc.settings,
-    })
+    };
+    super::validate::sizes(&snapshot)?;
+    Ok(snapshot)
 }

@@ -11,19 +11,23 @@ mod pytorch;
 mod summary;
 mod timeline;
 mod trace_csv;
+mod validate;
 
 pub use error::SnapshotError;
 pub use json::{dump, dump_to_file, load_json, FORMAT_NAME, FORMAT_VERSION};
 pub use model::{
-    AllocatorSettings, Block, BlockState, Frame, Segment, SegmentType, Snapshot, TraceAction,
-    TraceEvent,
+    AllocatorSettings, Block, BlockState, Frame, Frames, Segment, SegmentType, Snapshot,
+    TraceAction, TraceEvent,
 };
 pub use pytorch::load_pickle;
 pub use summary::Summary;
 pub use timeline::{
     live_intervals, memory_timeline, stacked_bands, Bands, Interval, TimelinePoint,
 };
-pub use trace_csv::{export_trace, read_trace_csv, write_trace_csv, CsvEvent};
+pub use trace_csv::{
+    export_trace, read_trace_csv, read_trace_file, read_trace_from, write_trace_csv, CsvEvent,
+    TraceLimits,
+};
 
 use std::path::Path;
 
@@ -54,7 +58,7 @@ pub fn load(bytes: &[u8]) -> Result<(Snapshot, SourceFormat), SnapshotError> {
 pub fn load_file(path: impl AsRef<Path>) -> Result<(Snapshot, SourceFormat), SnapshotError> {
     let path = path.as_ref();
     let bytes = std::fs::read(path).map_err(|e| SnapshotError::io(path, e))?;
-    load(&bytes)
+    load(&bytes).map_err(|e| e.in_file(path))
 }
 
 fn describe_start(bytes: &[u8]) -> String {

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +17,11 @@ pub struct Frame {
     #[serde(default)]
     pub line: u64,
 }
+
+/// A backtrace, innermost frame first. Shared, not copied: PyTorch's snapshots refer to
+/// one list of frames from thousands of events, and a pickle can refer to one object
+/// any number of times, so a copy per reference would grow without bound.
+pub type Frames = Arc<[Frame]>;
 
 /// Which pool a segment belongs to: PyTorch keeps blocks of at most 1 MiB in 2 MiB
 /// "small" segments apart from the rest, to limit fragmentation.
@@ -58,8 +64,8 @@ pub struct Block {
     /// Bytes the program asked for (0 for a cached block that never held anything).
     pub requested_size: u64,
     pub state: BlockState,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub frames: Vec<Frame>,
+    #[serde(default, skip_serializing_if = "<[Frame]>::is_empty")]
+    pub frames: Frames,
 }
 
 /// Memory the allocator got from the driver in one piece (`cudaMalloc`, or a range of
@@ -83,7 +89,7 @@ impl Segment {
             .iter()
             .filter(|b| b.state == BlockState::ActiveAllocated)
             .map(|b| b.size)
-            .sum()
+            .fold(0, u64::saturating_add)
     }
 }
 
@@ -163,8 +169,8 @@ pub struct TraceEvent {
     pub stream: u64,
     #[serde(default)]
     pub time_us: i64,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub frames: Vec<Frame>,
+    #[serde(default, skip_serializing_if = "<[Frame]>::is_empty")]
+    pub frames: Frames,
 }
 
 /// The configuration the allocator ran with. The settings every allocator has are

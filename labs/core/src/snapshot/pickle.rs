@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 
+use super::error::quote;
+
 pub(crate) type Id = usize;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -337,7 +339,7 @@ impl<'a> Machine<'a> {
                 let obj = match text {
                     "00" => Py::Bool(false),
                     "01" => Py::Bool(true),
-                    t => Py::Int(t.parse().map_err(|_| format!("bad integer {t:?}"))?),
+                    t => Py::Int(t.parse().map_err(|_| format!("bad integer {}", quote(t)))?),
                 };
                 self.push(obj);
             }
@@ -348,7 +350,7 @@ impl<'a> Machine<'a> {
             }
             b'F' => {
                 let t = self.line()?.trim();
-                let v = t.parse().map_err(|_| format!("bad float {t:?}"))?;
+                let v = t.parse().map_err(|_| format!("bad float {}", quote(t)))?;
                 self.push(Py::Float(v));
             }
             0x8c => {

@@ -6,11 +6,12 @@
 //! versions differ in what they record. The keys without which a snapshot means
 //! nothing (sizes, addresses, states, actions) are required.
 
-use std::collections::BTreeMap;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
 
 use super::model::{
-    AllocatorSettings, Block, BlockState, Frame, Segment, SegmentType, Snapshot, TraceAction,
-    TraceEvent,
+    AllocatorSettings, Block, BlockState, Frame, Frames, Segment, SegmentType, Snapshot,
+    TraceAction, TraceEvent,
 };
 use super::pickle::{self, Heap, Id, Py};
 use super::SnapshotError;
@@ -23,10 +24,43 @@ const SMALL_SEGMENT: u64 = 2 << 20;
 /// conversion stops at this depth.
 const MAX_DEPTH: usize = 32;
 
+/// The work a conversion may do, in values visited and 16-byte pieces of text copied,
+/// per byte of pickle (plus a floor for small files). A pickle can refer to one object
+/// any number of times, so a small file can describe an enormous tree; the snapshot in
+/// the shared test data needs less than one unit per byte. A unit costs at most some
+/// tens of bytes of memory, so memory stays proportional to the file's size.
+const WORK_PER_BYTE: u64 = 8;
+const WORK_FLOOR: u64 = 1 << 20;
+
+/// What a conversion shares across the values of one pickle: its work budget, and the
+/// frame lists already converted (by heap id), which are handed out again rather than
+/// copied.
+struct Conversion {
+    work_left: Cell<u64>,
+    budget: u64,
+    frames: RefCell<HashMap<Id, Frames>>,
+}
+
+impl Conversion {
+    fn charge(&self, units: u64) -> Result<(), SnapshotError> {
+        let left = self.work_left.get();
+        if units > left {
+            return Err(SnapshotError::Pickle(format!(
+                "the pickle expands to more than {} values (objects referred to too many \
+                 times, or nested in themselves); a memory snapshot of its size holds far fewer",
+                self.budget
+            )));
+        }
+        self.work_left.set(left - units);
+        Ok(())
+    }
+}
+
 /// A value inside the pickle's heap.
 #[derive(Clone, Copy)]
 struct Value<'h> {
     heap: &'h Heap,
+    conv: &'h Conversion,
     id: Id,
 }
 
@@ -35,10 +69,15 @@ impl<'h> Value<'h> {
         self.heap.get(self.id)
     }
     fn at(self, id: Id) -> Value<'h> {
-        Value {
-            heap: self.heap,
-            id,
-        }
+        Value { id, ..self }
+    }
+    fn charge(self, units: usize) -> Result<(), SnapshotError> {
+        self.conv.charge(units as u64)
+    }
+    /// A copy of a string of the pickle, paid for.
+    fn text(self, s: &str) -> Result<String, SnapshotError> {
+        self.charge(1 + s.len() / 16)?;
+        Ok(s.to_string())
     }
 }
 
@@ -53,23 +92,38 @@ impl<'h> Dict<'h> {
             _ => &[],
         }
     }
-    /// The value of a string key; the last one wins, as in Python.
-    fn get(self, key: &str) -> Option<Value<'h>> {
-        self.entries()
+    /// The value of a string key; the last one wins, as in Python. The scan is paid for:
+    /// a dict of many keys referred to from many places is work.
+    fn get(self, key: &str) -> Result<Option<Value<'h>>, SnapshotError> {
+        let entries = self.entries();
+        self.0.charge(1 + entries.len() / 4)?;
+        Ok(entries
             .iter()
             .rev()
             .find(|(k, _)| matches!(self.0.at(*k).py(), Py::Str(s) if s == key))
-            .map(|(_, v)| self.0.at(*v))
+            .map(|(_, v)| self.0.at(*v)))
     }
 }
 
-/// Reads a snapshot pickle.
+/// Reads a snapshot pickle. Memory and time are bounded by the file's size: objects
+/// the pickle shares stay shared, and the conversion has a work budget.
 pub fn load_pickle(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
     let heap = pickle::parse(bytes).map_err(SnapshotError::Pickle)?;
-    from_value(Value {
+    let budget = (bytes.len() as u64)
+        .saturating_mul(WORK_PER_BYTE)
+        .max(WORK_FLOOR);
+    let conv = Conversion {
+        work_left: Cell::new(budget),
+        budget,
+        frames: RefCell::new(HashMap::new()),
+    };
+    let snapshot = from_value(Value {
         heap: &heap,
+        conv: &conv,
         id: heap.root,
-    })
+    })?;
+    super::validate::sizes(&snapshot)?;
+    Ok(snapshot)
 }
 
 fn from_value(value: Value) -> Result<Snapshot, SnapshotError> {
@@ -78,7 +132,7 @@ fn from_value(value: Value) -> Result<Snapshot, SnapshotError> {
         Py::List(_) => (as_list(value, "<top>")?, None),
         Py::Dict(_) => {
             let top = Dict(value);
-            let segments = get(top, "segments")
+            let segments = get(top, "segments")?
                 .ok_or_else(|| SnapshotError::shape("<top>", "no `segments` key"))?;
             (as_list(segments, "segments")?, Some(top))
         }
@@ -98,7 +152,7 @@ fn from_value(value: Value) -> Result<Snapshot, SnapshotError> {
     let mut trace = Vec::new();
     let mut settings = AllocatorSettings::default();
     if let Some(top) = top {
-        if let Some(traces) = get(top, "device_traces") {
+        if let Some(traces) = get(top, "device_traces")? {
             for (device, events) in as_list(traces, "device_traces")?.iter().enumerate() {
                 let at = format!("device_traces[{device}]");
                 for (j, e) in as_list(*events, &at)?.iter().enumerate() {
@@ -106,7 +160,7 @@ fn from_value(value: Value) -> Result<Snapshot, SnapshotError> {
                 }
             }
         }
-        if let Some(s) = get(top, "allocator_settings") {
+        if let Some(s) = get(top, "allocator_settings")? {
             settings = allocator_settings(s)?;
         }
     }
@@ -132,7 +186,7 @@ fn segment(v: Value, at: &str) -> Result<Segment, SnapshotError> {
         None if total_size <= SMALL_SEGMENT => SegmentType::Small,
         None => SegmentType::Large,
     };
-    let blocks = match get(d, "blocks") {
+    let blocks = match get(d, "blocks")? {
         Some(b) => {
             let at = format!("{at}.blocks");
             as_list(b, &at)?
@@ -183,7 +237,7 @@ fn event(v: Value, device: i64, at: &str) -> Result<TraceEvent, SnapshotError> {
     let d = as_dict(v, at)?;
     Ok(TraceEvent {
         device,
-        action: TraceAction::from(req_str(d, "action", at)?.to_string()),
+        action: TraceAction::from(v.text(req_str(d, "action", at)?)?),
         addr: opt_u64(d, "addr", at)?.unwrap_or(0),
         size: opt_u64(d, "size", at)?.unwrap_or(0),
         stream: opt_u64(d, "stream", at)?.unwrap_or(0),
@@ -192,33 +246,38 @@ fn event(v: Value, device: i64, at: &str) -> Result<TraceEvent, SnapshotError> {
     })
 }
 
-fn frames(d: Dict, at: &str) -> Result<Vec<Frame>, SnapshotError> {
-    let Some(v) = get(d, "frames") else {
-        return Ok(Vec::new());
+/// The frames under `frames`; a list converted once is shared by every later reference.
+fn frames(d: Dict, at: &str) -> Result<Frames, SnapshotError> {
+    let Some(v) = get(d, "frames")? else {
+        return Ok(Frames::default());
     };
+    if let Some(done) = v.conv.frames.borrow().get(&v.id) {
+        v.charge(1)?;
+        return Ok(done.clone());
+    }
     let at = format!("{at}.frames");
-    as_list(v, &at)?
+    let list = as_list(v, &at)?
         .iter()
         .enumerate()
         .map(|(i, f)| {
             let at = format!("{at}[{i}]");
             let f = as_dict(*f, &at)?;
             Ok(Frame {
-                name: opt_str(f, "name", &at)?.unwrap_or("??").to_string(),
-                filename: opt_str(f, "filename", &at)?.unwrap_or("").to_string(),
+                name: f.0.text(opt_str(f, "name", &at)?.unwrap_or("??"))?,
+                filename: f.0.text(opt_str(f, "filename", &at)?.unwrap_or(""))?,
                 line: opt_u64(f, "line", &at)?.unwrap_or(0),
             })
         })
-        .collect()
+        .collect::<Result<Frames, SnapshotError>>()?;
+    v.conv.frames.borrow_mut().insert(v.id, list.clone());
+    Ok(list)
 }
 
 fn allocator_settings(v: Value) -> Result<AllocatorSettings, SnapshotError> {
     let at = "allocator_settings";
     let d = as_dict(v, at)?;
     let mut s = AllocatorSettings {
-        alloc_conf: opt_str(d, "PYTORCH_CUDA_ALLOC_CONF", at)?
-            .unwrap_or("")
-            .to_string(),
+        alloc_conf: v.text(opt_str(d, "PYTORCH_CUDA_ALLOC_CONF", at)?.unwrap_or(""))?,
         expandable_segments: opt_bool(d, "expandable_segments", at)?.unwrap_or(false),
         // PyTorch writes -1 (or SIZE_MAX) for "no limit".
         max_split_size: opt_i64(d, "max_split_size", at)
@@ -226,7 +285,7 @@ fn allocator_settings(v: Value) -> Result<AllocatorSettings, SnapshotError> {
             .flatten()
             .filter(|&m| m > 0 && m < i64::MAX)
             .map(|m| m as u64),
-        garbage_collection_threshold: match get(d, "garbage_collection_threshold").map(Value::py) {
+        garbage_collection_threshold: match get(d, "garbage_collection_threshold")?.map(Value::py) {
             Some(Py::Float(x)) => *x,
             Some(Py::Int(x)) => *x as f64,
             _ => 0.0,
@@ -240,29 +299,38 @@ fn allocator_settings(v: Value) -> Result<AllocatorSettings, SnapshotError> {
         "garbage_collection_threshold",
     ];
     for &(k, x) in d.entries() {
-        let key = key_to_string(v.at(k));
+        let key = key_to_string(v.at(k))?;
         if !KNOWN.contains(&key.as_str()) {
-            s.other.insert(key, to_json(v.at(x), 0));
+            let value = to_json(v.at(x), &mut Vec::new())?;
+            s.other.insert(key, value);
         }
     }
     Ok(s)
 }
 
-fn key_to_string(k: Value) -> String {
+fn key_to_string(k: Value) -> Result<String, SnapshotError> {
     match k.py() {
-        Py::Str(s) => s.clone(),
-        Py::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
-        Py::Int(i) => i.to_string(),
-        other => kind(other).to_string(),
+        Py::Str(s) => k.text(s),
+        Py::Bytes(b) => k.text(&String::from_utf8_lossy(b)),
+        Py::Int(i) => k.text(&i.to_string()),
+        other => k.text(kind(other)),
     }
 }
 
-fn to_json(v: Value, depth: usize) -> serde_json::Value {
+/// A settings value as JSON. `path` holds the containers being converted: one that
+/// contains itself is written `[...]`, as Python prints it; the depth is capped; the
+/// width (one object referred to many times) is paid for from the work budget.
+fn to_json(v: Value, path: &mut Vec<Id>) -> Result<serde_json::Value, SnapshotError> {
     use serde_json::Value as J;
-    if depth > MAX_DEPTH {
-        return J::String("<nested too deep>".into());
+    v.charge(1)?;
+    if path.len() > MAX_DEPTH {
+        return Ok(J::String("<nested too deep>".into()));
     }
-    match v.py() {
+    if path.contains(&v.id) {
+        return Ok(J::String("[...]".into()));
+    }
+    path.push(v.id);
+    let out = match v.py() {
         Py::None => J::Null,
         Py::Bool(b) => J::Bool(*b),
         Py::Int(i) => i64::try_from(*i)
@@ -270,17 +338,21 @@ fn to_json(v: Value, depth: usize) -> serde_json::Value {
             .or_else(|_| u64::try_from(*i).map(J::from))
             .unwrap_or_else(|_| J::String(i.to_string())),
         Py::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
-        Py::Bytes(b) => J::String(String::from_utf8_lossy(b).into_owned()),
-        Py::Str(s) => J::String(s.clone()),
-        Py::List(l) | Py::Tuple(l) => {
-            J::Array(l.iter().map(|&i| to_json(v.at(i), depth + 1)).collect())
-        }
+        Py::Bytes(b) => J::String(v.text(&String::from_utf8_lossy(b))?),
+        Py::Str(s) => J::String(v.text(s)?),
+        Py::List(l) | Py::Tuple(l) => J::Array(
+            l.iter()
+                .map(|&i| to_json(v.at(i), path))
+                .collect::<Result<_, _>>()?,
+        ),
         Py::Dict(d) => J::Object(
             d.iter()
-                .map(|&(k, x)| (key_to_string(v.at(k)), to_json(v.at(x), depth + 1)))
-                .collect(),
+                .map(|&(k, x)| Ok((key_to_string(v.at(k))?, to_json(v.at(x), path)?)))
+                .collect::<Result<_, SnapshotError>>()?,
         ),
-    }
+    };
+    path.pop();
+    Ok(out)
 }
 
 fn kind(v: &Py) -> &'static str {
@@ -299,7 +371,10 @@ fn as_dict<'h>(v: Value<'h>, at: &str) -> Result<Dict<'h>, SnapshotError> {
 
 fn as_list<'h>(v: Value<'h>, at: &str) -> Result<Vec<Value<'h>>, SnapshotError> {
     match v.py() {
-        Py::List(l) | Py::Tuple(l) => Ok(l.iter().map(|&i| v.at(i)).collect()),
+        Py::List(l) | Py::Tuple(l) => {
+            v.charge(1 + l.len())?;
+            Ok(l.iter().map(|&i| v.at(i)).collect())
+        }
         other => Err(SnapshotError::shape(
             at,
             format!("expected a list, found {}", kind(other)),
@@ -307,7 +382,7 @@ fn as_list<'h>(v: Value<'h>, at: &str) -> Result<Vec<Value<'h>>, SnapshotError> 
     }
 }
 
-fn get<'h>(d: Dict<'h>, key: &str) -> Option<Value<'h>> {
+fn get<'h>(d: Dict<'h>, key: &str) -> Result<Option<Value<'h>>, SnapshotError> {
     d.get(key)
 }
 
@@ -316,7 +391,7 @@ fn missing(d_at: &str, key: &str) -> SnapshotError {
 }
 
 fn opt_int(d: Dict, key: &str, at: &str) -> Result<Option<i128>, SnapshotError> {
-    match get(d, key).map(Value::py) {
+    match get(d, key)?.map(Value::py) {
         None | Some(Py::None) => Ok(None),
         Some(Py::Int(i)) => Ok(Some(*i)),
         Some(Py::Bool(b)) => Ok(Some(*b as i128)),
@@ -355,7 +430,7 @@ fn req_u64(d: Dict, key: &str, at: &str) -> Result<u64, SnapshotError> {
 }
 
 fn opt_str<'h>(d: Dict<'h>, key: &str, at: &str) -> Result<Option<&'h str>, SnapshotError> {
-    match get(d, key).map(Value::py) {
+    match get(d, key)?.map(Value::py) {
         None | Some(Py::None) => Ok(None),
         Some(Py::Str(s)) => Ok(Some(s)),
         Some(other) => Err(SnapshotError::shape(
@@ -370,7 +445,7 @@ fn req_str<'h>(d: Dict<'h>, key: &str, at: &str) -> Result<&'h str, SnapshotErro
 }
 
 fn opt_bool(d: Dict, key: &str, at: &str) -> Result<Option<bool>, SnapshotError> {
-    match get(d, key).map(Value::py) {
+    match get(d, key)?.map(Value::py) {
         None | Some(Py::None) => Ok(None),
         Some(Py::Bool(b)) => Ok(Some(*b)),
         Some(Py::Int(i)) => Ok(Some(*i != 0)),

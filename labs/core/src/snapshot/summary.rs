@@ -54,18 +54,26 @@ impl Summary {
                 .iter()
                 .filter(|g| g.segment_type == super::SegmentType::Large)
                 .count(),
-            reserved_bytes: s.segments.iter().map(|g| g.total_size).sum(),
-            allocated_bytes: in_state(BlockState::ActiveAllocated).map(|b| b.size).sum(),
+            reserved_bytes: s
+                .segments
+                .iter()
+                .map(|g| g.total_size)
+                .fold(0, u64::saturating_add),
+            allocated_bytes: in_state(BlockState::ActiveAllocated)
+                .map(|b| b.size)
+                .fold(0, u64::saturating_add),
             requested_bytes: in_state(BlockState::ActiveAllocated)
                 .map(|b| b.requested_size)
-                .sum(),
+                .fold(0, u64::saturating_add),
             active_blocks: in_state(BlockState::ActiveAllocated).count(),
             pending_free_blocks: in_state(BlockState::ActivePendingFree).count(),
             pending_free_bytes: in_state(BlockState::ActivePendingFree)
                 .map(|b| b.size)
-                .sum(),
+                .fold(0, u64::saturating_add),
             inactive_blocks: in_state(BlockState::Inactive).count(),
-            inactive_bytes: in_state(BlockState::Inactive).map(|b| b.size).sum(),
+            inactive_bytes: in_state(BlockState::Inactive)
+                .map(|b| b.size)
+                .fold(0, u64::saturating_add),
             largest_inactive_block: in_state(BlockState::Inactive)
                 .map(|b| b.size)
                 .max()
@@ -81,24 +89,25 @@ impl Summary {
 }
 
 fn peak_requested(s: &Snapshot) -> u64 {
+    // Sums of u128: trace sizes are the file's, and no trace can wrap them.
     let mut live: HashMap<(i64, u64), u64> = HashMap::new();
-    let (mut current, mut peak) = (0u64, 0u64);
+    let (mut current, mut peak) = (0u128, 0u128);
     for e in &s.trace {
         match e.action {
             TraceAction::Alloc => {
                 if let Some(old) = live.insert((e.device, e.addr), e.size) {
-                    current -= old;
+                    current -= old as u128;
                 }
-                current += e.size;
+                current += e.size as u128;
                 peak = peak.max(current);
             }
             TraceAction::FreeRequested => {
                 if let Some(size) = live.remove(&(e.device, e.addr)) {
-                    current -= size;
+                    current -= size as u128;
                 }
             }
             _ => {}
         }
     }
-    peak
+    u64::try_from(peak).unwrap_or(u64::MAX)
 }

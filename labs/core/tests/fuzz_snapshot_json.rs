@@ -1,0 +1,117 @@
+//! Fuzzing the JSON snapshot reader: mutations of snapshots our allocator's format
+//! describes (one built here, and the real PyTorch snapshot written as JSON), with
+//! numbers swapped for the values that overflow sums. Every case must end, without a
+//! panic, in a snapshot or a one-line error, in bounded memory and time; a snapshot
+//! that loads must summarise and draw.
+//! `LABS_FUZZ_CASES=10000 cargo test -p labs-core --test fuzz_snapshot_json` for a longer run.
+
+mod bounded;
+
+use std::time::Duration;
+
+use bounded::mutate::{apply, mutations};
+use bounded::{assert_one_line, bounded};
+use labs_core::snapshot::{
+    self, memory_timeline, Block, BlockState, Frame, Segment, SegmentType, Snapshot, Summary,
+    TraceAction, TraceEvent,
+};
+use proptest::prelude::*;
+
+const MIB: usize = 1 << 20;
+const LIMIT: Duration = Duration::from_secs(5);
+
+fn built() -> Snapshot {
+    let frames: snapshot::Frames = vec![Frame {
+        name: "train".into(),
+        filename: "train.py".into(),
+        line: 7,
+    }]
+    .into();
+    let block = |address, size, state| Block {
+        address,
+        size,
+        requested_size: size,
+        state,
+        frames: frames.clone(),
+    };
+    let base = 1u64 << 40;
+    Snapshot {
+        segments: vec![Segment {
+            device: 0,
+            address: base,
+            total_size: 2 << 20,
+            stream: 0,
+            segment_type: SegmentType::Small,
+            is_expandable: false,
+            blocks: vec![
+                block(base, 1 << 20, BlockState::ActiveAllocated),
+                block(base + (1 << 20), 1 << 20, BlockState::Inactive),
+            ],
+        }],
+        trace: [
+            (TraceAction::SegmentAlloc, base, 2 << 20),
+            (TraceAction::Alloc, base, 1 << 20),
+            (TraceAction::Alloc, base + (1 << 20), 1 << 20),
+            (TraceAction::FreeRequested, base + (1 << 20), 1 << 20),
+            (TraceAction::FreeCompleted, base + (1 << 20), 1 << 20),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, (action, addr, size))| TraceEvent {
+            device: 0,
+            action,
+            addr,
+            size,
+            stream: 0,
+            time_us: i as i64,
+            frames: frames.clone(),
+        })
+        .collect(),
+        settings: Default::default(),
+    }
+}
+
+fn seeds() -> Vec<Vec<u8>> {
+    let mut seeds = vec![snapshot::dump(&built()).into_bytes()];
+    let real = labs_core::testing::shared_dir().join("snapshots/mlp_adam.pickle");
+    if let Ok((snap, _)) = snapshot::load_file(real) {
+        // Small enough to mutate quickly: the segments and the first events.
+        let snap = Snapshot {
+            trace: snap.trace.into_iter().take(200).collect(),
+            ..snap
+        };
+        seeds.push(snapshot::dump(&snap).into_bytes());
+    }
+    seeds
+}
+
+fn check(bytes: &[u8]) -> &'static str {
+    let loaded = bounded("loading", 64 * MIB + 64 * bytes.len(), LIMIT, || {
+        snapshot::load(bytes)
+    });
+    match loaded {
+        Ok((snap, _)) => {
+            bounded("summarising", 64 * MIB + 64 * bytes.len(), LIMIT, || {
+                let _ = Summary::of(&snap);
+                if let Ok(device) = snap.pick_device(None) {
+                    let _ = memory_timeline(&snap, device);
+                }
+            });
+            "loaded"
+        }
+        Err(e) => {
+            assert_one_line(&e.to_string());
+            "refused"
+        }
+    }
+}
+
+#[test]
+fn mutated_json_snapshots_load_or_fail_cleanly() {
+    let seeds = seeds();
+    let strategy = (any::<prop::sample::Index>(), mutations(3));
+    let tally = bounded::fuzz("fuzz_snapshot_json", 200, strategy, |(seed, m)| {
+        check(&apply(&seeds[seed.index(seeds.len())], &m))
+    });
+    assert!(tally.contains_key("loaded"), "{tally:?}");
+}
