@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Allocator, Block, Config};
+use super::{Allocation, Allocator, Config};
 use crate::device::{Backend, DeviceId};
 use crate::error::{Error, Result};
 
@@ -181,7 +181,7 @@ impl ReplayReport {
 pub fn replay(trace: &Trace, allocator: &Allocator) -> Result<ReplayReport> {
     allocator.reset_peak_stats();
     let before = allocator.stats();
-    let mut live: HashMap<u64, Block> = HashMap::with_capacity(4096);
+    let mut live: HashMap<u64, Allocation> = HashMap::with_capacity(4096);
     let mut streams: HashMap<u64, u64> = HashMap::new();
     let (mut ops, mut unknown_frees) = (0u64, 0u64);
     let start = Instant::now();

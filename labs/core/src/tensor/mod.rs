@@ -9,7 +9,7 @@ pub use dtype::{DType, Element};
 
 use std::sync::Arc;
 
-use crate::alloc::Block;
+use crate::alloc::Allocation;
 use crate::device::{Device, DevicePtr};
 use crate::error::{Error, Result};
 
@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 /// tensor using it goes away.
 struct Storage {
     device: Device,
-    block: Block,
+    block: Allocation,
 }
 
 impl Drop for Storage {
@@ -143,8 +143,8 @@ impl Tensor {
         self.storage.block.ptr()
     }
 
-    /// The allocator block behind the tensor.
-    pub fn block(&self) -> Block {
+    /// The allocation behind the tensor.
+    pub fn allocation(&self) -> Allocation {
         self.storage.block
     }
 
