@@ -25,7 +25,7 @@ fn small_device_conf(device: &Device, bytes: u64, conf: &str) -> Allocator {
     a
 }
 
-fn assert_no_overlap(blocks: &[labs_core::alloc::Block]) {
+fn assert_no_overlap(blocks: &[labs_core::alloc::Allocation]) {
     let mut spans: Vec<(u64, u64)> = blocks
         .iter()
         .map(|b| (b.ptr(), b.ptr() + b.size()))

@@ -260,7 +260,7 @@ fn a_replay_of_an_exported_trace_reaches_the_recorded_peaks() {
 }
 
 #[inline(never)]
-fn allocate_for_the_test(a: &Allocator, device: &Device) -> labs_core::alloc::Block {
+fn allocate_for_the_test(a: &Allocator, device: &Device) -> labs_core::alloc::Allocation {
     a.malloc(12_345, &device.default_stream().unwrap()).unwrap()
 }
 

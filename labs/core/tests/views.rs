@@ -38,7 +38,7 @@ fn views_share_storage_allocate_nothing_and_read_like_host_indexing() {
     assert!(wide.shares_storage(&column));
     assert_eq!(
         with_column - before,
-        column.block().size(),
+        column.allocation().size(),
         "views allocated memory"
     );
     assert!(rows.is_contiguous() && flat.is_contiguous() && cube.is_contiguous());

@@ -5,10 +5,10 @@ use std::backtrace::Backtrace;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::caching::SegmentInfo;
 use super::config::Config;
 use super::history::HistoryEvent;
 use super::pool::BlockState;
+use super::report::SegmentInfo;
 use super::size::Pool;
 use crate::backend::DeviceId;
 use crate::snapshot::{self, AllocatorSettings, Frame, SegmentType, Snapshot, TraceEvent};

@@ -143,10 +143,19 @@ pub fn frames_of(bt: &Backtrace) -> Vec<Frame> {
             }
         }
     }
+    // The modules of the allocator itself (not replay, which is a caller).
+    const ALLOCATOR: [&str; 8] = [
+        "labs_core::alloc::allocator::",
+        "labs_core::alloc::caching::",
+        "labs_core::alloc::deferred::",
+        "labs_core::alloc::fit::",
+        "labs_core::alloc::oom::",
+        "labs_core::alloc::pages::",
+        "labs_core::alloc::parked::",
+        "labs_core::alloc::history::History",
+    ];
     let is_internal = |f: &Frame| {
-        f.name.starts_with("std::backtrace")
-            || f.name.contains("labs_core::alloc::caching::")
-            || f.name.contains("labs_core::alloc::history::History")
+        f.name.starts_with("std::backtrace") || ALLOCATOR.iter().any(|m| f.name.contains(m))
     };
     // Skip the capture and the allocator's frames at the top; stop at the runtime's
     // start-up code.

@@ -2,23 +2,31 @@
 //! generic over the device backend, plus the replay of real allocation traces that
 //! measures it.
 
+mod allocator;
 mod caching;
 mod config;
+mod deferred;
 mod export;
+mod fit;
 mod history;
+mod invariants;
 mod leak;
 mod lock;
+mod oom;
+mod pages;
 mod parked;
 mod pool;
 pub mod replay;
+mod report;
 mod size;
 mod stats;
 
-pub use caching::{Allocator, Block, BlockInfo, SegmentInfo};
+pub use allocator::{Allocation, Allocator};
 pub use config::{Config, Divisions, ENV_ALLOC_CONF};
 pub use export::LiveBlock;
 pub use history::{frames_of, HistoryEvent};
 pub use leak::{LeakGuard, LeakReport};
 pub use pool::{BlockState, MAX_STREAMS};
+pub use report::{BlockInfo, SegmentInfo};
 pub use size::{checked_round_size, pool_of, round_size, segment_size, Pool, MAX_REQUEST};
 pub use stats::{PoolStat, Stat, Stats};

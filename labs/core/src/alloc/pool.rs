@@ -1,9 +1,12 @@
-//! The bookkeeping of blocks: an arena of blocks linked to their neighbours inside a
-//! segment, and the ordered set of free blocks that best fit searches.
+//! The bookkeeping of memory: segments, an arena of block records linked to their
+//! neighbours inside a segment, and the ordered set of free blocks that best fit
+//! searches.
 
 use std::collections::BTreeSet;
 
-use crate::backend::Stream;
+use super::pages::Page;
+use super::size::Pool;
+use crate::backend::{DevicePtr, Stream};
 
 pub(crate) const NONE: u32 = u32::MAX;
 
@@ -19,12 +22,74 @@ pub enum BlockState {
     Parked,
 }
 
-pub(crate) struct Block {
+// ANCHOR: pool_key
+/// Which free blocks a request may use: those of its own stream and pool (a block freed
+/// on one stream is reused only by work queued behind it on that stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct PoolKey {
+    /// The stream's index among the streams the allocator has seen (so that it is small
+    /// whatever the driver's stream handles look like).
+    pub stream: u32,
+    pub pool: Pool,
+}
+// ANCHOR_END: pool_key
+
+/// How many streams one allocator tells apart: the stream's index and the pool share
+/// the key's top 16 bits.
+pub const MAX_STREAMS: usize = 1 << 15;
+
+/// An error once an allocator has seen [`MAX_STREAMS`] streams (`seen`), rather than
+/// two streams sharing a pool.
+pub(crate) fn check_stream_count(seen: usize) -> crate::Result<()> {
+    if seen >= MAX_STREAMS {
+        return Err(crate::Error::InvalidArgument(format!(
+            "more than {MAX_STREAMS} streams allocate from one allocator; it tells at most \
+             {MAX_STREAMS} streams apart"
+        )));
+    }
+    Ok(())
+}
+
+impl PoolKey {
+    /// The key as one small integer, stream first: the prefix of the free set's packed
+    /// keys and of the parked table's. Below 2^16 (see [`FreeKey`]).
+    #[inline]
+    pub fn bits(self) -> u64 {
+        ((self.stream as u64) << 1) | self.pool as u64
+    }
+}
+
+/// A reserved range of device memory (a driver allocation, or the address range of an
+/// expandable segment), tiled by blocks.
+pub(crate) struct Segment {
+    pub key: PoolKey,
+    pub base: DevicePtr,
+    pub size: u64,
+    /// The stream's handle, as reported in snapshots and the history.
+    pub stream: u64,
+    pub expandable: bool,
+    /// False once released; the slot waits for the next segment.
+    pub alive: bool,
+    /// The block at the segment's base, the head of its list of blocks.
+    pub first: u32,
+    /// The page map of an expandable segment (see `pages.rs`); empty when fixed.
+    pub pages: Vec<Page>,
+    pub mapped_pages: u64,
+}
+
+impl Segment {
+    pub fn pool(&self) -> Pool {
+        self.key.pool
+    }
+}
+
+/// The pool's record of one block: a range of a segment, free or in use.
+pub(crate) struct BlockRecord {
     pub addr: u64,
     pub size: u64,
     pub requested: u64,
-    /// The free-set prefix of the block's stream and pool (its segment's).
-    pub sp: u32,
+    /// The block's stream and pool (its segment's).
+    pub key: PoolKey,
     pub segment: u32,
     pub prev: u32,
     pub next: u32,
@@ -46,7 +111,7 @@ pub(crate) struct Block {
 /// allocation does no heap allocation.
 #[derive(Default)]
 pub(crate) struct Blocks {
-    slots: Vec<Block>,
+    slots: Vec<BlockRecord>,
     vacant: Vec<u32>,
 }
 
@@ -55,19 +120,18 @@ impl Blocks {
         &mut self,
         addr: u64,
         size: u64,
-        sp: u64,
+        key: PoolKey,
         segment: u32,
         prev: u32,
         next: u32,
     ) -> u32 {
-        let sp = sp as u32;
         match self.vacant.pop() {
             Some(id) => {
                 let b = &mut self.slots[id as usize];
                 b.addr = addr;
                 b.size = size;
                 b.requested = 0;
-                b.sp = sp;
+                b.key = key;
                 b.segment = segment;
                 b.prev = prev;
                 b.next = next;
@@ -76,11 +140,11 @@ impl Blocks {
                 id
             }
             None => {
-                self.slots.push(Block {
+                self.slots.push(BlockRecord {
                     addr,
                     size,
                     requested: 0,
-                    sp,
+                    key,
                     segment,
                     prev,
                     next,
@@ -103,22 +167,22 @@ impl Blocks {
         self.vacant.push(id);
     }
 
-    pub fn get(&self, id: u32) -> Option<&Block> {
+    pub fn get(&self, id: u32) -> Option<&BlockRecord> {
         self.slots.get(id as usize)
     }
 }
 
 impl std::ops::Index<u32> for Blocks {
-    type Output = Block;
+    type Output = BlockRecord;
     #[inline]
-    fn index(&self, id: u32) -> &Block {
+    fn index(&self, id: u32) -> &BlockRecord {
         &self.slots[id as usize]
     }
 }
 
 impl std::ops::IndexMut<u32> for Blocks {
     #[inline]
-    fn index_mut(&mut self, id: u32) -> &mut Block {
+    fn index_mut(&mut self, id: u32) -> &mut BlockRecord {
         &mut self.slots[id as usize]
     }
 }
@@ -132,57 +196,35 @@ impl std::ops::IndexMut<u32> for Blocks {
 type FreeKey = u128;
 
 #[inline]
-fn key(stream_pool: u64, size: u64, addr: u64, id: u32) -> FreeKey {
-    debug_assert!(stream_pool < 1 << 16 && size >> 9 < 1 << 40 && addr >> 9 < 1 << 40);
-    ((stream_pool as u128) << 112)
+fn key(prefix: u64, size: u64, addr: u64, id: u32) -> FreeKey {
+    debug_assert!(prefix < 1 << 16 && size >> 9 < 1 << 40 && addr >> 9 < 1 << 40);
+    ((prefix as u128) << 112)
         | (((size >> 9) as u128) << 72)
         | (((addr >> 9) as u128) << 32)
         | id as u128
 }
 // ANCHOR_END: free_key
 
-/// How many streams one allocator tells apart: the stream's index and the pool share
-/// the key's top 16 bits.
-pub const MAX_STREAMS: usize = 1 << 15;
-
-/// An error once an allocator has seen [`MAX_STREAMS`] streams (`seen`), rather than
-/// two streams sharing a pool.
-pub(crate) fn check_stream_count(seen: usize) -> crate::Result<()> {
-    if seen >= MAX_STREAMS {
-        return Err(crate::Error::InvalidArgument(format!(
-            "more than {MAX_STREAMS} streams allocate from one allocator; it tells at most \
-             {MAX_STREAMS} streams apart"
-        )));
-    }
-    Ok(())
-}
-
-/// The key prefix of a stream's pool: the stream's index among those seen (so that it
-/// fits the key whatever the driver's stream handles look like) and the pool.
-pub(crate) fn stream_pool(stream_index: u64, pool: super::size::Pool) -> u64 {
-    (stream_index << 1) | pool as u64
-}
-
 #[derive(Default)]
 pub(crate) struct FreeSet(BTreeSet<FreeKey>);
 
 impl FreeSet {
     #[inline]
-    pub fn insert(&mut self, stream_pool: u64, size: u64, addr: u64, id: u32) {
-        let fresh = self.0.insert(key(stream_pool, size, addr, id));
+    pub fn insert(&mut self, pool: PoolKey, size: u64, addr: u64, id: u32) {
+        let fresh = self.0.insert(key(pool.bits(), size, addr, id));
         debug_assert!(fresh, "free block listed twice");
     }
     #[inline]
-    pub fn remove(&mut self, stream_pool: u64, size: u64, addr: u64, id: u32) {
-        let found = self.0.remove(&key(stream_pool, size, addr, id));
+    pub fn remove(&mut self, pool: PoolKey, size: u64, addr: u64, id: u32) {
+        let found = self.0.remove(&key(pool.bits(), size, addr, id));
         debug_assert!(found, "free block missing from the free set");
     }
-    /// The smallest free block of `stream_pool` holding at least `size` bytes, as
+    /// The smallest free block of `pool` holding at least `size` bytes, as
     /// (size, slot).
     #[inline]
-    pub fn best_fit(&self, stream_pool: u64, size: u64) -> Option<(u64, u32)> {
-        let from = key(stream_pool, size, 0, 0);
-        let to = key(stream_pool + 1, 0, 0, 0);
+    pub fn best_fit(&self, pool: PoolKey, size: u64) -> Option<(u64, u32)> {
+        let from = key(pool.bits(), size, 0, 0);
+        let to = key(pool.bits() + 1, 0, 0, 0);
         // An open range descends the tree once; a closed one would find both ends.
         self.0
             .range(from..)
@@ -190,12 +232,12 @@ impl FreeSet {
             .filter(|&&k| k < to)
             .map(|&k| ((((k >> 72) as u64) & ((1 << 40) - 1)) << 9, k as u32))
     }
-    /// The free blocks of `stream_pool` holding at least `size` bytes, best fit first,
-    /// as (size, address, slot).
+    /// The free blocks of `pool` holding at least `size` bytes, best fit first, as
+    /// (size, address, slot).
     #[inline]
-    pub fn fits(&self, stream_pool: u64, size: u64) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
-        let from = key(stream_pool, size, 0, 0);
-        let to = key(stream_pool + 1, 0, 0, 0);
+    pub fn fits(&self, pool: PoolKey, size: u64) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
+        let from = key(pool.bits(), size, 0, 0);
+        let to = key(pool.bits() + 1, 0, 0, 0);
         // An open range descends the tree once; a closed one would find both ends.
         self.0
             .range(from..)
@@ -208,8 +250,8 @@ impl FreeSet {
                 )
             })
     }
-    pub fn contains(&self, stream_pool: u64, size: u64, addr: u64, id: u32) -> bool {
-        self.0.contains(&key(stream_pool, size, addr, id))
+    pub fn contains(&self, pool: PoolKey, size: u64, addr: u64, id: u32) -> bool {
+        self.0.contains(&key(pool.bits(), size, addr, id))
     }
     pub fn len(&self) -> usize {
         self.0.len()

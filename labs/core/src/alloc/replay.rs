@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{Allocator, Block};
+use super::{Allocation, Allocator};
 use crate::error::{Error, Result};
 use crate::snapshot::{read_trace_file, TraceAction};
 pub use crate::snapshot::{CsvEvent as TraceEvent, TraceLimits};
@@ -114,7 +114,7 @@ pub fn replay(trace: &Trace, allocator: &Allocator) -> Result<ReplayReport> {
 pub fn replay_with(trace: &Trace, allocator: &Allocator, lenient: bool) -> Result<ReplayReport> {
     allocator.reset_peak_stats();
     let before = allocator.stats();
-    let mut live: HashMap<u64, Block> = HashMap::with_capacity(4096);
+    let mut live: HashMap<u64, Allocation> = HashMap::with_capacity(4096);
     let mut streams: HashMap<u64, u64> = HashMap::new();
     let (mut ops, mut unknown_frees) = (0u64, 0u64);
     let start = Instant::now();

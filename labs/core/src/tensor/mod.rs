@@ -12,7 +12,7 @@ pub use layout::Layout;
 
 use std::sync::Arc;
 
-use crate::alloc::Block;
+use crate::alloc::Allocation;
 use crate::device::{Device, DevicePtr};
 use crate::error::{Error, Result};
 
@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 /// tensor using it goes away.
 struct Storage {
     device: Device,
-    block: Block,
+    block: Allocation,
 }
 
 impl Drop for Storage {
@@ -164,8 +164,8 @@ impl Tensor {
         self.storage.block.ptr() + (self.layout.offset() * self.dtype.size()) as u64
     }
 
-    /// The allocator block behind the tensor (shared by all its views).
-    pub fn block(&self) -> Block {
+    /// The allocation behind the tensor (shared by all its views).
+    pub fn allocation(&self) -> Allocation {
         self.storage.block
     }
 

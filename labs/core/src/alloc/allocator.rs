@@ -1,0 +1,158 @@
+//! The allocator's public face: create one, allocate, free, mark cross-stream use,
+//! empty the cache, cap its memory. The policy behind it is `caching.rs`; what it
+//! reports (statistics, segments, snapshots) is `report.rs`.
+
+use std::sync::Arc;
+
+use super::caching::State;
+use super::config::Config;
+use super::lock::{Guard, Lock};
+use crate::backend::{Backend, DeviceId, DevicePtr, Stream};
+use crate::error::{Error, Result};
+
+/// Memory handed out by the allocator. It is a plain handle: give it back with
+/// [`Allocator::free`] (tensors do this when dropped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation {
+    /// The block's slot in the pool, and which of the slot's blocks it is: a stale
+    /// handle is caught rather than freeing someone else's memory.
+    pub(super) id: u32,
+    pub(super) generation: u32,
+    pub(super) ptr: DevicePtr,
+    pub(super) size: u64,
+    pub(super) requested: u64,
+    pub(super) stream: u64,
+}
+
+impl Allocation {
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+    /// The block's size after rounding.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    /// The size the program asked for.
+    pub fn requested(&self) -> u64 {
+        self.requested
+    }
+    /// The stream the block was allocated on.
+    pub fn stream(&self) -> u64 {
+        self.stream
+    }
+}
+
+pub struct Allocator {
+    pub(super) backend: Arc<dyn Backend>,
+    pub(super) device: DeviceId,
+    state: Lock<State>,
+}
+
+impl Allocator {
+    pub fn new(backend: Arc<dyn Backend>, conf: Config) -> Result<Allocator> {
+        let total = backend.mem_info()?.total;
+        let page = if conf.expandable_segments {
+            backend.vm_granularity()? as u64
+        } else {
+            0
+        };
+        Ok(Allocator {
+            device: backend.id(),
+            state: Lock::new(State::new(conf, backend.id(), total, page)),
+            backend,
+        })
+    }
+
+    pub fn device(&self) -> DeviceId {
+        self.device
+    }
+
+    pub fn config(&self) -> Config {
+        self.lock().conf.clone()
+    }
+
+    #[inline]
+    pub(super) fn lock(&self) -> Guard<'_, State> {
+        self.state.lock()
+    }
+
+    /// A block of at least `size` bytes for work on `stream`.
+    pub fn malloc(&self, size: usize, stream: &Stream) -> Result<Allocation> {
+        stream.check_device(self.device)?;
+        self.malloc_on(size as u64, stream.handle())
+    }
+
+    /// As [`malloc`](Self::malloc), naming the stream by its handle (trace replay uses
+    /// the trace's stream ids).
+    pub fn malloc_on(&self, size: u64, stream: u64) -> Result<Allocation> {
+        let mut st = self.lock();
+        st.malloc(&*self.backend, size, stream)
+    }
+
+    /// Gives a block back to the cache. When other streams used it
+    /// ([`record_stream`](Self::record_stream)), it is reused only after their work so
+    /// far has completed.
+    pub fn free(&self, block: Allocation) -> Result<()> {
+        let mut st = self.lock();
+        st.free(&*self.backend, block)
+    }
+
+    // ANCHOR: record_stream
+    /// Marks `block` as used by work on `stream`, so that freeing it waits for that work.
+    pub fn record_stream(&self, block: &Allocation, stream: &Stream) -> Result<()> {
+        stream.check_device(self.device)?;
+        let mut st = self.lock();
+        st.check_handle(block)?;
+        if stream.handle() == block.stream {
+            return Ok(());
+        }
+        let uses = &mut st.blocks[block.id].stream_uses;
+        if !uses.iter().any(|s| s.handle() == stream.handle()) {
+            uses.push(stream.clone());
+        }
+        Ok(())
+    }
+    // ANCHOR_END: record_stream
+
+    /// Returns every byte of cached memory no block uses to the driver (after waiting
+    /// for pending cross-stream frees); returns how many bytes that was.
+    pub fn empty_cache(&self) -> Result<u64> {
+        let mut st = self.lock();
+        st.process_events(true)?;
+        st.release_cached(&*self.backend)
+    }
+
+    /// Caps this process's reservations at `fraction` of the device's memory.
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
+        if !(fraction > 0.0 && fraction <= 1.0) {
+            return Err(Error::InvalidArgument(format!(
+                "memory fraction {fraction} must be in (0, 1]"
+            )));
+        }
+        let mut st = self.lock();
+        st.conf.per_process_memory_fraction = fraction;
+        st.limit = (st.total as f64 * fraction) as u64;
+        Ok(())
+    }
+
+    /// Checks every structural invariant and that the statistics match a recount; a
+    /// description of the first violation otherwise. For tests.
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.lock().check_invariants()
+    }
+}
+
+impl Drop for Allocator {
+    /// Returns the cache to the driver. Blocks still allocated keep their memory: a
+    /// tensor may outlive a private allocator only by a bug, and freeing memory under it
+    /// would turn that bug into corruption.
+    fn drop(&mut self) {
+        let st = self.state.get_mut();
+        let result = st
+            .process_events(true)
+            .and_then(|_| st.release_cached(&*self.backend));
+        if let Err(e) = result {
+            eprintln!("warning: releasing the cache of {}: {e}", self.device);
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! What the allocator reports: statistics under PyTorch's names, its segments and
+//! blocks, the blocks live now, the memory history and snapshots.
+
+use std::collections::HashMap;
+
+use super::allocator::Allocator;
+use super::caching::State;
+use super::export::{to_snapshot, LiveBlock};
+use super::history::{frames_of, History, HistoryEvent};
+use super::pool::{BlockRecord, BlockState, Segment, NONE};
+use super::size::Pool;
+use super::stats::Stats;
+use crate::backend::DevicePtr;
+use crate::error::{Error, Result};
+use crate::snapshot::{Frame, Snapshot};
+
+/// One segment as [`Allocator::segments`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub base: DevicePtr,
+    pub size: u64,
+    pub stream: u64,
+    pub pool: Pool,
+    pub expandable: bool,
+    /// The (address, length) of each run of memory-backed pages, in address order: the
+    /// whole segment when it is fixed.
+    pub mapped_ranges: Vec<(u64, u64)>,
+    pub blocks: Vec<BlockInfo>,
+}
+
+/// One block of a [`SegmentInfo`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockInfo {
+    pub addr: DevicePtr,
+    pub size: u64,
+    pub requested: u64,
+    pub state: BlockState,
+}
+
+impl SegmentInfo {
+    /// Bytes with memory behind them (all of a fixed segment).
+    pub fn mapped(&self) -> u64 {
+        self.mapped_ranges.iter().map(|r| r.1).sum()
+    }
+}
+
+impl State {
+    /// The blocks of a segment, in address order.
+    fn blocks_of<'a>(&'a self, seg: &Segment) -> impl Iterator<Item = &'a BlockRecord> {
+        std::iter::successors((seg.first != NONE).then(|| &self.blocks[seg.first]), |b| {
+            (b.next != NONE).then(|| &self.blocks[b.next])
+        })
+    }
+}
+
+impl Allocator {
+    /// Every statistic. Parked blocks are merged into the free set first, so that the
+    /// figures (`inactive_split` is the one parking changes) read as for an allocator
+    /// that merges every freed block at once.
+    pub fn stats(&self) -> Stats {
+        let mut st = self.lock();
+        st.unpark_all();
+        st.stats
+    }
+
+    pub fn reset_peak_stats(&self) {
+        self.lock().stats.reset_peaks();
+    }
+
+    /// Bytes in blocks handed out (PyTorch's `memory_allocated`).
+    pub fn memory_allocated(&self) -> u64 {
+        self.lock().stats.allocated.current
+    }
+
+    /// Bytes held from the driver (PyTorch's `memory_reserved`).
+    pub fn memory_reserved(&self) -> u64 {
+        self.lock().stats.reserved.current
+    }
+
+    /// The most bytes handed out at once since the last peak reset.
+    pub fn max_memory_allocated(&self) -> u64 {
+        self.lock().stats.allocated.peak
+    }
+
+    /// The most bytes held from the driver since the last peak reset.
+    pub fn max_memory_reserved(&self) -> u64 {
+        self.lock().stats.reserved.peak
+    }
+
+    /// PyTorch's name for [`reset_peak_stats`](Self::reset_peak_stats).
+    pub fn reset_peak_memory_stats(&self) {
+        self.reset_peak_stats();
+    }
+
+    /// PyTorch's `memory_stats()`: every statistic under its PyTorch key.
+    pub fn memory_stats(&self) -> std::collections::BTreeMap<String, u64> {
+        self.stats().to_map()
+    }
+
+    /// PyTorch's `memory_summary()`: the statistics as a table.
+    pub fn memory_summary(&self) -> String {
+        self.stats().summary(&self.device.to_string())
+    }
+
+    /// How many allocations this allocator has handed out so far: a baseline for
+    /// [`live_blocks`](Self::live_blocks) (blocks with a higher number came later).
+    pub fn allocations_so_far(&self) -> u64 {
+        self.lock().stats.allocations.all.allocated
+    }
+
+    // ANCHOR: record_memory_history
+    /// Starts recording the memory history (PyTorch's `_record_memory_history`): the
+    /// last `max_entries` events, each with the Rust backtrace of its call when
+    /// `with_backtraces` is set. A `max_entries` of 0 stops recording and drops the
+    /// history. Starting again starts a new history.
+    pub fn record_memory_history(&self, max_entries: usize, with_backtraces: bool) {
+        self.lock().history =
+            (max_entries > 0).then(|| Box::new(History::new(max_entries, with_backtraces)));
+    }
+    // ANCHOR_END: record_memory_history
+
+    /// The recorded history, oldest first (empty when none is recorded), and how many
+    /// older entries the ring buffer let go.
+    pub fn history(&self) -> (Vec<HistoryEvent>, u64) {
+        let st = self.lock();
+        st.history
+            .as_ref()
+            .map_or((Vec::new(), 0), |h| (h.events(), h.dropped))
+    }
+
+    /// The allocator's state and history in the snapshot model that lab 3 reads, draws
+    /// and exports (PyTorch's `torch.cuda.memory._snapshot()`). An expandable segment
+    /// appears as one segment per run of mapped pages, so that segment sizes add up to
+    /// `memory_reserved`, as in PyTorch.
+    pub fn snapshot(&self) -> Snapshot {
+        let segments = self.segments();
+        let (events, sites) = {
+            let st = self.lock();
+            match &st.history {
+                Some(h) => {
+                    let sites: HashMap<u64, Vec<Frame>> = segments
+                        .iter()
+                        .flat_map(|s| &s.blocks)
+                        .filter(|b| b.state == BlockState::Allocated)
+                        .filter_map(|b| h.alloc_site(b.addr).map(|bt| (b.addr, bt)))
+                        .map(|(a, bt)| (a, frames_of(&bt)))
+                        .collect();
+                    (h.events(), sites)
+                }
+                None => (Vec::new(), HashMap::new()),
+            }
+        };
+        to_snapshot(self.device, &self.config(), &segments, &events, &sites)
+    }
+
+    /// Writes [`snapshot`](Self::snapshot) to `path` as JSON (PyTorch's
+    /// `_dump_snapshot`), for `lab-03 summary`, `plot` and `export-trace`.
+    pub fn dump_snapshot(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
+        crate::snapshot::dump_to_file(&self.snapshot(), path)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))
+    }
+
+    /// The blocks allocated now, oldest allocation first, each with the number of
+    /// its allocation (see [`allocations_so_far`](Self::allocations_so_far)) and, when
+    /// the history records backtraces, where it was made.
+    pub fn live_blocks(&self) -> Vec<LiveBlock> {
+        let st = self.lock();
+        let mut live: Vec<LiveBlock> = (st.segments.iter())
+            .filter(|s| s.alive)
+            .flat_map(|s| st.blocks_of(s))
+            .filter(|b| b.state == BlockState::Allocated)
+            .map(|b| LiveBlock {
+                addr: b.addr,
+                size: b.size,
+                requested: b.requested,
+                stream: st.stream_of(b.key),
+                serial: b.serial,
+                backtrace: st.history.as_ref().and_then(|h| h.alloc_site(b.addr)),
+            })
+            .collect();
+        live.sort_by_key(|b| b.serial);
+        live
+    }
+
+    /// The segments and their blocks, in address order.
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        let mut st = self.lock();
+        st.unpark_all();
+        let mut out: Vec<SegmentInfo> = (st.segments.iter())
+            .filter(|s| s.alive)
+            .map(|s| {
+                let blocks = st
+                    .blocks_of(s)
+                    .map(|b| BlockInfo {
+                        addr: b.addr,
+                        size: b.size,
+                        requested: b.requested,
+                        state: b.state,
+                    })
+                    .collect();
+                SegmentInfo {
+                    base: s.base,
+                    size: s.size,
+                    stream: s.stream,
+                    pool: s.pool(),
+                    expandable: s.expandable,
+                    mapped_ranges: if s.expandable {
+                        st.pages.mapped_ranges(s)
+                    } else {
+                        vec![(s.base, s.size)]
+                    },
+                    blocks,
+                }
+            })
+            .collect();
+        out.sort_by_key(|s| s.base);
+        out
+    }
+}
