@@ -114,10 +114,16 @@ fn launches_are_asynchronous_and_events_see_completion() {
         "work finished before the launch returned?"
     );
     end.synchronize().unwrap();
+    let waited = t.elapsed();
     assert!(end.query().unwrap());
     assert!(stream.query().unwrap());
     let ms = start.elapsed_ms(&end).unwrap();
-    assert!(ms >= 20.0, "events measured {ms} ms");
+    // The events saw most of the time the host waited (the work itself), however long
+    // a loaded machine made it; a calibration made under other load may miss 40 ms.
+    assert!(
+        ms >= 0.5 * waited.as_secs_f32() * 1e3 && ms >= 5.0,
+        "events measured {ms} ms of {waited:?}"
+    );
     assert!(
         launch.as_secs_f32() * 1e3 < ms / 2.0,
         "launch took {launch:?}"
