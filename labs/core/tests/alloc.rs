@@ -643,11 +643,13 @@ fn memory_stats_have_pytorch_keys_and_meanings() {
         "num_device_alloc",
         "num_device_free",
         "num_sync_all_streams",
+        "num_stream_syncs",
+        "num_remaps",
         "num_parked_hits",
     ] {
         assert!(keys.contains_key(key), "{key}");
     }
-    assert_eq!(keys.len(), 9 * 3 * 4 + 6);
+    assert_eq!(keys.len(), 9 * 3 * 4 + 8);
 
     // Two small blocks split one 2 MiB segment; freeing the first leaves a free
     // fragment between live neighbours.

@@ -39,7 +39,8 @@ fn check(name: &str, pytorch_best: f64, calls: Calls) -> f64 {
         report.num_sync_all_streams,
         calls.syncs
     );
-    assert_eq!(report.device_allocs, report.num_maps);
+    // Every mapping either made new memory or moved idle memory there.
+    assert_eq!(report.device_allocs + report.num_remaps, report.num_maps);
     let ours = report.fragmentation();
     assert!(
         ours <= pytorch_best,

@@ -151,6 +151,7 @@ fn run_replay(
             "num_maps": r.num_maps,
             "num_unmaps": r.num_unmaps,
             "num_sync_all_streams": r.num_sync_all_streams,
+            "num_remaps": r.num_remaps,
             "unknown_frees": r.unknown_frees,
             "ns_per_op": r.ns_per_op(),
         });
@@ -169,6 +170,7 @@ fn run_replay(
         println!("device allocs    {}", r.device_allocs);
         println!("maps / unmaps    {} / {}", r.num_maps, r.num_unmaps);
         println!("device syncs     {}", r.num_sync_all_streams);
+        println!("mappings moved   {}", r.num_remaps);
         println!("time per op      {:.0} ns", r.ns_per_op());
         if r.unknown_frees > 0 {
             println!("unknown frees    {} (skipped)", r.unknown_frees);

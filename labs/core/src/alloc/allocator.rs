@@ -79,14 +79,15 @@ impl Allocator {
     /// A block of at least `size` bytes for work on `stream`.
     pub fn malloc(&self, size: usize, stream: &Stream) -> Result<Allocation> {
         stream.check_device(self.device)?;
-        self.malloc_on(size as u64, stream.handle())
+        let mut st = self.lock();
+        st.malloc(&*self.backend, size as u64, stream.handle(), Some(stream))
     }
 
     /// As [`malloc`](Self::malloc), naming the stream by its handle (trace replay uses
     /// the trace's stream ids).
     pub fn malloc_on(&self, size: u64, stream: u64) -> Result<Allocation> {
         let mut st = self.lock();
-        st.malloc(&*self.backend, size, stream)
+        st.malloc(&*self.backend, size, stream, None)
     }
 
     /// Gives a block back to the cache. When other streams used it

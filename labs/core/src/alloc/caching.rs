@@ -25,7 +25,7 @@ use super::size::{
     checked_round_size, pool_of, segment_size, Pool, EXPANDABLE_VA, MIN_BLOCK, SMALL_SIZE,
 };
 use super::stats::Stats;
-use crate::backend::{Backend, DeviceId};
+use crate::backend::{Backend, DeviceId, Stream};
 use crate::error::{Error, Result};
 use crate::snapshot::TraceAction;
 
@@ -54,6 +54,10 @@ pub(super) struct State {
     pub stats: Stats,
     /// Stream handles in order of first use; a stream's index is its pool key.
     pub streams: Vec<u64>,
+    /// The streams themselves, by the same index, where the allocator was handed them
+    /// (`malloc`; replays name streams by handle only): unmapping idle memory then
+    /// waits for its stream alone rather than the whole device.
+    pub stream_objects: Vec<Option<Stream>>,
     /// The memory history, while recorded (`record_memory_history`).
     pub history: Option<Box<History>>,
 }
@@ -77,22 +81,29 @@ impl State {
             deferred: Deferred::default(),
             stats: Stats::default(),
             streams: Vec::new(),
+            stream_objects: Vec::new(),
             history: None,
         }
     }
 
     /// The pool key of a request on `stream` (the stream's handle) from `pool`.
     #[inline]
-    fn key_of(&mut self, stream: u64, pool: Pool) -> Result<PoolKey> {
+    fn key_of(&mut self, stream: u64, object: Option<&Stream>, pool: Pool) -> Result<PoolKey> {
         let index = match self.streams.iter().position(|&s| s == stream) {
             Some(i) => i,
             None => {
                 // The stream's index is a 15-bit field of the free-set key (`pool.rs`).
                 check_stream_count(self.streams.len())?;
                 self.streams.push(stream);
+                self.stream_objects.push(None);
                 self.streams.len() - 1
             }
         };
+        if let Some(object) = object {
+            if self.stream_objects[index].is_none() {
+                self.stream_objects[index] = Some(object.clone());
+            }
+        }
         Ok(PoolKey {
             stream: index as u32,
             pool,
@@ -105,7 +116,13 @@ impl State {
         self.streams[key.stream as usize]
     }
 
-    pub fn malloc(&mut self, be: &dyn Backend, size: u64, stream: u64) -> Result<Allocation> {
+    pub fn malloc(
+        &mut self,
+        be: &dyn Backend,
+        size: u64,
+        stream: u64,
+        object: Option<&Stream>,
+    ) -> Result<Allocation> {
         if !self.deferred.is_empty() {
             self.process_events(false)?;
         }
@@ -118,7 +135,7 @@ impl State {
             return Err(self.out_of_memory(size));
         };
         let pool = pool_of(rounded);
-        let key = self.key_of(stream, pool)?;
+        let key = self.key_of(stream, object, pool)?;
         // ANCHOR: parked_hit
         let parked = match pool {
             Pool::Small => self.parked.take(&self.blocks, key, rounded),

@@ -4,11 +4,13 @@
 //! An expandable segment is a large reserved address range whose pages get memory
 //! only while some block uses them, mapped in runs of up to [`MAX_RUN_PAGES`] pages per
 //! driver mapping. A mapping no block uses is "idle". Reserved memory grows freely up
-//! to its high-water mark; past it, idle mappings are unmapped first (those idle since
-//! the last device-wide synchronisation, so no new one is needed; else one
-//! synchronisation makes every idle mapping safe at once). Reserved memory then only
-//! passes its high-water mark when no memory is idle, which keeps peak reserved close
-//! to peak allocated.
+//! to its high-water mark; past it, idle mappings are recycled first (those idle since
+//! the last wait for their streams, so no new wait is needed; else one wait for the
+//! streams that own idle memory makes every idle mapping safe at once). An idle mapping
+//! of the length needed moves whole: its physical memory is unmapped and mapped where
+//! it is needed, with no release and no create. Reserved memory then only passes its
+//! high-water mark when no memory is idle, which keeps peak reserved close to peak
+//! allocated. The device gets access to what one block needed mapped with one call.
 //!
 //! The page map answers questions (how many pages of a range lack memory, where in a
 //! block a request would lie on mapped pages) and counts users; it never calls back
@@ -19,7 +21,7 @@ use std::ops::Range;
 
 use super::caching::State;
 use super::pool::Segment;
-use crate::backend::Backend;
+use crate::backend::{Backend, PhysicalMemory, Stream};
 use crate::error::Result;
 use crate::snapshot::TraceAction;
 
@@ -221,6 +223,10 @@ impl State {
         if reserved + needed > self.limit && reserved + needed > self.limit + self.idle_bytes() {
             return Err(self.out_of_memory(needed));
         }
+        // The pages mapped here, first to last: the device gets access to all of them
+        // with one call once they are mapped (`cuMemSetAccess` costs about as much as
+        // the map itself, whatever the length).
+        let mut newly: Option<Range<usize>> = None;
         let mut p = span.start;
         while p < span.end {
             if self.segments[s as usize].pages[p].mapped {
@@ -235,7 +241,14 @@ impl State {
                 end += 1;
             }
             self.map_run(be, s, p, end)?;
+            newly = Some(newly.map_or(p..end, |r| r.start..end));
             p = end;
+        }
+        if let Some(r) = newly {
+            let page = self.pages.page;
+            let base = self.segments[s as usize].base;
+            let addr = base + r.start as u64 * page;
+            be.vm_set_access(addr, ((r.end - r.start) as u64 * page) as usize)?;
         }
         Ok(())
     }
@@ -265,16 +278,31 @@ impl State {
     /// mapping. Below the high-water mark of reserved memory new memory costs the peak
     /// nothing, so it is simply mapped and idle memory stays where it is (a training
     /// loop's next iteration finds it mapped). Above it, the mappings idle the longest
-    /// are unmapped first, so that reserved memory does not grow while memory sits idle.
-    /// Unmapping needs the work that used the memory to be done: memory idle since
-    /// before the last device-wide synchronisation needs no new one, and the oldest idle
-    /// mappings are taken first, so synchronisations are rare.
+    /// are recycled first, so that reserved memory does not grow while memory sits idle:
+    /// one of exactly this length is moved here, else idle mappings are released until
+    /// new memory fits under the mark. Unmapping needs the work that used the memory to
+    /// be done: memory idle since before the last wait for its stream needs no new one,
+    /// and the oldest idle mappings are taken first, so waits are rare. The caller grants
+    /// the device access (`occupy`).
     fn map_run(&mut self, be: &dyn Backend, s: u32, first: usize, end: usize) -> Result<()> {
         let n = (end - first) as u64;
         let page = self.pages.page;
         let bytes = n * page;
+        let addr = self.segments[s as usize].base + first as u64 * page;
         // The limit may have been lowered below the high-water mark since.
-        while self.stats.reserved.current + bytes > self.pages.high_water.min(self.limit) {
+        let growing =
+            |st: &State| st.stats.reserved.current + bytes > st.pages.high_water.min(st.limit);
+        if growing(self) {
+            // An idle mapping of exactly this length moves here whole: its physical
+            // memory is unmapped and mapped again, with no release and no create.
+            if let Some(memory) = self.take_idle_of_length(be, n as u32)? {
+                be.vm_map_memory(addr, memory)?;
+                self.stats.num_remaps += 1;
+                self.mapped(s, first, end, false);
+                return Ok(());
+            }
+        }
+        while growing(self) {
             if !self.recycle_idle(be)? {
                 break;
             }
@@ -282,9 +310,19 @@ impl State {
         if self.stats.reserved.current + bytes > self.limit {
             return Err(self.out_of_memory(bytes));
         }
+        let memory = be.vm_create(bytes as usize)?;
+        be.vm_map_memory(addr, memory)?;
+        self.mapped(s, first, end, true);
+        Ok(())
+    }
+
+    /// Records the mapping of pages `first..end` of segment `s`, of memory just
+    /// `created` or moved from another mapping (already counted as reserved).
+    fn mapped(&mut self, s: u32, first: usize, end: usize, created: bool) {
+        let n = (end - first) as u64;
+        let bytes = n * self.pages.page;
         let seg = &mut self.segments[s as usize];
-        let addr = seg.base + first as u64 * page;
-        be.vm_map(addr, bytes as usize)?;
+        let addr = seg.base + first as u64 * self.pages.page;
         for p in &mut seg.pages[first..end] {
             p.mapped = true;
             p.head = first as u32;
@@ -294,12 +332,41 @@ impl State {
         head.users = n as u32;
         seg.mapped_pages += n;
         let (pool, stream) = (seg.pool(), seg.stream);
-        self.stats.device_allocs += 1;
+        if created {
+            self.stats.device_allocs += 1;
+        }
         self.stats.num_maps += 1;
         self.stats.reserved.add(pool, bytes);
         self.pages.high_water = self.pages.high_water.max(self.stats.reserved.current);
         self.note(TraceAction::SegmentMap, addr, bytes, stream);
-        Ok(())
+    }
+
+    /// Unmaps an idle mapping of exactly `len` pages that no queued work can use, and
+    /// returns its memory, still allocated; `None` when no such mapping is among the
+    /// few idle the longest that are looked at.
+    fn take_idle_of_length(
+        &mut self,
+        be: &dyn Backend,
+        len: u32,
+    ) -> Result<Option<PhysicalMemory>> {
+        /// Idle mappings looked at, from the end recycling takes first: enough to find
+        /// a training loop's repeating lengths, few enough to keep the search short.
+        const CANDIDATES: usize = 32;
+        let epoch = self.pages.epoch;
+        let found = (self.pages.idle.iter().rev().take(CANDIDATES).copied()).find(|&(s, h)| {
+            (self.segments.get(s as usize))
+                .filter(|g| g.alive)
+                .and_then(|g| g.pages.get(h as usize))
+                .is_some_and(|p| {
+                    p.is_idle_head(h as usize) && p.len == len && p.idle_epoch != epoch
+                })
+        });
+        let Some((s, h)) = found else {
+            return Ok(None);
+        };
+        self.pages.idle.remove(&(s, h));
+        self.segments[s as usize].pages[h as usize].queued = false;
+        self.unmap_run(be, s, h as usize, false)
     }
 
     /// Unmaps an idle mapping; false when none is idle. Mappings idle since before the
@@ -322,7 +389,7 @@ impl State {
                     continue;
                 }
                 page.queued = false;
-                self.unmap_run(be, s, h as usize)?;
+                self.unmap_run(be, s, h as usize, true)?;
                 return Ok(true);
             }
             let mut dirty = std::mem::take(&mut self.pages.idle_dirty);
@@ -332,7 +399,7 @@ impl State {
             }
             self.pages.idle_dirty = dirty;
             // Work queued before the memory fell idle may still use it.
-            self.synchronize(be)?;
+            self.fence(be)?;
         }
     }
 
@@ -350,10 +417,30 @@ impl State {
         }
     }
 
-    /// Waits for all the device's work; all memory idle now is then safe to unmap.
-    pub(super) fn synchronize(&mut self, be: &dyn Backend) -> Result<()> {
-        be.synchronize()?;
-        self.stats.num_sync_all_streams += 1;
+    /// Waits until no queued work can use memory idle now, which is then safe to
+    /// unmap: for the streams that own idle memory, when the allocator holds them all
+    /// (their other work and other streams' go on), else for the whole device.
+    pub(super) fn fence(&mut self, be: &dyn Backend) -> Result<()> {
+        let mut owners: Vec<u32> = (self.pages.idle_dirty.iter())
+            .map(|&(s, _)| self.segments[s as usize].key.stream)
+            .collect();
+        owners.sort_unstable();
+        owners.dedup();
+        let streams: Option<Vec<Stream>> = (owners.iter())
+            .map(|&i| self.stream_objects.get(i as usize).cloned().flatten())
+            .collect();
+        match streams {
+            Some(streams) if !streams.is_empty() => {
+                for stream in streams {
+                    stream.synchronize()?;
+                    self.stats.num_stream_syncs += 1;
+                }
+            }
+            _ => {
+                be.synchronize()?;
+                self.stats.num_sync_all_streams += 1;
+            }
+        }
         self.pages.epoch += 1;
         let mut dirty = std::mem::take(&mut self.pages.idle_dirty);
         self.pages.idle.append(&mut dirty);
@@ -369,30 +456,42 @@ impl State {
                 continue;
             }
             if self.pages.idle_since_last_sync(seg, h) {
-                self.synchronize(be)?;
+                self.fence(be)?;
             }
-            self.unmap_run(be, s, h)?;
+            self.unmap_run(be, s, h, true)?;
         }
         Ok(())
     }
 
-    /// Unmaps the mapping whose first page is `head`.
-    fn unmap_run(&mut self, be: &dyn Backend, s: u32, head: usize) -> Result<()> {
+    /// Unmaps the mapping whose first page is `head`, and releases its memory when
+    /// `release`; otherwise returns it (still counted as reserved until it is mapped
+    /// again, which the caller does at once).
+    fn unmap_run(
+        &mut self,
+        be: &dyn Backend,
+        s: u32,
+        head: usize,
+        release: bool,
+    ) -> Result<Option<PhysicalMemory>> {
         let page = self.pages.page;
         let seg = &mut self.segments[s as usize];
         let n = seg.pages[head].len as usize;
         let bytes = n as u64 * page;
         let addr = seg.base + head as u64 * page;
-        be.vm_unmap(addr, bytes as usize)?;
+        let memory = be.vm_unmap_memory(addr, bytes as usize)?;
         for p in &mut seg.pages[head..head + n] {
             p.mapped = false;
         }
         seg.mapped_pages -= n as u64;
         let (pool, stream) = (seg.pool(), seg.stream);
-        self.stats.device_frees += 1;
         self.stats.num_unmaps += 1;
         self.stats.reserved.sub(pool, bytes);
         self.note(TraceAction::SegmentUnmap, addr, bytes, stream);
-        Ok(())
+        if release {
+            be.vm_free_memory(memory)?;
+            self.stats.device_frees += 1;
+            return Ok(None);
+        }
+        Ok(Some(memory))
     }
 }

@@ -87,6 +87,8 @@ pub struct ReplayReport {
     pub num_unmaps: u64,
     /// Device-wide synchronisations the allocator did ([`crate::alloc::Stats::num_sync_all_streams`]).
     pub num_sync_all_streams: u64,
+    /// Mappings moved rather than made ([`crate::alloc::Stats::num_remaps`]).
+    pub num_remaps: u64,
     /// Frees of addresses not live at that point (never allocated, or freed twice):
     /// skipped when the replay is lenient, an error otherwise.
     pub unknown_frees: u64,
@@ -178,6 +180,7 @@ pub fn replay_with(trace: &Trace, allocator: &Allocator, lenient: bool) -> Resul
         num_maps: stats.num_maps - before.num_maps,
         num_unmaps: stats.num_unmaps - before.num_unmaps,
         num_sync_all_streams: stats.num_sync_all_streams - before.num_sync_all_streams,
+        num_remaps: stats.num_remaps - before.num_remaps,
         unknown_frees,
         elapsed,
     })

@@ -133,6 +133,16 @@ pub struct Stats {
     /// mark, or in `empty_cache`). The implicit synchronisation of `cuMemFree` (fixed
     /// segments) is not counted.
     pub num_sync_all_streams: u64,
+    /// Times the allocator waited for one stream's work instead (`cuStreamSynchronize`):
+    /// before unmapping memory idle since the last wait, when every stream owning such
+    /// memory is known (allocations made through `malloc` with a stream, not replayed
+    /// by handle), only those streams are waited for, as PyTorch's expandable segments
+    /// do. Work on other streams (a prefetcher's copies) goes on.
+    pub num_stream_syncs: u64,
+    /// Mappings moved rather than made: idle physical memory unmapped and mapped where
+    /// it is needed, without a `cuMemRelease` and a `cuMemCreate`. Counted in
+    /// `num_maps` and `num_unmaps`, not in `device_allocs` or `device_frees`.
+    pub num_remaps: u64,
     /// Allocations that had to release cached memory and try again.
     pub num_alloc_retries: u64,
     /// Allocations that failed with out-of-memory.
@@ -209,6 +219,8 @@ impl Stats {
             ("num_device_alloc", self.device_allocs),
             ("num_device_free", self.device_frees),
             ("num_sync_all_streams", self.num_sync_all_streams),
+            ("num_stream_syncs", self.num_stream_syncs),
+            ("num_remaps", self.num_remaps),
             ("num_parked_hits", self.num_parked_hits),
         ] {
             m.insert(name.to_string(), v);
@@ -278,6 +290,11 @@ impl Stats {
             "| {:<21} | {:>49} |\n",
             "Device synchronises", self.num_sync_all_streams
         );
+        out += &format!(
+            "| {:<21} | {:>49} |\n",
+            "Stream synchronises", self.num_stream_syncs
+        );
+        out += &format!("| {:<21} | {:>49} |\n", "Mappings moved", self.num_remaps);
         out += &format!(
             "| {:<21} | {:>49} |\n",
             "Parked-block reuses", self.num_parked_hits

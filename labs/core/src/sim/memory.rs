@@ -170,7 +170,7 @@ impl SimMemory {
     /// relies on the contents of memory it moves.
     pub fn create(&self, bytes: usize) -> Result<u64> {
         let mut s = self.state.write().unwrap();
-        if bytes == 0 || bytes as u64 % PAGE != 0 {
+        if bytes == 0 || bytes as u64 & (PAGE - 1) != 0 {
             return Err(Error::InvalidArgument(format!(
                 "physical memory of {bytes} bytes on {}: not whole pages",
                 self.device
