@@ -10,7 +10,6 @@
 use labs_core::alloc::replay::{self, Action, Trace, TraceEvent};
 use labs_core::alloc::Config;
 
-const MIB: u64 = 1 << 20;
 const GPU: u64 = 80 << 30;
 
 /// Records allocations and frees as trace events; addresses are just unique ids.
