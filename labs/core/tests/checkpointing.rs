@@ -212,16 +212,21 @@ fn gpt2_small() -> Model {
 /// of free memory sits on mapped pages that recycling cannot take back, because each
 /// layer's 6 MiB checkpoint and the parameter gradients landed on part of a mapping
 /// made for a large activation (mappings are runs of up to 8 pages, unmapped only
-/// whole), and hold all of it. With one page per mapping the same loop gives 1.0113:
+/// whole), and hold all of it: just before the last step's peak, 40 pages of 2 MiB
+/// are stranded so, in 15 mappings each used in part by 6 MiB checkpoints and 2.25 to
+/// 9 MiB gradients. With one page per mapping the same loop gives 1.0113:
 /// that is the figure a fix of the cause should approach. The ceilings below are
 /// today's, so that the loop cannot get worse unnoticed.
 ///
 /// Tried and measured, not kept: preferring, among best fit's candidates, the place
 /// that maps or strands the fewest pages (fixed 1.0437, varying 1.0262: the small
-/// blocks land on mappings that are busy when they arrive and idle soon after);
+/// blocks land on mappings that are busy when they arrive and idle soon after; with
+/// the largest free block as a candidate too, every shared trace got worse);
 /// unmapping the idle mapping a block would use only part of, when that needs no
 /// synchronisation (no change: almost every idle mapping is newer than the last
-/// synchronisation); giving blocks wider than one mapping segments of their own
+/// synchronisation); the same with a synchronisation when one is needed (fixed
+/// 1.0402, varying 1.0332, and 3 to 10 times the synchronisations on the shared
+/// traces); giving blocks wider than one mapping segments of their own
 /// (1.0288 both, but seed_transformer_accum4x16 went from 1.0210 to 1.0334 and
 /// resnet50's synchronisations from 18 to 45).
 #[test]
