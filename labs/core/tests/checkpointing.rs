@@ -7,7 +7,8 @@
 //! backward in reverse order, and freed block by block, while the parameter gradients
 //! are allocated for the first time and stay.
 
-use labs_core::alloc::replay::{self, Action, Trace, TraceEvent};
+use labs_core::alloc::replay::{Trace, TraceEvent};
+use labs_core::snapshot::TraceAction as Action;
 use labs_core::alloc::Config;
 
 const GPU: u64 = 80 << 30;
@@ -27,7 +28,7 @@ impl Recorder {
         addr
     }
     fn free(&mut self, addr: u64, size: u64) {
-        self.push(Action::Free, addr, size);
+        self.push(Action::FreeRequested, addr, size);
     }
     fn push(&mut self, action: Action, addr: u64, size: u64) {
         self.events.push(TraceEvent {
@@ -35,7 +36,7 @@ impl Recorder {
             addr,
             size,
             stream: 0,
-            line: self.events.len() as u32 + 2,
+            line: self.events.len() + 2,
         });
     }
 }
@@ -245,8 +246,8 @@ fn checkpointed_training_stays_close_to_its_requests() {
             1.032,
         ),
     ] {
-        let ours = replay::replay_on_sim(&trace, Config::default(), GPU).unwrap();
-        let native = replay::replay_on_sim(&trace, Config::pytorch_native(), GPU).unwrap();
+        let ours = labs_core::device::replay_on_sim(&trace, Config::default(), GPU).unwrap();
+        let native = labs_core::device::replay_on_sim(&trace, Config::pytorch_native(), GPU).unwrap();
         assert_eq!(ours.peak_requested, trace.peak_requested());
         assert_eq!(ours.unknown_frees, 0);
         let (f, n) = (ours.fragmentation(), native.fragmentation());
