@@ -55,7 +55,7 @@ LAB06_PARTS=(
   "wait-event=A consumer stream reading"
   "priorities=An urgent kernel behind a backlog"
   "record-stream=A block freed on stream A"
-  "sim-note?=(On sim:"
+  "threads-note?=(On sim:"
 )
 LAB08_PARTS=(
   "host-memory=Getting host memory for copies"
