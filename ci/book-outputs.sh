@@ -1,53 +1,253 @@
 #!/usr/bin/env bash
-# Copies the outputs of a GPU bundle run into the book: each lab command's log becomes
-# book/src/outputs/NAME-gpu.txt under a first line naming the command as a reader would
-# type it and the GPU it ran on. Usage: ci/book-outputs.sh LOGS_DIR RUN_LOG
-# (LOGS_DIR: the bundle's log folder; RUN_LOG: run.sh's output, whose first line is the
-# GPU's name, driver and memory as nvidia-smi prints them). Chapters include some of
-# these files by line range: check them after regenerating.
+# Writes the labs' outputs that the book includes, one file per experiment, each under a
+# first line naming the command as a reader would type it (and, for a GPU run, the GPU).
+# Chapters include these files whole, never by line range (ci/check-includes.sh rejects
+# that), so regenerating them cannot shift what a chapter shows.
+#
+#   ci/book-outputs.sh gpu LOGS_DIR RUN_LOG   from a GPU bundle run (ci/run.sh): LOGS_DIR
+#                                             is its log folder, RUN_LOG its output, whose
+#                                             first line is nvidia-smi's GPU name, driver
+#                                             and memory
+#   ci/book-outputs.sh sim                    runs the labs here, on the simulated GPU
+#
+# For each lab command it writes the whole output (for the chapters' "full output"
+# sections) and, where the output has several experiments, each experiment alone. An
+# experiment starts at its heading line (PARTS below, matched as line prefixes, in
+# order) and ends before the next one. A heading that is missing is an error, so a
+# renamed heading fails here instead of leaving an old file in the book; a part named
+# with a trailing `?` may be absent (output that one device prints and the other not),
+# and a part named again continues the earlier part's file.
 set -euo pipefail
-logs=$1 run_log=$2
 cd "$(dirname "$0")/.."
+root=$PWD
 out=book/src/outputs
-IFS=, read -r gpu driver _ < <(head -n 1 "$run_log")
-driver=${driver# }
-note="# $gpu, driver $driver"
 
-# The log run.sh keeps for one line of commands.txt.
-log_of() { echo "$logs/$(echo "$1" | tr -c 'A-Za-z0-9._-' '_').log"; }
+# The experiments of each command's text output: "file stem=heading prefix".
+LAB01_PARTS=(
+  "lazy-init=Lazy initialisation on"
+  "create=Creating tensors"
+  "to=tensor.to(device)"
+  "mixed-devices=Adding a tensor on"
+  "raw-alloc=Raw device allocation on"
+  "pageable-copies=Copies between pageable host memory"
+  "kernel-timing=Timing one kernel on"
+)
+LAB02_PARTS=(
+  "pair-cost=1. The cost of an alloc+free pair"
+  "reuse=2. Reuse: allocate, drop"
+  "kept-vs-dropped=3. 100 tensors"
+  "empty-cache=4. What empty_cache really returns"
+  "memory-summary=|=========="
+  "empty-cache=(only whole mappings"
+  "fragmentation=5. Fragmentation on real traces"
+)
+LAB03_DEMO_PARTS=(
+  "demo-loop=memory_allocated and memory_reserved through"
+  "demo-summary=memory_summary() after the loop"
+  "demo-replay=The recorded history replayed"
+  "demo-files=wrote "
+  "demo-leak=A planted leak"
+)
+LAB06_PARTS=(
+  "event=An event recorded after a kernel"
+  "timing=Timing 10 kernels"
+  "two-streams=Independent work on"
+  "wait-event=A consumer stream reading"
+  "priorities=An urgent kernel behind a backlog"
+  "record-stream=A block freed on stream A"
+  "threads-note?=(On sim:"
+)
+LAB08_PARTS=(
+  "host-memory=Getting host memory for copies"
+  "bandwidth=Copy bandwidth between host memory"
+  "non-blocking=to("
+  "mapped=A kernel reading"
+  "loop=Training-like loop on"
+  "pinned-pool=The pinned-memory pool of"
+)
+LAB08_BENCH_PARTS=(
+  "bench-bandwidth=Copy bandwidth between host memory"
+  "bench-best=Best bandwidth over all sizes"
+  "bench-loop=A training-like loop on"
+)
 
-# emit FILE COMMAND...: one or more commands' logs, each under its command line.
-emit() {
-  local file=$1; shift
-  : >"$out/$file"
-  for line in "$@"; do
-    local log
-    log=$(log_of "$line")
-    [ -f "$log" ] || { echo "no log for '$line' in $logs" >&2; exit 1; }
-    local bin=${line%% *} args=${line#* }
-    args=${args//\{shared\}/..\/shared}
-    echo "\$ cargo run --release -p $bin -- $args   $note" >>"$out/$file"
-    cat "$log" >>"$out/$file"
-  done
-  echo "wrote $out/$file"
+# header LINE: the first line of an output file for one line of commands ("lab-02 replay
+# {data}/traces/x --device sim"), as a reader in the repository would type it.
+header() {
+  local bin=${1%% *} args=
+  [ "$1" != "$bin" ] && args=${1#* }
+  args=${args//\{data\}/data}
+  if [ -n "$args" ]; then
+    echo "\$ cargo run --release -p $bin -- $args$note"
+  else
+    echo "\$ cargo run --release -p $bin$note"
+  fi
 }
 
-emit lab-01-gpu.txt "lab-01 --device cuda"
-emit lab-02-gpu.txt "lab-02 --device cuda"
-emit lab-02-bench-gpu.txt "lab-02 bench --device cuda --json"
-emit lab-02-replay-gpu.txt \
-  "lab-02 replay {shared}/traces/resnet50_fp32.trace.csv.gz --device cuda --json" \
-  "lab-02 replay {shared}/traces/gpt2_fp32.trace.csv.gz --device cuda --json" \
-  "lab-02 replay {shared}/traces/gpt2_varlen.trace.csv.gz --device cuda --json" \
-  "lab-02 replay {shared}/traces/seed_transformer_b64.trace.csv.gz --device cuda --json" \
-  "lab-02 replay {shared}/traces/seed_transformer_accum4x16.trace.csv.gz --device cuda --json" \
-  "lab-02 replay {shared}/traces/gpt2_fp32.trace.csv.gz --device cuda --json --conf expandable_segments:False" \
-  "lab-02 replay {shared}/traces/gpt2_varlen.trace.csv.gz --device cuda --json --conf expandable_segments:False"
-emit lab-03-demo-gpu.txt "lab-03 demo --device cuda -o lab-03-demo"
-emit lab-03-smi-gpu.txt "lab-03 smi --device cuda"
-emit lab-06-gpu.txt "lab-06 --device cuda"
-emit lab-08-gpu.txt "lab-08 --device cuda"
-emit lab-08-bench-gpu.txt "lab-08 bench --device cuda --json"
-mkdir -p book/src/figures/lab-03/demo-gpu
-cp "$logs"/lab-03-demo/*.svg book/src/figures/lab-03/demo-gpu/
-echo "copied the demo's pictures to book/src/figures/lab-03/demo-gpu"
+# whole FILE LINE...: the outputs of one or more command lines, each under its header.
+whole() {
+  local file=$out/$1.txt first=1; shift
+  mkdir -p "$(dirname "$file")"
+  {
+    for line in "$@"; do
+      [ $first = 1 ] || echo
+      first=0
+      header "$line"
+      cat "$(output_of "$line")"
+    done
+  } >"$file"
+  echo "wrote $file"
+}
+
+# parts DIR LINE PART...: each experiment of LINE's output in DIR/STEM-$device.txt.
+parts() {
+  local dir=$out/$1 line=$2 log specs=
+  shift 2
+  log=$(output_of "$line")
+  for part in "$@"; do
+    local stem=${part%%=*}
+    rm -f "$dir/${stem%\?}-$device.txt"
+    specs+="${stem}"$'\t'"${part#*=}"$'\n'
+  done
+  mkdir -p "$dir"
+  SPECS=$specs HEADER=$(header "$line") DIR=$dir DEVICE=$device LOG=$log awk '
+    BEGIN {
+      n = split(ENVIRON["SPECS"], rows, "\n") - 1
+      for (i = 1; i <= n; i++) {
+        tab = index(rows[i], "\t")
+        stem[i] = substr(rows[i], 1, tab - 1)
+        prefix[i] = substr(rows[i], tab + 1)
+        optional[i] = stem[i] ~ /\?$/
+        sub(/\?$/, "", stem[i])
+      }
+    }
+    {
+      # The next heading, skipping optional ones this output does not have.
+      for (j = k + 1; j <= n; j++) {
+        if (index($0, prefix[j]) == 1) { k = j; found[j] = 1; break }
+        if (!optional[j]) break
+      }
+      if (k > 0) text[k, ++len[k]] = $0
+    }
+    END {
+      for (i = 1; i <= n; i++) {
+        if (found[i]) continue
+        if (optional[i]) continue
+        printf "%s: no line starts with \"%s\" (part %s, after %s)\n", ENVIRON["LOG"], prefix[i], stem[i], (i > 1 ? stem[i - 1] : "the start") > "/dev/stderr"
+        failed = 1
+      }
+      if (failed) exit 1
+      # One file per stem: a stem named again continues its file (its text around
+      # another part, such as a table printed in the middle of an experiment).
+      for (i = 1; i <= n; i++) {
+        if (!found[i] || done[stem[i]]) continue
+        done[stem[i]] = 1
+        file = ENVIRON["DIR"] "/" stem[i] "-" ENVIRON["DEVICE"] ".txt"
+        print ENVIRON["HEADER"] > file
+        for (j = i; j <= n; j++) {
+          if (!found[j] || stem[j] != stem[i]) continue
+          while (len[j] > 0 && text[j, len[j]] ~ /^[ \t]*$/) len[j]--
+          for (l = 1; l <= len[j]; l++) print text[j, l] > file
+        }
+        close(file)
+        print "wrote " file
+      }
+    }' "$log"
+}
+
+case "${1:-}" in
+gpu)
+  [ $# -eq 3 ] || { echo "usage: $0 gpu LOGS_DIR RUN_LOG" >&2; exit 2; }
+  logs=$2 run_log=$3 device=gpu
+  IFS=, read -r gpu driver _ < <(head -n 1 "$run_log")
+  note="   # $gpu, driver ${driver# }"
+  # The log run.sh keeps for one line of commands.txt.
+  output_of() {
+    local log
+    log="$logs/$(echo "$1" | tr -c 'A-Za-z0-9._-' '_').log"
+    [ -f "$log" ] || { echo "no log for '$1' in $logs" >&2; exit 1; }
+    echo "$log"
+  }
+
+  whole lab-01/all-gpu "lab-01 --device cuda"
+  parts lab-01 "lab-01 --device cuda" "${LAB01_PARTS[@]}"
+  whole lab-02/all-gpu "lab-02 --device cuda"
+  parts lab-02 "lab-02 --device cuda" "${LAB02_PARTS[@]}"
+  whole lab-02/bench-gpu "lab-02 bench --device cuda --json"
+  whole lab-02/replay-gpu \
+    "lab-02 replay {data}/traces/resnet50_fp32.trace.csv.gz --device cuda --json" \
+    "lab-02 replay {data}/traces/gpt2_fp32.trace.csv.gz --device cuda --json" \
+    "lab-02 replay {data}/traces/gpt2_varlen.trace.csv.gz --device cuda --json" \
+    "lab-02 replay {data}/traces/seed_transformer_b64.trace.csv.gz --device cuda --json" \
+    "lab-02 replay {data}/traces/seed_transformer_accum4x16.trace.csv.gz --device cuda --json" \
+    "lab-02 replay {data}/traces/gpt2_fp32.trace.csv.gz --device cuda --json --conf expandable_segments:False" \
+    "lab-02 replay {data}/traces/gpt2_varlen.trace.csv.gz --device cuda --json --conf expandable_segments:False"
+  whole lab-03/demo-gpu "lab-03 demo --device cuda -o lab-03-demo"
+  parts lab-03 "lab-03 demo --device cuda -o lab-03-demo" "${LAB03_DEMO_PARTS[@]}"
+  whole lab-03/smi-gpu "lab-03 smi --device cuda"
+  whole lab-06/all-gpu "lab-06 --device cuda"
+  parts lab-06 "lab-06 --device cuda" "${LAB06_PARTS[@]}"
+  whole lab-08/all-gpu "lab-08 --device cuda"
+  parts lab-08 "lab-08 --device cuda" "${LAB08_PARTS[@]}"
+  whole lab-08/bench-gpu "lab-08 bench --device cuda --json"
+
+  if [ -d "$logs/lab-03-demo" ]; then
+    mkdir -p book/src/figures/lab-03/demo-gpu
+    cp "$logs"/lab-03-demo/*.svg book/src/figures/lab-03/demo-gpu/
+    echo "copied the demo's pictures to book/src/figures/lab-03/demo-gpu"
+  fi
+  ;;
+sim)
+  [ $# -eq 1 ] || { echo "usage: $0 sim" >&2; exit 2; }
+  device=sim note=
+  # The labs' defaults: no device, allocator or capacity override from the caller.
+  unset LABS_DEVICE LABS_ALLOC_CONF LABS_SIM_CAPACITY LABS_DATA_DIR LABS_SHARED_DIR
+  echo "building the labs..." >&2
+  cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-06 -p lab-08
+  bin_dir=${CARGO_TARGET_DIR:-$root/target}/release
+  # Commands run in an empty folder that sees the repository's data/ as ./data, so that
+  # files they write (an exported trace) stay out of the checkout while paths read as
+  # they do from the repository's root.
+  scratch=$(mktemp -d)
+  trap 'rm -rf "$scratch"' EXIT
+  ln -s "$root/data" "$scratch/data"
+  # Each command line runs once; its output is kept for every file that shows it.
+  output_of() {
+    local log
+    log="$scratch/$(echo "$1" | tr -c 'A-Za-z0-9._-' '_').log"
+    if [ ! -f "$log" ]; then
+      local bin=${1%% *} args=
+      [ "$1" != "$bin" ] && args=${1#* }
+      echo "running $1" >&2
+      # shellcheck disable=SC2086
+      (cd "$scratch" && "$bin_dir/$bin" $args) >"$log" 2>&1 ||
+        { cat "$log" >&2; echo "failed: $1" >&2; exit 1; }
+    fi
+    echo "$log"
+  }
+
+  whole lab-01/all-sim "lab-01 --device sim"
+  parts lab-01 "lab-01 --device sim" "${LAB01_PARTS[@]}"
+  whole lab-02/all-sim "lab-02 --device sim"
+  parts lab-02 "lab-02 --device sim" "${LAB02_PARTS[@]}"
+  whole lab-02/replay-sim \
+    "lab-02 replay data/traces/gpt2_varlen.trace.csv.gz --device sim --conf expandable_segments:False" \
+    "lab-02 replay data/traces/gpt2_varlen.trace.csv.gz --device sim --conf expandable_segments:False --json" \
+    "lab-02 replay data/traces/resnet50_fp32.trace.csv.gz --device sim --conf expandable_segments:False,garbage_collection_threshold:0.6,max_split_size_mb:128"
+  whole lab-03/summary-mlp "lab-03 summary data/snapshots/mlp_adam.pickle"
+  whole lab-03/whatif-sim \
+    "lab-03 export-trace data/snapshots/mlp_adam.pickle -o mlp_adam.trace.csv.gz" \
+    "lab-02 replay mlp_adam.trace.csv.gz --device sim --conf expandable_segments:False" \
+    "lab-02 replay mlp_adam.trace.csv.gz --device sim --conf expandable_segments:True"
+  whole lab-06/all-sim "lab-06 --device sim"
+  parts lab-06 "lab-06 --device sim" "${LAB06_PARTS[@]}"
+  whole lab-08/all-sim "lab-08 --device sim"
+  parts lab-08 "lab-08 --device sim" "${LAB08_PARTS[@]}"
+  whole lab-08/bench-sim "lab-08 bench --device sim"
+  parts lab-08 "lab-08 bench --device sim" "${LAB08_BENCH_PARTS[@]}"
+  ;;
+*)
+  echo "usage: $0 gpu LOGS_DIR RUN_LOG | $0 sim" >&2
+  exit 2
+  ;;
+esac

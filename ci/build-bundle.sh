@@ -5,10 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-.gpu-bundle}
-shared=${LABS_SHARED_DIR:-../shared}
 
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/tests" "$out/shared"
+mkdir -p "$out/bin" "$out/tests"
 
 echo "building lab binaries..." >&2
 cargo build --release --workspace --bins --quiet
@@ -31,10 +30,9 @@ done
 # leak guard's) name their functions on the GPU machine too.
 strip --strip-debug "$out"/bin/* "$out"/tests/* 2>/dev/null || true
 
-# The test data the suites read (traces, snapshots), found through LABS_SHARED_DIR.
-for d in traces snapshots; do
-  [ -d "$shared/$d" ] && cp -r "$shared/$d" "$out/shared/$d"
-done
+# The test data the suites and labs read (traces, snapshots): the repository's data/,
+# which run.sh points LABS_DATA_DIR at.
+cp -r data "$out/data"
 cp ci/gpu-commands.txt "$out/commands.txt"
 cp ci/run.sh "$out/run.sh"
 chmod +x "$out/run.sh"

@@ -10,7 +10,8 @@ logs=${LOG_DIR:-$here/logs}
 mkdir -p "$logs"
 logs=$(cd "$logs" && pwd)
 export LABS_DEVICE=${LABS_DEVICE:-cuda}
-export LABS_SHARED_DIR=$here/shared
+# The test data travels with the bundle (the checkout is not on this machine).
+export LABS_DATA_DIR=$here/data
 # Tests that run a lab's command line find the binaries here, not where cargo built them.
 export LABS_BIN_DIR=$here/bin
 
@@ -54,7 +55,7 @@ while read -r line; do
   case "$line" in ''|'#'*) continue ;; esac
   bin=${line%% *}
   args=${line#"$bin"}
-  args=${args//\{shared\}/$here/shared}
+  args=${args//\{data\}/$here/data}
   log="$logs/$(echo "$line" | tr -c 'A-Za-z0-9._-' '_').log"
   echo "== $line"
   # shellcheck disable=SC2086

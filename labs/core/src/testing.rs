@@ -1,6 +1,6 @@
-//! What the test suites share: the device they run on. `LABS_DEVICE=cuda` runs every
-//! test on the GPU (a missing GPU is then a failure, never a skip); unset, tests use
-//! the simulated GPU.
+//! What the test suites share: the device they run on and the test data they read.
+//! `LABS_DEVICE=cuda` runs every test on the GPU (a missing GPU is then a failure, never
+//! a skip); unset, tests use the simulated GPU.
 
 use crate::device::{Device, DeviceId, ENV_DEVICE};
 
@@ -15,13 +15,24 @@ pub fn test_device() -> Device {
     Device::get(id).unwrap_or_else(|e| panic!("the device under test, {id}, is unusable: {e}"))
 }
 
-/// Where the shared test data (allocation traces, snapshots) lives: `LABS_SHARED_DIR`,
-/// else `../shared` beside the workspace.
-pub fn shared_dir() -> std::path::PathBuf {
-    match std::env::var("LABS_SHARED_DIR") {
-        Ok(d) => d.into(),
-        Err(_) => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
+/// The environment variable that points the tests and labs at another copy of the test
+/// data (the GPU bundle's, which runs where the checkout is not).
+pub const ENV_DATA_DIR: &str = "LABS_DATA_DIR";
+/// The variable's former name, still honoured.
+const ENV_DATA_DIR_OLD: &str = "LABS_SHARED_DIR";
+
+/// Where the test data (allocation traces, snapshots) lives: the repository's `data/`
+/// folder, so that a fresh clone tests with nothing beside it; `LABS_DATA_DIR` (or the
+/// older `LABS_SHARED_DIR`) when set.
+pub fn data_dir() -> std::path::PathBuf {
+    for var in [ENV_DATA_DIR, ENV_DATA_DIR_OLD] {
+        match std::env::var_os(var) {
+            Some(dir) if !dir.is_empty() => return dir.into(),
+            _ => {}
+        }
     }
+    // labs/core -> the workspace root.
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data")
 }
 
 /// The path of a lab's binary for tests that run it: `LABS_BIN_DIR/name` when

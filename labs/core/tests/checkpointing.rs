@@ -8,8 +8,8 @@
 //! are allocated for the first time and stay.
 
 use labs_core::alloc::replay::{Trace, TraceEvent};
-use labs_core::snapshot::TraceAction as Action;
 use labs_core::alloc::Config;
+use labs_core::snapshot::TraceAction as Action;
 
 const GPU: u64 = 80 << 30;
 
@@ -247,7 +247,8 @@ fn checkpointed_training_stays_close_to_its_requests() {
         ),
     ] {
         let ours = labs_core::device::replay_on_sim(&trace, Config::default(), GPU).unwrap();
-        let native = labs_core::device::replay_on_sim(&trace, Config::pytorch_native(), GPU).unwrap();
+        let native =
+            labs_core::device::replay_on_sim(&trace, Config::pytorch_native(), GPU).unwrap();
         assert_eq!(ours.peak_requested, trace.peak_requested());
         assert_eq!(ours.unknown_frees, 0);
         let (f, n) = (ours.fragmentation(), native.fragmentation());

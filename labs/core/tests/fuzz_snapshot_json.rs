@@ -73,7 +73,7 @@ fn built() -> Snapshot {
 
 fn seeds() -> Vec<Vec<u8>> {
     let mut seeds = vec![snapshot::dump(&built()).into_bytes()];
-    let real = labs_core::testing::shared_dir().join("snapshots/mlp_adam.pickle");
+    let real = labs_core::testing::data_dir().join("snapshots/mlp_adam.pickle");
     if let Ok((snap, _)) = snapshot::load_file(real) {
         // Small enough to mutate quickly: the segments and the first events.
         let snap = Snapshot {

@@ -32,7 +32,7 @@ oom,0,99999999999,0\n";
 /// shared data is there.
 fn seeds() -> Vec<Vec<u8>> {
     let mut seeds = vec![HAND_BUILT.as_bytes().to_vec()];
-    let real = labs_core::testing::shared_dir().join("traces/seed_transformer_b64.trace.csv.gz");
+    let real = labs_core::testing::data_dir().join("traces/seed_transformer_b64.trace.csv.gz");
     if let Ok(file) = std::fs::File::open(real) {
         let mut text = String::new();
         flate2::read::GzDecoder::new(file)

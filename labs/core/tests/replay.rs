@@ -2,7 +2,7 @@
 //! reserved over peak requested at or below PyTorch's (trace README, "best of the three").
 
 use labs_core::alloc::{replay, Config};
-use labs_core::testing::shared_dir;
+use labs_core::testing::data_dir;
 
 const GPU: u64 = 80 << 30;
 
@@ -17,7 +17,7 @@ struct Calls {
 }
 
 fn check(name: &str, pytorch_best: f64, calls: Calls) -> f64 {
-    let path = shared_dir()
+    let path = data_dir()
         .join("traces")
         .join(format!("{name}.trace.csv.gz"));
     let trace = replay::read_trace(&path).unwrap_or_else(|e| panic!("{e}"));
@@ -113,7 +113,7 @@ fn seed_transformer_accum4x16() {
 fn native_mode_reproduces_pytorch() {
     // The fixed-segment mode follows PyTorch's rules; its replay lands on PyTorch's own
     // figure for native caching (1.206), which validates the replay itself.
-    let path = shared_dir().join("traces/resnet50_fp32.trace.csv.gz");
+    let path = data_dir().join("traces/resnet50_fp32.trace.csv.gz");
     let trace = replay::read_trace(&path).unwrap();
     let r = labs_core::device::replay_on_sim(&trace, Config::pytorch_native(), GPU).unwrap();
     assert!(

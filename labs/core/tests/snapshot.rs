@@ -7,13 +7,13 @@ use labs_core::snapshot::{
     self, dump, export_trace, load, load_json, load_pickle, memory_timeline, read_trace_csv,
     stacked_bands, BlockState, Snapshot, SnapshotError, SourceFormat, Summary, TraceAction,
 };
-use labs_core::testing::shared_dir;
+use labs_core::testing::data_dir;
 use proptest::prelude::*;
 
 fn mlp_bytes() -> &'static [u8] {
     static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
     BYTES.get_or_init(|| {
-        let path = shared_dir().join("snapshots/mlp_adam.pickle");
+        let path = data_dir().join("snapshots/mlp_adam.pickle");
         std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     })
 }

@@ -167,14 +167,14 @@ fn fragmentation() -> Result<()> {
     println!(
         "5. Fragmentation on real traces (peak reserved / peak requested, simulated 80 GiB GPU)"
     );
-    let dir = labs_core::testing::shared_dir().join("traces");
+    let dir = labs_core::testing::data_dir().join("traces");
     let mut files: Vec<_> = match std::fs::read_dir(&dir) {
         Ok(entries) => entries
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.to_string_lossy().ends_with(".trace.csv.gz"))
             .collect(),
         Err(_) => {
-            println!("(no traces at {}; set LABS_SHARED_DIR)\n", dir.display());
+            println!("(no traces at {}; set LABS_DATA_DIR)\n", dir.display());
             return Ok(());
         }
     };

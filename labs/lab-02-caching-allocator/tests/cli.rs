@@ -12,7 +12,7 @@ fn lab() -> Command {
 }
 
 fn trace(name: &str) -> std::path::PathBuf {
-    labs_core::testing::shared_dir()
+    labs_core::testing::data_dir()
         .join("traces")
         .join(format!("{name}.trace.csv.gz"))
 }

@@ -9,7 +9,7 @@ use std::process::Command;
 use lab_03::exercises::{largest_cached_block, peak_live_bytes, recount, Counters};
 use labs_core::alloc::{Allocator, BlockState, Config};
 use labs_core::snapshot::{self, Summary};
-use labs_core::testing::{lab_binary, one_json_object, shared_dir, test_device};
+use labs_core::testing::{data_dir, lab_binary, one_json_object, test_device};
 use labs_core::Device;
 
 const KIB: usize = 1 << 10;
@@ -175,7 +175,7 @@ fn peak_live_bytes_ignores_frees_of_blocks_allocated_before_the_trace() {
 }
 
 fn mlp_path() -> PathBuf {
-    shared_dir().join("snapshots/mlp_adam.pickle")
+    data_dir().join("snapshots/mlp_adam.pickle")
 }
 
 /// `lab-03 summary --json` of PyTorch's snapshot.

@@ -9,11 +9,11 @@ use lab_03::{plots, smi};
 use labs_core::snapshot::{
     self, read_trace_csv, Segment, SegmentType, Snapshot, TraceAction, TraceEvent,
 };
-use labs_core::testing::{shared_dir, test_device};
+use labs_core::testing::{data_dir, test_device};
 use labs_core::Device;
 
 fn mlp_path() -> PathBuf {
-    shared_dir().join("snapshots/mlp_adam.pickle")
+    data_dir().join("snapshots/mlp_adam.pickle")
 }
 
 fn lab(args: &[&str]) -> Output {

@@ -35,7 +35,7 @@ pub struct Config {
 
 // ANCHOR: config_default
 impl Default for Config {
-    /// Chosen by replaying the real traces in `shared/traces`: expandable segments whose
+    /// Chosen by replaying the real traces in `data/traces`: expandable segments whose
     /// idle memory moves to wherever memory is needed (only when reserved memory would
     /// otherwise pass its high-water mark) keep peak reserved within about 2% of peak
     /// requested, where fixed segments strand 10-50% (`lab-02` prints the comparison,

@@ -1,4 +1,4 @@
-//! The trace as the CSV that lab 2 replays (`../shared/traces`): gzip'd or plain,
+//! The trace as the CSV that lab 2 replays (`data/traces`): gzip'd or plain,
 //! header `action,addr,size,stream`, one event per line in trace order. One device per
 //! file, as a replay drives one allocator.
 //!
