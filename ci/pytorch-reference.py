@@ -4,8 +4,11 @@ session as the GPU bundle, so that the comparison is side by side:
   python3 ci/pytorch-reference.py            # prints one JSON object
 
 host<->device bandwidth (pinned and pageable, 1 GiB, median of 5) and the caching
-allocator's alloc+free pair from Python (torch.cuda.caching_allocator_alloc/delete,
-which includes the interpreter's overhead; PyTorch's C++ path is faster)."""
+allocator's alloc+free pair, from Python (torch.cuda.caching_allocator_alloc/delete,
+which includes the interpreter's overhead) and from C++
+(c10::cuda::CUDACachingAllocator::raw_alloc/raw_delete in a loop compiled at run time
+with torch.utils.cpp_extension, the path the labs' own pair compares with; skipped with
+a note when no compiler is found)."""
 
 import json
 import time
@@ -47,6 +50,39 @@ def alloc_pair_ns(size, reps=20000):
     return median(samples)
 
 
+CPP_PAIR = r"""
+#include <chrono>
+#include <algorithm>
+#include <vector>
+#include <c10/cuda/CUDACachingAllocator.h>
+
+// Median nanoseconds of one raw_alloc + raw_delete pair of `size` bytes, in batches.
+double pair_ns(int64_t size, int64_t batches, int64_t batch) {
+  using clock = std::chrono::steady_clock;
+  namespace cca = c10::cuda::CUDACachingAllocator;
+  for (int i = 0; i < 10000; ++i) cca::raw_delete(cca::raw_alloc(size));
+  std::vector<double> samples;
+  for (int64_t b = 0; b < batches; ++b) {
+    auto t = clock::now();
+    for (int64_t i = 0; i < batch; ++i) cca::raw_delete(cca::raw_alloc(size));
+    samples.push_back(std::chrono::duration<double, std::nano>(clock::now() - t).count() / batch);
+  }
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+"""
+
+
+def cpp_pairs():
+    try:
+        from torch.utils.cpp_extension import load_inline
+        ext = load_inline("pair_bench", cpp_sources=CPP_PAIR, functions=["pair_ns"],
+                          with_cuda=True, extra_cflags=["-O2"], verbose=False)
+    except Exception as e:  # no compiler, no headers: say so rather than fail the run
+        return {"error": str(e).splitlines()[0][:200]}
+    return {str(s): ext.pair_ns(s, 101, 2000) for s in (512, 1 << 20, 20 << 20)}
+
+
 def main():
     size = 1 << 30
     dev = torch.empty(size, dtype=torch.uint8, device="cuda")
@@ -64,6 +100,7 @@ def main():
         "pageable_htod_gbps": g_up,
         "pageable_dtoh_gbps": g_down,
         "python_alloc_free_pair_ns": {str(s): alloc_pair_ns(s) for s in (512, 1 << 20, 20 << 20)},
+        "cpp_alloc_free_pair_ns": cpp_pairs(),
     }))
 
 
