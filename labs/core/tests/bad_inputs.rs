@@ -261,3 +261,18 @@ fn errors_quote_at_most_a_line_of_the_input() {
     let err = replay::read_trace(&path).unwrap_err().to_string();
     assert_one_line(&err);
 }
+
+#[test]
+fn json_snapshot_errors_quote_a_line_not_the_whole_value() {
+    // Found by the fuzz suite: a long `format` string, or a long string where a number
+    // belongs (serde_json's own message quotes it whole), came back in the error.
+    let long = "x".repeat(100_000);
+    for doc in [
+        format!(r#"{{"format":"{long}","version":1}}"#),
+        format!(r#"{{"format":"labs-memory-snapshot","version":"{long}"}}"#),
+    ] {
+        let e = snapshot::load_json(doc.as_bytes()).unwrap_err().to_string();
+        assert_one_line(&e);
+        assert!(e.len() < 400, "{} bytes: {}", e.len(), &e[..200]);
+    }
+}

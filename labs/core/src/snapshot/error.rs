@@ -82,6 +82,20 @@ impl SnapshotError {
     }
 }
 
+/// A parser's own message, which may quote the input it choked on (serde_json's does,
+/// whole): cut to a line of at most 200 characters.
+pub(crate) fn quote_message(message: &str) -> String {
+    const MESSAGE_MAX: usize = 200;
+    let line: String = message
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    match line.char_indices().nth(MESSAGE_MAX) {
+        Some((cut, _)) => format!("{}... ({} bytes)", &line[..cut], message.len()),
+        None => line,
+    }
+}
+
 /// Input quoted in a message: at most 60 characters, the rest elided, so that a
 /// megabyte of bad input gives a readable line. (`crate::format::quote` restated: this
 /// module imports nothing else of the crate.)

@@ -57,7 +57,8 @@ pub fn load_json(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
         format: Option<String>,
         version: Option<u32>,
     }
-    let tag: Tag = serde_json::from_slice(bytes).map_err(|e| SnapshotError::Json(e.to_string()))?;
+    let tag: Tag = serde_json::from_slice(bytes)
+        .map_err(|e| SnapshotError::Json(super::error::quote_message(&e.to_string())))?;
     match (tag.format.as_deref(), tag.version) {
         (Some(FORMAT_NAME), Some(FORMAT_VERSION)) => {}
         (Some(FORMAT_NAME), v) => {
@@ -66,13 +67,14 @@ pub fn load_json(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
             )))
         }
         (other, _) => {
+            let found = other.map_or("missing".to_string(), super::error::quote);
             return Err(SnapshotError::Json(format!(
-                "`format` is {other:?}, expected \"{FORMAT_NAME}\""
-            )))
+                "`format` is {found}, expected \"{FORMAT_NAME}\""
+            )));
         }
     }
-    let doc: DocIn =
-        serde_json::from_slice(bytes).map_err(|e| SnapshotError::Json(e.to_string()))?;
+    let doc: DocIn = serde_json::from_slice(bytes)
+        .map_err(|e| SnapshotError::Json(super::error::quote_message(&e.to_string())))?;
     debug_assert_eq!(doc.format, FORMAT_NAME);
     let _ = doc.version;
     let snapshot = Snapshot {
