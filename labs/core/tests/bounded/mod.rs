@@ -126,6 +126,21 @@ impl FloorCharBoundary for str {
 
 /// A number of proptest cases: `default` in CI, `LABS_FUZZ_CASES` (or proptest's own
 /// `PROPTEST_CASES`) for a longer run on demand.
+/// The seed of a fuzz run: fixed, so that CI runs the same cases every time and a
+/// failure there is reproducible; `LABS_FUZZ_SEED=N` picks another, and
+/// `LABS_FUZZ_SEED=random` a new one each run (for longer campaigns).
+pub fn seed() -> proptest::test_runner::RngSeed {
+    use proptest::test_runner::RngSeed;
+    match std::env::var("LABS_FUZZ_SEED").as_deref().map(str::trim) {
+        Ok("random") => RngSeed::Random,
+        Ok(v) => RngSeed::Fixed(
+            v.parse()
+                .unwrap_or_else(|_| panic!("LABS_FUZZ_SEED={v}: not a number or `random`")),
+        ),
+        Err(_) => RngSeed::Fixed(0x1ab5_f022),
+    }
+}
+
 pub fn cases(default: u32) -> u32 {
     for var in ["LABS_FUZZ_CASES", "PROPTEST_CASES"] {
         if let Some(n) = std::env::var(var).ok().and_then(|v| v.trim().parse().ok()) {
@@ -167,6 +182,7 @@ pub fn fuzz<S: proptest::strategy::Strategy>(
     let tally = RefCell::new(std::collections::BTreeMap::new());
     let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
         cases: cases(default),
+        rng_seed: seed(),
         failure_persistence: None,
         ..Default::default()
     });
