@@ -59,6 +59,19 @@ pub fn quote(text: &str) -> String {
     format!("`{shown}`")
 }
 
+/// A parser's own message, which may quote the input it choked on (serde_json's does,
+/// whole): cut to a line of at most 200 characters.
+pub fn quote_message(message: &str) -> String {
+    const MESSAGE_MAX: usize = 200;
+    let line: String = (message.chars())
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    match line.char_indices().nth(MESSAGE_MAX) {
+        Some((cut, _)) => format!("{}... ({} bytes)", &line[..cut], message.len()),
+        None => line,
+    }
+}
+
 /// Parses `512`, `64KiB`, `20MiB`, `16GiB`, `1.5GB`, `80G`, `1e9` into bytes, exactly:
 /// a size that is not a whole number of bytes, or does not fit 64 bits, is an error
 /// rather than a truncated or saturated value.

@@ -41,6 +41,15 @@ pub trait EventImpl: Send + Sync + Any {
     fn as_any(&self) -> &dyn Any;
 }
 
+/// An error unless a `what` of device `of` is used on that device.
+fn same_device(what: &'static str, of: DeviceId, used_on: DeviceId) -> Result<()> {
+    if of == used_on {
+        Ok(())
+    } else {
+        Err(Error::WrongDevice { what, of, used_on })
+    }
+}
+
 /// A stream handle of one device; cheap to clone.
 #[derive(Clone)]
 pub struct Stream {
@@ -78,15 +87,7 @@ impl Stream {
     }
     /// An error unless this stream belongs to `device`.
     pub fn check_device(&self, device: DeviceId) -> Result<()> {
-        if self.device == device {
-            Ok(())
-        } else {
-            Err(Error::WrongDevice {
-                what: "stream",
-                of: self.device,
-                used_on: device,
-            })
-        }
+        same_device("stream", self.device, device)
     }
     /// The backend's own stream type, once the stream is known to be `device`'s.
     pub(crate) fn downcast_on<T: 'static>(&self, device: DeviceId) -> Result<&T> {
@@ -131,15 +132,7 @@ impl Event {
     }
     /// An error unless this event belongs to `device`.
     pub fn check_device(&self, device: DeviceId) -> Result<()> {
-        if self.device == device {
-            Ok(())
-        } else {
-            Err(Error::WrongDevice {
-                what: "event",
-                of: self.device,
-                used_on: device,
-            })
-        }
+        same_device("event", self.device, device)
     }
     /// The backend's own event type, whichever device of that backend made it.
     pub(crate) fn downcast<T: 'static>(&self) -> Option<&T> {

@@ -82,40 +82,6 @@ impl SnapshotError {
     }
 }
 
-/// A parser's own message, which may quote the input it choked on (serde_json's does,
-/// whole): cut to a line of at most 200 characters.
-pub(crate) fn quote_message(message: &str) -> String {
-    const MESSAGE_MAX: usize = 200;
-    let line: String = message
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    match line.char_indices().nth(MESSAGE_MAX) {
-        Some((cut, _)) => format!("{}... ({} bytes)", &line[..cut], message.len()),
-        None => line,
-    }
-}
-
-/// Input quoted in a message: at most 60 characters, the rest elided, so that a
-/// megabyte of bad input gives a readable line. (`crate::format::quote` restated: this
-/// module imports nothing else of the crate.)
-pub(crate) fn quote(text: &str) -> String {
-    const QUOTE_MAX: usize = 60;
-    // Control characters escaped (`\n`, `\u{0}`): a message stays on one line. The
-    // limit is on what is shown, escapes included.
-    let (mut shown, mut width) = (String::new(), 0);
-    for c in text.chars() {
-        if width >= QUOTE_MAX {
-            return format!("`{shown}...` ({} bytes)", text.len());
-        }
-        if c.is_control() {
-            let escaped: String = c.escape_default().collect();
-            width += escaped.len();
-            shown.push_str(&escaped);
-        } else {
-            width += 1;
-            shown.push(c);
-        }
-    }
-    format!("`{shown}`")
-}
+// Input quoted in messages: the crate's one rule (`format.rs`, a leaf like this
+// module: neither imports anything else of the crate).
+pub(crate) use crate::format::{quote, quote_message};
