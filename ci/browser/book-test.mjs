@@ -153,8 +153,11 @@ for (const rel of pages) {
     document.querySelectorAll("img").forEach((img) => {
       out.images.push({ src: img.getAttribute("src"), ok: img.complete && img.naturalWidth > 0 });
     });
-    document.querySelectorAll("#mdbook-content a[href], main a[href]").forEach((a) => {
-      out.links.push(a.getAttribute("href"));
+    // Links in the prose, and links in diagrams (mermaid's `click` writes xlink:href).
+    const XLINK = "http://www.w3.org/1999/xlink";
+    document.querySelectorAll("#mdbook-content a, main a").forEach((a) => {
+      const href = a.getAttribute("href") ?? a.getAttributeNS(XLINK, "href");
+      if (href !== null && !out.links.includes(href)) out.links.push(href);
     });
     // mdBook's highlighter makes the <code> element itself the scrolling box
     // (.hljs { overflow-x: auto }), so both it and its <pre> are measured.
