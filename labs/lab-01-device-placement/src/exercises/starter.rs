@@ -10,7 +10,7 @@ use labs_core::{DType, Device, Result, Tensor};
 /// (Hint: `DType::size`.)
 pub fn bytes_needed(shape: &[usize], dtype: DType) -> usize {
     let _ = (shape, dtype);
-    todo!("multiply the dimensions and the element size")
+    todo!("the data's size in bytes: what do the shape and the dtype each contribute?")
 }
 // ANCHOR_END: exercise_bytes
 
@@ -19,7 +19,7 @@ pub fn bytes_needed(shape: &[usize], dtype: DType) -> usize {
 /// `a`'s device, and `b` is only copied when it has to be.
 pub fn add_on_device_of(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let _ = (a, b);
-    todo!("move b to a's device with to(), then add")
+    todo!("a result on a's device; see 'One operation, one device' and what to() does")
 }
 // ANCHOR_END: exercise_add
 
@@ -28,6 +28,6 @@ pub fn add_on_device_of(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// correctly: the work it enqueues must be finished when the clock stops.
 pub fn time_device_work(device: &Device, work: &mut dyn FnMut() -> Result<()>) -> Result<Duration> {
     let _ = (device, work);
-    todo!("start a clock, run the work, synchronize, stop the clock")
+    todo!("the time until the device is done: 'Asynchronous execution' says when that is")
 }
 // ANCHOR_END: exercise_time

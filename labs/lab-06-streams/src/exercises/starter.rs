@@ -10,7 +10,7 @@ use labs_core::{Device, Result, Stream, Tensor};
 /// enqueued on `producer` so far, without blocking the host.
 pub fn make_wait(device: &Device, producer: &Stream, consumer: &Stream) -> Result<()> {
     let _ = (device, producer, consumer);
-    todo!("record an event on the producer; make the consumer wait on it")
+    todo!("an ordering made on the device, not by the host: 'Waiting one stream on another'")
 }
 // ANCHOR_END: exercise_wait
 
@@ -23,7 +23,7 @@ pub fn time_with_events(
     work: &mut dyn FnMut() -> Result<()>,
 ) -> Result<Duration> {
     let _ = (device, stream, work);
-    todo!("record, work, record, synchronize the second event, elapsed_ms")
+    todo!("the device's time between two points of the stream ('Events'), once it is known")
 }
 // ANCHOR_END: exercise_events
 
@@ -32,6 +32,6 @@ pub fn time_with_events(
 /// same time, and return when both are done.
 pub fn spin_both(device: &Device, a: &Tensor, b: &Tensor, iterations: u32) -> Result<()> {
     let _ = (device, a, b, iterations);
-    todo!("one stream each, then synchronize both")
+    todo!("return once both are done; 'Overlap: one stream or two' says what lets them overlap")
 }
 // ANCHOR_END: exercise_overlap

@@ -10,7 +10,7 @@ use labs_core::{Device, Result, Stream, Tensor};
 /// return before `stream` has run the copy. (Hint: `PinnedTensor`.)
 pub fn upload_async(data: &[f32], device: &Device, stream: &Stream) -> Result<Tensor> {
     let _ = (data, device, stream);
-    todo!("put the data in pinned memory, then to_non_blocking")
+    todo!("a copy that is only queued: which host memory allows that ('pin_memory()')?")
 }
 // ANCHOR_END: exercise_upload
 
@@ -19,7 +19,7 @@ pub fn upload_async(data: &[f32], device: &Device, stream: &Stream) -> Result<Te
 /// kernel takes `compute`, without and with a prefetcher.
 pub fn expected_step(copy: Duration, compute: Duration, prefetch: bool) -> Duration {
     let _ = (copy, compute, prefetch);
-    todo!("one of them waits for the other, or they overlap")
+    todo!("a step's time in each case of 'The pipeline, naive and prefetched'")
 }
 // ANCHOR_END: exercise_step
 
@@ -29,6 +29,6 @@ pub fn expected_step(copy: Duration, compute: Duration, prefetch: bool) -> Durat
 /// least one), each in a block of the host allocator's size class for `batch_bytes`.
 pub fn pinned_bytes_in_flight(batch_bytes: usize, workers: usize, prefetch_depth: usize) -> usize {
     let _ = (batch_bytes, workers, prefetch_depth);
-    todo!("count the queued batches and round each to its size class")
+    todo!("bytes: batches the queues can hold, each in a block of the pinned allocator's sizes")
 }
 // ANCHOR_END: exercise_in_flight
