@@ -1,7 +1,16 @@
-//! The shared runtime of the labs: a device layer with a real GPU backend (`cuda`) and
-//! a simulated one (`sim`), the kernels both run, a caching allocator that every
-//! tensor's memory comes from, and tensors on top of them. Every chapter of the book
-//! adds to it; `snapshot` holds the memory snapshots lab 3 reads (ours and PyTorch's).
+//! The shared runtime of the labs, in layers that import only downwards
+//! (`ci/check-layers.py` fails the build on a cycle):
+//!
+//! - `dtype`, `device_id`, `error`, `format`: element types, device names and
+//!   addresses, the one error type, text helpers;
+//! - `backend`: the contract every device fulfils, as small traits; `cuda` (the real
+//!   GPU) and `sim` (a simulated GPU in host memory) implement it;
+//! - `kernels`: the op layer, each op declared once with its CUDA source and CPU twin;
+//! - `alloc`: the caching allocator, which sees only the contract; `snapshot`, the
+//!   memory snapshots lab 3 reads (ours and PyTorch's), plain data;
+//! - `device`: the registry that opens devices and owns one allocator each;
+//! - `tensor` and `host`: tensors over the allocator's memory, pinned host memory;
+//! - `cli`, `table`, `timing`, `testing`: what the labs and their tests share.
 
 pub mod alloc;
 pub mod backend;
