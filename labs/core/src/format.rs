@@ -36,7 +36,7 @@ pub fn gb_per_s(bytes: u64, d: Duration) -> String {
     format!("{:.1} GB/s", bytes as f64 / d.as_secs_f64() / 1e9)
 }
 
-/// `text` as an error message may quote it: at most [`QUOTE_MAX`] characters, the rest
+/// `text` as an error message may quote it: at most 60 characters, the rest
 /// elided, so that a megabyte of input gives a readable line rather than a megabyte.
 pub fn quote(text: &str) -> String {
     const QUOTE_MAX: usize = 60;
