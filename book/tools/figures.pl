@@ -33,7 +33,8 @@
 # KEY, for a JSON line (a line starting with `{`; the first one in the scope, and it must
 # be the only one there):
 #
-#   a.b.c               a dotted path: object keys, or array indices from 0
+#   a.b.c               a dotted path: object keys, or array indices from 0; a key
+#                       that holds dots is quoted: stats."allocation.all.allocated"
 #   a[k=v].c            in an array, the one element whose field k equals v
 #                       (e.g. bandwidth[bytes=1073741824].pinned_htod_gbps)
 #
@@ -103,15 +104,16 @@ sub json_path {
     my $data = eval { JSON::PP->new->decode($line) };
     return (undef, "its JSON line does not parse: $@") unless defined $data;
     my @steps;
-    for my $part (split /\./, $path) {
-        return (undef, "empty step in the path '$path'") if $part eq '';
-        if ($part =~ /^([^\[]*)\[([^=\]]+)=([^\]]*)\]$/) {
-            push @steps, [key => $1] if length $1;
-            push @steps, [select => $2, $3];
-        } else {
-            push @steps, [key => $part];
-        }
+    my $rest = $path;
+    while (length $rest) {
+        if ($rest =~ s/^"([^"]*)"//) { push @steps, [key => $1] }
+        elsif ($rest =~ s/^([^.\["]+)//) { push @steps, [key => $1] }
+        elsif (!@steps || $rest !~ /^\[/) { return (undef, "cannot read the path '$path'") }
+        while ($rest =~ s/^\[([^=\]]+)=([^\]]*)\]//) { push @steps, [select => $1, $2] }
+        last unless length $rest;
+        $rest =~ s/^\.// && length $rest or return (undef, "cannot read the path '$path'");
     }
+    return (undef, "empty path") unless @steps;
     my ($node, $at) = ($data, '');
     for my $step (@steps) {
         my ($kind, @arg) = @$step;
@@ -257,7 +259,7 @@ $ replay --conf expandable_segments:True
 peak reserved    230.00 MiB  (1.017x requested)
 EOF
         'b.txt' => '$ bench --json' . "\n"
-            . '{"raw":{"512":76950.0},"bw":[{"bytes":1,"gbps":5.3},{"bytes":2,"gbps":55.43795}]}' . "\n",
+            . '{"s.t":{"a.b":3228},"raw":{"512":76950.0},"bw":[{"bytes":1,"gbps":5.3},{"bytes":2,"gbps":55.43795}]}' . "\n",
     );
     for (keys %files) {
         open my $fh, '>:encoding(UTF-8)', "$dir/$_" or die;
@@ -276,6 +278,7 @@ EOF
         ['b.txt: raw.512 ; /1000 %.0f µs', '77 µs'],
         ['b.txt: bw[bytes=2].gbps ; %.1f', '55.4'],
         ['b.txt: bw.0.gbps', '5.3'],
+        ['b.txt: "s.t"."a.b"', '3228'],
         ['\\{{#figure a.txt: no such row}}', '{{#figure a.txt: no such row}}'],
     );
     my @bad = (
