@@ -39,12 +39,15 @@
 #                       (e.g. bandwidth[bytes=1073741824].pinned_htod_gbps)
 #
 # FORMAT (optional) rewrites the value's leading number: `%.1f` (any printf number
-# format), optionally after a scaling `/1000` or `*100`, and optionally followed by text
-# that replaces the rest of the value (its unit), e.g. `; /1000 %.0f µs` turns 76950.0
-# into "77 µs". Without a format the value is printed as recorded.
+# format; the flag ' groups thousands: `%'d` gives 3,228), optionally after a scaling
+# `/1000` or `*100`, and optionally followed by text that replaces the rest of the value
+# (its unit), e.g. `; /1000 %.0f µs` turns 76950.0 into "77 µs". Without a text the
+# value's first word after the number (its unit) is kept; without a format the value is
+# printed as recorded.
 #
 # `perl figures.pl test` runs the script's self-test; `perl figures.pl check DIR` resolves
-# every directive of the Markdown files under DIR without building the book.
+# every directive of the Markdown files under DIR without building the book; `perl
+# figures.pl show FILE.md` prints one file with its figures in place.
 use strict;
 use warnings;
 use utf8;
@@ -209,13 +212,15 @@ sub format_value {
     my ($value, $format) = @_;
     return ($value, undef) unless defined $format && $format =~ /\S/;
     my ($op, $k, $fmt, $unit) =
-        $format =~ m{^\s*(?:([*/])\s*([0-9.]+)\s+)?(%[-+ 0#]*\d*(?:\.\d+)?[fdeg])(.*?)\s*$}
+        $format =~ m{^\s*(?:([*/])\s*([0-9.]+)\s+)?(%[-+ 0#']*\d*(?:\.\d+)?[fdeg])(.*?)\s*$}
         or return (undef, "bad format '$format' (expected e.g. '%.1f' or '/1000 %.0f µs')");
     my ($num, $rest) = $value =~ /^\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?(?:[eE][-+]?\d+)?)(.*)$/
         or return (undef, "value '$value' does not start with a number");
     $num =~ s/,//g;
     $num = $op eq '/' ? $num / $k : $num * $k if defined $op;
+    my $group = $fmt =~ s/'//g;
     my $out = sprintf $fmt, $num;
+    1 while $group && $out =~ s/^([-+ ]?\d+)(\d{3})/$1,$2/;
     return ($out . (length $unit ? $unit : ''), undef) if length $unit;
     return ($out . ($rest =~ /^\s/ ? $rest =~ s/^(\s+\S+).*$/$1/r : ''), undef);
 }
@@ -279,6 +284,7 @@ EOF
         ['b.txt: bw[bytes=2].gbps ; %.1f', '55.4'],
         ['b.txt: bw.0.gbps', '5.3'],
         ['b.txt: "s.t"."a.b"', '3228'],
+        ['b.txt: "s.t"."a.b" ; %\'d', '3,228'],
         ['\\{{#figure a.txt: no such row}}', '{{#figure a.txt: no such row}}'],
     );
     my @bad = (
@@ -336,14 +342,14 @@ sub check_tree {
     my $count = 0;
     no warnings "once";
     require File::Find;
-    File::Find::find(sub {
+    File::Find::find({ no_chdir => 1, wanted => sub {
         return unless /\.md$/ && -f $_;
         open my $fh, '<:encoding(UTF-8)', $_ or die;
         local $/;
         my $text = <$fh>;
         $count++ while $text =~ /(?<!\\)\{\{#figure/g;
         expand($text, $File::Find::dir, $File::Find::name, \@problems);
-    }, $root);
+    } }, $root);
     print STDERR "figures: $_\n" for @problems;
     exit 1 if @problems;
     print "figures: $count directives resolved\n";
@@ -354,6 +360,15 @@ sub check_tree {
 exit 0 if @ARGV && $ARGV[0] eq 'supports';
 self_test() if @ARGV && $ARGV[0] eq 'test';
 check_tree($ARGV[1] // '.') if @ARGV && $ARGV[0] eq 'check';
+if (@ARGV && $ARGV[0] eq 'show') {    # prints one Markdown file with its figures in place
+    open my $fh, '<:encoding(UTF-8)', $ARGV[1] or die "$ARGV[1]: $!\n";
+    local $/;
+    my @problems;
+    binmode STDOUT, ':encoding(UTF-8)';
+    print expand(scalar <$fh>, dirname($ARGV[1]), $ARGV[1], \@problems);
+    print STDERR "figures: $_\n" for @problems;
+    exit(@problems ? 1 : 0);
+}
 
 local $/;
 my $input = <STDIN>;
