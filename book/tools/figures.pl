@@ -41,9 +41,9 @@
 # FORMAT (optional) rewrites the value's leading number: `%.1f` (any printf number
 # format; the flag ' groups thousands: `%'d` gives 3,228), optionally after a scaling
 # `/1000` or `*100`, and optionally followed by text that replaces the rest of the value
-# (its unit), e.g. `; /1000 %.0f µs` turns 76950.0 into "77 µs". Without a text the
-# value's first word after the number (its unit) is kept; without a format the value is
-# printed as recorded.
+# (its unit), e.g. `; /1000 %.0f µs` turns 76950.0 into "77 µs". Without a text, an
+# unscaled value keeps its first word after the number (its unit: `7.5 µs ; %.0f` gives
+# "8 µs") and a scaled one keeps none; without a format the value is printed as recorded.
 #
 # `perl figures.pl test` runs the script's self-test; `perl figures.pl check DIR` resolves
 # every directive of the Markdown files under DIR without building the book; `perl
@@ -222,6 +222,7 @@ sub format_value {
     my $out = sprintf $fmt, $num;
     1 while $group && $out =~ s/^([-+ ]?\d+)(\d{3})/$1,$2/;
     return ($out . (length $unit ? $unit : ''), undef) if length $unit;
+    return ($out, undef) if defined $op;    # a scaled number has lost its unit
     return ($out . ($rest =~ /^\s/ ? $rest =~ s/^(\s+\S+).*$/$1/r : ''), undef);
 }
 
@@ -281,6 +282,7 @@ EOF
         ['a.txt: expandable_segments:True >> peak reserved | 2', '230.00 MiB'],
         ['a.txt: expandable_segments:False >> peak reserved | 3', '(1.044x requested)'],
         ['b.txt: raw.512 ; /1000 %.0f µs', '77 µs'],
+        ['a.txt: second device call ; *1000 %.0f', '7500'],
         ['b.txt: bw[bytes=2].gbps ; %.1f', '55.4'],
         ['b.txt: bw.0.gbps', '5.3'],
         ['b.txt: "s.t"."a.b"', '3228'],
