@@ -26,8 +26,8 @@
 #
 #   A row is a line of a `| a | b |` table (cells between pipes) or, otherwise, a line
 #   whose cells are separated by two spaces or more (`peak reserved   236.00 MiB`).
-#   A pipe row's header is the nearest row above it that a rule (`| --- |`, `|----|`)
-#   follows; a space-aligned row's header is the first line of its paragraph.
+#   A pipe row's header is the nearest row above it that a Markdown separator
+#   (`| --- | --- |`) follows, or that starts its block and a rule (`|-----|`) follows; a space-aligned row's header is the first line of its paragraph.
 #   Rules and blank lines are never rows.
 #
 # KEY, for a JSON line (a line starting with `{`; the first one in the scope, and it must
@@ -155,14 +155,20 @@ sub cells {
     return split /\s{2,}/, $t;
 }
 
-sub is_rule { $_[0] =~ /^\s*\|[\s|:=+-]*$/ && $_[0] =~ /-/ }
+sub is_rule { $_[0] =~ /^\s*\|[\s|:=+-]*$/ && $_[0] =~ /[-=]/ }
 
 sub header_of {
     my ($lines, $i, $from) = @_;
     if ($lines->[$i] =~ /^\s*\|/) {
         for (my $j = $i - 1; $j >= $from; $j--) {
             next unless $lines->[$j] =~ /^\s*\|/ && !is_rule($lines->[$j]);
-            return [cells($lines->[$j])] if $j + 1 <= $#$lines && is_rule($lines->[$j + 1]);
+            next unless $j + 1 <= $#$lines && is_rule($lines->[$j + 1]);
+            # A Markdown separator (`| --- | --- |`) follows only a header; a plain rule
+            # (`|-----|`) also closes groups of rows, so there the header is a row that
+            # starts its block.
+            my $markdown = $lines->[$j + 1] =~ /\|.*\|.*\|/;
+            my $first = $j == 0 || $lines->[$j - 1] !~ /^\s*\|/ || is_rule($lines->[$j - 1]);
+            return [cells($lines->[$j])] if $markdown || $first;
         }
         return;
     }
