@@ -46,7 +46,8 @@
 # "8 µs") and a scaled one keeps none; without a format the value is printed as recorded.
 #
 # `perl figures.pl test` runs the script's self-test; `perl figures.pl check DIR` resolves
-# every directive of the Markdown files under DIR without building the book; `perl
+# every directive of the Markdown files under DIR (README.md files aside) without
+# building the book; `perl
 # figures.pl show FILE.md` prints one file with its figures in place.
 use strict;
 use warnings;
@@ -351,7 +352,7 @@ sub check_tree {
     no warnings "once";
     require File::Find;
     File::Find::find({ no_chdir => 1, wanted => sub {
-        return unless /\.md$/ && -f $_;
+        return unless /\.md$/ && !/README\.md$/ && -f $_;
         open my $fh, '<:encoding(UTF-8)', $_ or die;
         local $/;
         my $text = <$fh>;
