@@ -6,15 +6,9 @@
 
 mod bounded;
 
-use std::time::Duration;
-
 use bounded::mutate::{apply, mutations};
-use bounded::{assert_one_line, bounded, pickles};
-use labs_core::snapshot::{self, memory_timeline, Summary};
+use bounded::pickles;
 use proptest::prelude::*;
-
-const MIB: usize = 1 << 20;
-const LIMIT: Duration = Duration::from_secs(5);
 
 fn seeds() -> Vec<Vec<u8>> {
     let mut seeds = vec![
@@ -31,24 +25,7 @@ fn seeds() -> Vec<Vec<u8>> {
 
 /// Loads `bytes` and uses what loaded; says how far it got.
 pub fn check(bytes: &[u8]) -> &'static str {
-    let loaded = bounded("loading", 64 * MIB + 256 * bytes.len(), LIMIT, || {
-        snapshot::load(bytes)
-    });
-    match loaded {
-        Ok((snap, _)) => {
-            bounded("summarising", 64 * MIB + 256 * bytes.len(), LIMIT, || {
-                let _ = Summary::of(&snap);
-                if let Ok(device) = snap.pick_device(None) {
-                    let _ = memory_timeline(&snap, device);
-                }
-            });
-            "loaded"
-        }
-        Err(e) => {
-            assert_one_line(&e.to_string());
-            "refused"
-        }
-    }
+    bounded::check_snapshot(bytes, 256)
 }
 
 #[test]

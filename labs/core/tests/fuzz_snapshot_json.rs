@@ -7,18 +7,11 @@
 
 mod bounded;
 
-use std::time::Duration;
-
 use bounded::mutate::{apply, mutations};
-use bounded::{assert_one_line, bounded};
 use labs_core::snapshot::{
-    self, memory_timeline, Block, BlockState, Frame, Segment, SegmentType, Snapshot, Summary,
-    TraceAction, TraceEvent,
+    self, Block, BlockState, Frame, Segment, SegmentType, Snapshot, TraceAction, TraceEvent,
 };
 use proptest::prelude::*;
-
-const MIB: usize = 1 << 20;
-const LIMIT: Duration = Duration::from_secs(5);
 
 fn built() -> Snapshot {
     let frames: snapshot::Frames = vec![Frame {
@@ -85,25 +78,9 @@ fn seeds() -> Vec<Vec<u8>> {
     seeds
 }
 
-fn check(bytes: &[u8]) -> &'static str {
-    let loaded = bounded("loading", 64 * MIB + 64 * bytes.len(), LIMIT, || {
-        snapshot::load(bytes)
-    });
-    match loaded {
-        Ok((snap, _)) => {
-            bounded("summarising", 64 * MIB + 64 * bytes.len(), LIMIT, || {
-                let _ = Summary::of(&snap);
-                if let Ok(device) = snap.pick_device(None) {
-                    let _ = memory_timeline(&snap, device);
-                }
-            });
-            "loaded"
-        }
-        Err(e) => {
-            assert_one_line(&e.to_string());
-            "refused"
-        }
-    }
+/// Loads `bytes` and uses what loaded; says how far it got.
+pub fn check(bytes: &[u8]) -> &'static str {
+    bounded::check_snapshot(bytes, 64)
 }
 
 #[test]

@@ -169,6 +169,30 @@ pub fn gzip(bytes: &[u8]) -> Vec<u8> {
 pub mod mutate;
 pub mod pickles;
 
+/// Loads a snapshot (either format) from `bytes` and uses what loaded (its summary and
+/// memory timeline), each within `64 MiB + per_byte × input` of heap and five seconds;
+/// a refusal must be a one-line error. Says how far it got: "loaded" or "refused".
+pub fn check_snapshot(bytes: &[u8], per_byte: usize) -> &'static str {
+    use labs_core::snapshot::{self, memory_timeline, Summary};
+    const LIMIT: Duration = Duration::from_secs(5);
+    let heap = (64 << 20) + per_byte * bytes.len();
+    match bounded("loading", heap, LIMIT, || snapshot::load(bytes)) {
+        Ok((snap, _)) => {
+            bounded("summarising", heap, LIMIT, || {
+                let _ = Summary::of(&snap);
+                if let Ok(device) = snap.pick_device(None) {
+                    let _ = memory_timeline(&snap, device);
+                }
+            });
+            "loaded"
+        }
+        Err(e) => {
+            assert_one_line(&e.to_string());
+            "refused"
+        }
+    }
+}
+
 /// Runs `cases(default)` cases of `strategy` through `test`, which returns what the case
 /// came to (a short label such as "read" or "error"); prints the tally, so that a run
 /// says what it covered, and returns it.
