@@ -61,9 +61,11 @@ fn timing_without_synchronize_misses_the_work() {
         m.with_sync
     );
     // Events time the device alone; the host clock adds whatever delays the host (on a
-    // loaded machine, a lot), so only one direction is certain.
+    // loaded machine, a lot), so only one direction is certain. The two are separate
+    // runs of the same work, and on the simulated GPU a loaded host slows one run more
+    // than the other, hence the margin.
     assert!(
-        m.events.as_secs_f64() <= m.with_sync.as_secs_f64() * 1.2,
+        m.events.as_secs_f64() <= m.with_sync.as_secs_f64() * 2.0,
         "events {:?} vs clock {:?}",
         m.events,
         m.with_sync
