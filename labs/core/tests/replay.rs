@@ -41,6 +41,15 @@ fn check(name: &str, pytorch_best: f64, calls: Calls) -> f64 {
     );
     // Every mapping either made new memory or moved idle memory there.
     assert_eq!(report.device_allocs + report.num_remaps, report.num_maps);
+    // The timed driver calls are the counted ones: a create per new mapping, a map per
+    // mapping, a release per unmapping that did not move its memory.
+    let d = report.driver;
+    assert_eq!(d.create.calls, report.device_allocs);
+    assert_eq!(d.map.calls, report.num_maps);
+    assert_eq!(d.unmap.calls, report.num_unmaps);
+    assert_eq!(d.release.calls, report.num_unmaps - report.num_remaps);
+    assert!(d.access.calls >= 1 && d.access.calls <= d.map.calls);
+    assert!(d.total_ns() > 0 && d.total_ns() <= report.elapsed.as_nanos() as u64);
     let ours = report.fragmentation();
     assert!(
         ours <= pytorch_best,

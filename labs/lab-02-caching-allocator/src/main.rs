@@ -152,6 +152,8 @@ fn run_replay(
             "num_unmaps": r.num_unmaps,
             "num_sync_all_streams": r.num_sync_all_streams,
             "num_remaps": r.num_remaps,
+            "driver_ns": serde_json::to_value(r.driver).expect("plain numbers"),
+            "driver_total_ns": r.driver.total_ns(),
             "unknown_frees": r.unknown_frees,
             "ns_per_op": r.ns_per_op(),
         });
@@ -171,6 +173,11 @@ fn run_replay(
         println!("maps / unmaps    {} / {}", r.num_maps, r.num_unmaps);
         println!("device syncs     {}", r.num_sync_all_streams);
         println!("mappings moved   {}", r.num_remaps);
+        println!(
+            "driver time      {:.1} ms of {:.1} ms",
+            r.driver.total_ns() as f64 / 1e6,
+            r.elapsed.as_secs_f64() * 1e3
+        );
         println!("time per op      {:.0} ns", r.ns_per_op());
         if r.unknown_frees > 0 {
             println!("unknown frees    {} (skipped)", r.unknown_frees);

@@ -275,7 +275,7 @@ impl State {
         let (base, size, pages) = if expandable {
             // Address space only: pages get memory as blocks use them.
             let size = EXPANDABLE_VA.max(rounded.div_ceil(page) * page);
-            let base = be.vm_reserve(size as usize)?;
+            let base = (self.stats.driver.segment_alloc).time(|| be.vm_reserve(size as usize))?;
             (base, size, vec![Default::default(); (size / page) as usize])
         } else {
             let size = segment_size(rounded);
@@ -287,7 +287,7 @@ impl State {
             if self.stats.reserved.current + size > self.limit {
                 return Err(self.out_of_memory(rounded));
             }
-            let base = be.raw_alloc(size as usize)?;
+            let base = (self.stats.driver.segment_alloc).time(|| be.raw_alloc(size as usize))?;
             self.note(TraceAction::SegmentAlloc, base, size, stream);
             self.stats.device_allocs += 1;
             self.stats.reserved.add(key.pool, size);
@@ -457,9 +457,9 @@ impl State {
             );
             self.unlist_free(key, first_id);
             if expandable {
-                be.vm_release(base, size as usize)?;
+                (self.stats.driver.segment_free).time(|| be.vm_release(base, size as usize))?;
             } else {
-                be.raw_free(base)?;
+                (self.stats.driver.segment_free).time(|| be.raw_free(base))?;
                 self.note(TraceAction::SegmentFree, base, size, stream);
                 self.stats.device_frees += 1;
                 self.stats.reserved.sub(key.pool, size);

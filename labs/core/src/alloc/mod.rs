@@ -29,4 +29,4 @@ pub use leak::{LeakGuard, LeakReport};
 pub use pool::{BlockState, MAX_STREAMS};
 pub use report::{BlockInfo, SegmentInfo};
 pub use size::{checked_round_size, pool_of, round_size, segment_size, Pool, MAX_REQUEST};
-pub use stats::{PoolStat, Stat, Stats};
+pub use stats::{DriverTime, DriverTimes, PoolStat, Stat, Stats};

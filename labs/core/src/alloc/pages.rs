@@ -248,7 +248,8 @@ impl State {
             let page = self.pages.page;
             let base = self.segments[s as usize].base;
             let addr = base + r.start as u64 * page;
-            be.vm_set_access(addr, ((r.end - r.start) as u64 * page) as usize)?;
+            let bytes = ((r.end - r.start) as u64 * page) as usize;
+            (self.stats.driver.access).time(|| be.vm_set_access(addr, bytes))?;
         }
         Ok(())
     }
@@ -296,7 +297,7 @@ impl State {
             // An idle mapping of exactly this length moves here whole: its physical
             // memory is unmapped and mapped again, with no release and no create.
             if let Some(memory) = self.take_idle_of_length(be, n as u32)? {
-                be.vm_map_memory(addr, memory)?;
+                (self.stats.driver.map).time(|| be.vm_map_memory(addr, memory))?;
                 self.stats.num_remaps += 1;
                 self.mapped(s, first, end, false);
                 return Ok(());
@@ -310,8 +311,8 @@ impl State {
         if self.stats.reserved.current + bytes > self.limit {
             return Err(self.out_of_memory(bytes));
         }
-        let memory = be.vm_create(bytes as usize)?;
-        be.vm_map_memory(addr, memory)?;
+        let memory = (self.stats.driver.create).time(|| be.vm_create(bytes as usize))?;
+        (self.stats.driver.map).time(|| be.vm_map_memory(addr, memory))?;
         self.mapped(s, first, end, true);
         Ok(())
     }
@@ -432,12 +433,12 @@ impl State {
         match streams {
             Some(streams) if !streams.is_empty() => {
                 for stream in streams {
-                    stream.synchronize()?;
+                    (self.stats.driver.synchronize).time(|| stream.synchronize())?;
                     self.stats.num_stream_syncs += 1;
                 }
             }
             _ => {
-                be.synchronize()?;
+                (self.stats.driver.synchronize).time(|| be.synchronize())?;
                 self.stats.num_sync_all_streams += 1;
             }
         }
@@ -478,7 +479,7 @@ impl State {
         let n = seg.pages[head].len as usize;
         let bytes = n as u64 * page;
         let addr = seg.base + head as u64 * page;
-        let memory = be.vm_unmap_memory(addr, bytes as usize)?;
+        let memory = (self.stats.driver.unmap).time(|| be.vm_unmap_memory(addr, bytes as usize))?;
         for p in &mut seg.pages[head..head + n] {
             p.mapped = false;
         }
@@ -488,7 +489,7 @@ impl State {
         self.stats.reserved.sub(pool, bytes);
         self.note(TraceAction::SegmentUnmap, addr, bytes, stream);
         if release {
-            be.vm_free_memory(memory)?;
+            (self.stats.driver.release).time(|| be.vm_free_memory(memory))?;
             self.stats.device_frees += 1;
             return Ok(None);
         }

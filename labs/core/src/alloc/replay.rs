@@ -89,6 +89,8 @@ pub struct ReplayReport {
     pub num_sync_all_streams: u64,
     /// Mappings moved rather than made ([`crate::alloc::Stats::num_remaps`]).
     pub num_remaps: u64,
+    /// The driver calls the replay made, by kind, with their time.
+    pub driver: super::DriverTimes,
     /// Frees of addresses not live at that point (never allocated, or freed twice):
     /// skipped when the replay is lenient, an error otherwise.
     pub unknown_frees: u64,
@@ -181,6 +183,7 @@ pub fn replay_with(trace: &Trace, allocator: &Allocator, lenient: bool) -> Resul
         num_unmaps: stats.num_unmaps - before.num_unmaps,
         num_sync_all_streams: stats.num_sync_all_streams - before.num_sync_all_streams,
         num_remaps: stats.num_remaps - before.num_remaps,
+        driver: stats.driver.since(&before.driver),
         unknown_frees,
         elapsed,
     })

@@ -86,6 +86,83 @@ impl std::ops::Deref for PoolStat {
     }
 }
 
+/// Calls of one kind and the wall time they took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DriverTime {
+    pub calls: u64,
+    pub ns: u64,
+}
+
+/// The allocator's driver calls by kind, timed on the host (each is synchronous).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DriverTimes {
+    /// `cuMemAddressReserve` of an expandable segment, or `cuMemAlloc` of a fixed one.
+    pub segment_alloc: DriverTime,
+    /// `cuMemAddressFree` or `cuMemFree`.
+    pub segment_free: DriverTime,
+    /// `cuMemCreate`.
+    pub create: DriverTime,
+    /// `cuMemMap`.
+    pub map: DriverTime,
+    /// `cuMemSetAccess`.
+    pub access: DriverTime,
+    /// `cuMemUnmap`.
+    pub unmap: DriverTime,
+    /// `cuMemRelease`.
+    pub release: DriverTime,
+    /// Waits before unmapping: a device or a stream synchronisation.
+    pub synchronize: DriverTime,
+}
+
+impl DriverTimes {
+    /// What was spent since `before` (an earlier copy of these figures).
+    pub fn since(&self, before: &DriverTimes) -> DriverTimes {
+        let d = |a: DriverTime, b: DriverTime| DriverTime {
+            calls: a.calls - b.calls,
+            ns: a.ns - b.ns,
+        };
+        DriverTimes {
+            segment_alloc: d(self.segment_alloc, before.segment_alloc),
+            segment_free: d(self.segment_free, before.segment_free),
+            create: d(self.create, before.create),
+            map: d(self.map, before.map),
+            access: d(self.access, before.access),
+            unmap: d(self.unmap, before.unmap),
+            release: d(self.release, before.release),
+            synchronize: d(self.synchronize, before.synchronize),
+        }
+    }
+
+    /// All the time spent in driver calls.
+    pub fn total_ns(&self) -> u64 {
+        [
+            self.segment_alloc,
+            self.segment_free,
+            self.create,
+            self.map,
+            self.access,
+            self.unmap,
+            self.release,
+            self.synchronize,
+        ]
+        .iter()
+        .map(|t| t.ns)
+        .sum()
+    }
+}
+
+impl DriverTime {
+    /// Runs `call`, counting it and its time here.
+    #[inline]
+    pub(crate) fn time<T>(&mut self, call: impl FnOnce() -> T) -> T {
+        let start = std::time::Instant::now();
+        let out = call();
+        self.calls += 1;
+        self.ns += start.elapsed().as_nanos() as u64;
+        out
+    }
+}
+
 // ANCHOR: stats
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -143,6 +220,9 @@ pub struct Stats {
     /// it is needed, without a `cuMemRelease` and a `cuMemCreate`. Counted in
     /// `num_maps` and `num_unmaps`, not in `device_allocs` or `device_frees`.
     pub num_remaps: u64,
+    /// Time spent in each kind of driver call the allocator makes (not a PyTorch
+    /// statistic): where the cost of expandable segments goes on a given GPU.
+    pub driver: DriverTimes,
     /// Allocations that had to release cached memory and try again.
     pub num_alloc_retries: u64,
     /// Allocations that failed with out-of-memory.
