@@ -94,11 +94,13 @@ struct Row {
 
 pub fn run(device: &Device, json: bool) -> Result<()> {
     let page = device.backend().vm_granularity()?;
-    let rounds = if device.is_cuda() { 51 } else { 501 };
-    let vm = [
-        crate::vm_costs::measure(device, page, rounds)?,
-        crate::vm_costs::measure(device, 8 * page, rounds)?,
-    ];
+    let rounds = if device.is_cuda() { 21 } else { 201 };
+    // One page, one run of the allocator's mappings, and larger ranges: whether a call
+    // costs per call or per byte decides how the allocator should group its mappings.
+    let vm = [1, 8, 32, 128]
+        .into_iter()
+        .map(|pages| crate::vm_costs::measure(device, pages * page, rounds))
+        .collect::<Result<Vec<_>>>()?;
     let mut rows = Vec::new();
     for (size, label) in SIZES {
         let alone = cached_pair_ns(device, size, 0)?;
@@ -157,7 +159,7 @@ pub fn run(device: &Device, json: bool) -> Result<()> {
         "{:<10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>18}",
         "mapping", "create", "map", "access", "unmap", "release", "sync, idle GPU"
     );
-    for c in vm {
+    for c in &vm {
         println!(
             "{:<10} {:>9.0} ns {:>9.0} ns {:>9.0} ns {:>9.0} ns {:>9.0} ns {:>15.0} ns",
             labs_core::format::bytes(c.bytes as u64),
