@@ -101,6 +101,11 @@ pub fn run(device: &Device, json: bool) -> Result<()> {
         .into_iter()
         .map(|pages| crate::vm_costs::measure(device, pages * page, rounds))
         .collect::<Result<Vec<_>>>()?;
+    // One access call over 32 pages, made of mappings of 1, 8 and 32 pages.
+    let access_32_pages: Vec<(usize, f64)> = [(32, 1), (4, 8), (1, 32)]
+        .into_iter()
+        .map(|(n, each)| Ok((n, crate::vm_costs::access_over(device, n, each, rounds)?)))
+        .collect::<Result<_>>()?;
     let mut rows = Vec::new();
     for (size, label) in SIZES {
         let alone = cached_pair_ns(device, size, 0)?;
@@ -135,6 +140,8 @@ pub fn run(device: &Device, json: bool) -> Result<()> {
                 "create": c.create, "map": c.map, "access": c.access, "unmap": c.unmap, "release": c.release,
                 "synchronize_idle": c.synchronize,
             }))).collect()),
+            "access_32_pages_ns_by_mappings": serde_json::Value::Object(access_32_pages.iter()
+                .map(|(n, ns)| (n.to_string(), (*ns).into())).collect()),
         });
         println!("{object}");
         return Ok(());
@@ -170,6 +177,11 @@ pub fn run(device: &Device, json: bool) -> Result<()> {
             c.release,
             c.synchronize
         );
+    }
+    println!();
+    println!("one access call over 32 pages on {device}, by how many mappings they are (median)");
+    for (n, ns) in &access_32_pages {
+        println!("{n:>3} mapping(s) of {:>2} pages   {ns:>9.0} ns", 32 / n);
     }
     Ok(())
 }

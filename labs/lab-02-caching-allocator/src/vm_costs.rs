@@ -72,3 +72,31 @@ pub fn measure(device: &Device, bytes: usize, rounds: usize) -> Result<VmCosts> 
         synchronize,
     })
 }
+
+/// Median nanoseconds of one `cuMemSetAccess` over `mappings` neighbouring mappings of
+/// `pages_each` pages: does granting access cost per call, per mapping, or per byte?
+pub fn access_over(
+    device: &Device,
+    mappings: usize,
+    pages_each: usize,
+    rounds: usize,
+) -> Result<f64> {
+    let be = device.backend();
+    let each = pages_each * be.vm_granularity()?;
+    let base = be.vm_reserve(mappings * each)?;
+    let mut t = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        for i in 0..mappings {
+            let memory = be.vm_create(each)?;
+            be.vm_map_memory(base + (i * each) as u64, memory)?;
+        }
+        let start = Instant::now();
+        be.vm_set_access(base, mappings * each)?;
+        t.push(start.elapsed().as_nanos() as f64);
+        for i in 0..mappings {
+            be.vm_unmap(base + (i * each) as u64, each)?;
+        }
+    }
+    be.vm_release(base, mappings * each)?;
+    Ok(median(t))
+}
