@@ -191,6 +191,17 @@ gpu)
   parts lab-08 "lab-08 --device cuda" "${LAB08_PARTS[@]}"
   whole lab-08/bench-gpu "lab-08 bench --device cuda --json"
 
+  # What each PyTorch snippet printed (ci/check-snippets.py, run by run.sh).
+  if [ -d "$logs/snippets" ]; then
+    while IFS= read -r txt; do
+      rel=${txt#"$logs/snippets/"}
+      dest=$out/snippets/$rel
+      mkdir -p "$(dirname "$dest")"
+      { echo "\$ python3 book/snippets/${rel%.txt}.py$note"; cat "$txt"; } >"$dest"
+      echo "wrote $dest"
+    done < <(find "$logs/snippets" -name '*.txt' | sort)
+  fi
+
   if [ -d "$logs/lab-03-demo" ]; then
     mkdir -p book/src/figures/lab-03/demo-gpu
     cp "$logs"/lab-03-demo/*.svg book/src/figures/lab-03/demo-gpu/

@@ -34,6 +34,10 @@ strip --strip-debug "$out"/bin/* "$out"/tests/* 2>/dev/null || true
 # which run.sh points LABS_DATA_DIR at.
 cp -r data "$out/data"
 cp ci/gpu-commands.txt "$out/commands.txt"
+# The PyTorch snippets the chapters show, and their runner (run.sh runs them last).
+mkdir -p "$out/ci" "$out/book"
+cp ci/check-snippets.py "$out/ci/"
+cp -r book/snippets "$out/book/snippets"
 cp ci/run.sh "$out/run.sh"
 chmod +x "$out/run.sh"
 du -sh "$out" >&2

@@ -30,4 +30,9 @@ while IFS= read -r hit; do
     *) grep -q "ANCHOR: $anchor\b" "$file" || { echo "book/src/$md: no anchor '$anchor' in $path"; status=1; } ;;
   esac
 done < <(grep -rHo '{{#\(include\|rustdoc_include\) [^}]*}}' --include='*.md' . | sed 's|^\./||')
+# An output waiting for its first GPU run (a chapter written before the run) must not land.
+if pending=$(grep -rl 'PENDING GPU RUN' outputs 2>/dev/null); then
+  for f in $pending; do echo "book/src/$f: placeholder output; run the GPU bundle and ci/book-outputs.sh gpu"; done
+  status=1
+fi
 exit $status

@@ -71,6 +71,19 @@ while read -r line; do
   fi
 done <"$here/commands.txt"
 
+# The PyTorch snippets the chapters show: each must run here, and what each printed goes
+# to logs/snippets for ci/book-outputs.sh.
+if [ -f "$here/ci/check-snippets.py" ]; then
+  echo "== PyTorch snippets"
+  if python3 "$here/ci/check-snippets.py" --require-gpu --out "$logs/snippets" >"$logs/snippets.log" 2>&1; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    failures+=("PyTorch snippets")
+  fi
+  cat "$logs/snippets.log"
+fi
+
 echo
 echo "GPU bundle on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1): $passed passed, $failed failed"
 if [ ${#failures[@]} -gt 0 ]; then
