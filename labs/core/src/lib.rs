@@ -9,10 +9,13 @@
 //! - `alloc`: the caching allocator, which sees only the contract; `snapshot`, the
 //!   memory snapshots lab 3 reads (ours and PyTorch's), plain data;
 //! - `device`: the registry that opens devices and owns one allocator each;
-//! - `tensor` and `host`: tensors over the allocator's memory, pinned host memory;
+//! - `tensor` and `host`: tensors over the allocator's memory (and the graph their ops
+//!   record for autograd), pinned host memory;
+//! - `autograd`: the backward pass over that graph;
 //! - `cli`, `table`, `timing`, `testing`: what the labs and their tests share.
 
 pub mod alloc;
+pub mod autograd;
 pub mod backend;
 pub mod cli;
 pub mod cuda;

@@ -25,6 +25,13 @@ fn unary_reference(op: UnaryOp, x: f32, alpha: f32) -> f32 {
                 0.0
             }
         }
+        UnaryOp::Step => {
+            if x > 0.0 {
+                1.0
+            } else {
+                0.0
+            }
+        }
         UnaryOp::Scale => alpha * x,
     }
 }

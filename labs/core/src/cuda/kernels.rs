@@ -75,6 +75,20 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
             n,
             ..
         } => vec![U64(src), U64(dst), Strided(layout), U64(n as u64)],
+        Kernel::SumRows {
+            x,
+            out,
+            rows,
+            cols,
+            alpha,
+            ..
+        } => vec![
+            U64(x),
+            U64(out),
+            F32(alpha),
+            U64(rows as u64),
+            U64(cols as u64),
+        ],
     }
 }
 

@@ -92,7 +92,43 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
                 "no strided copy for {width}-byte elements"
             ))),
         },
+        Kernel::SumRows {
+            dtype,
+            x,
+            out,
+            rows,
+            cols,
+            alpha,
+        } => match float(dtype, "sum")? {
+            Float::F32 => sum_rows::<f32>([x, out], rows, cols, alpha, memory),
+            Float::F16 => sum_rows::<f16>([x, out], rows, cols, alpha, memory),
+            Float::BF16 => sum_rows::<bf16>([x, out], rows, cols, alpha, memory),
+        },
     }
+}
+
+/// Row sums accumulated in `f32`, as the GPU kernel does (its order of additions differs:
+/// the results agree to rounding, not bit for bit).
+fn sum_rows<E: FloatElement>(
+    [x, out]: [DevicePtr; 2],
+    rows: usize,
+    cols: usize,
+    alpha: f32,
+    memory: &dyn HostAccess,
+) -> Result<()> {
+    let size = std::mem::size_of::<E>();
+    access(
+        memory,
+        &[(x, rows * cols * size), (out, rows * size)],
+        |p| {
+            // SAFETY: each pointer is valid for the range asked for it.
+            let (x, out) = unsafe { (Raw::<E>::new(p[0], rows * cols), Raw::<E>::new(p[1], rows)) };
+            for r in 0..rows {
+                let acc: f32 = (0..cols).map(|c| x.get(r * cols + c).widen()).sum();
+                out.set(r, E::narrow(alpha * acc));
+            }
+        },
+    )
 }
 
 /// `len` elements of `E` at a host pointer that may be unaligned and may alias

@@ -58,6 +58,17 @@ pub enum Kernel {
         n: usize,
         iterations: u32,
     },
+    /// `out[r] = alpha * sum(x[r * cols .. (r + 1) * cols])` over `rows` contiguous rows
+    /// of a float dtype, accumulated in float32 (a sum over the last dimension; other
+    /// reductions move their dimension last first).
+    SumRows {
+        dtype: DType,
+        x: DevicePtr,
+        out: DevicePtr,
+        rows: usize,
+        cols: usize,
+        alpha: f32,
+    },
     /// Gathers the strided view at `src` (the address of its first element) into `n`
     /// contiguous elements of `width` bytes at `dst`.
     StridedCopy {
@@ -109,6 +120,14 @@ impl Kernel {
             | Kernel::Randn { n, .. }
             | Kernel::Spin { n, .. }
             | Kernel::StridedCopy { n, .. } => n,
+            // One warp (32 threads) per row.
+            Kernel::SumRows { rows, cols, .. } => {
+                if cols == 0 {
+                    0
+                } else {
+                    rows.saturating_mul(32)
+                }
+            }
         }
     }
 }

@@ -61,6 +61,8 @@ op_family! {
         Sigmoid: "sigmoid", "1.0f / (1.0f + expf(-x))", |x, _| 1.0 / (1.0 + (-x).exp());
         /// `max(x, 0)`; as with `fmaxf`, a NaN input gives 0.
         Relu: "relu", "fmaxf(x, 0.0f)", |x, _| x.max(0.0);
+        /// 1 where `x > 0`, else 0 (a NaN gives 0): the derivative of `relu`.
+        Step: "step", "(x > 0.0f ? 1.0f : 0.0f)", |x, _| if x > 0.0 { 1.0 } else { 0.0 };
         /// `alpha * x`.
         Scale: "scale", "alpha * x", |x, alpha| alpha * x;
     }

@@ -14,6 +14,7 @@ const ELEMENTWISE_CU: &str = include_str!("../../../../kernels/elementwise.cu");
 const RANDOM_CU: &str = include_str!("../../../../kernels/random.cu");
 const SPIN_CU: &str = include_str!("../../../../kernels/spin.cu");
 const STRIDED_CU: &str = include_str!("../../../../kernels/strided.cu");
+const REDUCE_CU: &str = include_str!("../../../../kernels/reduce.cu");
 
 /// The dtypes the elementwise families are generated for, in module order.
 pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -78,6 +79,21 @@ fn family_module(family: &str, suffix: &str, ops: &[(&str, &str)]) -> Module {
     }
 }
 
+/// The reductions for one float dtype: the dtype's section of `kernels/dtypes.cu`, then
+/// `kernels/reduce.cu` with each function renamed `{name}_{dtype}`.
+fn reduce_module(suffix: &str) -> Module {
+    let mut source = format!(
+        "// Generated: the {suffix} section of kernels/dtypes.cu, then kernels/reduce.cu.\n"
+    );
+    source.push_str(dtype_section(suffix));
+    source.push_str(&REDUCE_CU.replace("void sum_rows(", &format!("void sum_rows_{suffix}(")));
+    Module {
+        name: format!("reduce_{suffix}"),
+        source,
+        functions: vec![format!("sum_rows_{suffix}")],
+    }
+}
+
 fn fixed_module(name: &str, source: &str, functions: &[&str]) -> Module {
     Module {
         name: name.into(),
@@ -109,6 +125,9 @@ pub fn modules() -> &'static [Module] {
             .collect();
         let copies: Vec<&str> = copies.iter().map(String::as_str).collect();
         modules.push(fixed_module("strided", STRIDED_CU, &copies));
+        for dtype in FLOAT_DTYPES {
+            modules.push(reduce_module(suffix(dtype).unwrap()));
+        }
         modules
     })
 }
@@ -144,6 +163,7 @@ pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
                 })?;
             entry(2 * families + 2, i)
         }
+        Kernel::SumRows { dtype, .. } => entry(2 * families + 3 + float_index(dtype, "sum")?, 0),
     })
 }
 

@@ -83,7 +83,7 @@ impl Layout {
         self.offset + reach + 1
     }
 
-    fn check_dim(&self, op: &str, dim: usize) -> Result<()> {
+    pub(crate) fn check_dim(&self, op: &str, dim: usize) -> Result<()> {
         if dim >= self.shape.len() {
             return Err(Error::InvalidArgument(format!(
                 "{op}: dimension {dim} out of range for shape {:?}",
@@ -101,6 +101,33 @@ impl Layout {
         t.shape.swap(a, b);
         t.strides.swap(a, b);
         Ok(t)
+    }
+
+    /// The dimensions reordered: dimension `i` of the result is dimension `dims[i]`.
+    pub fn permute(&self, dims: &[usize]) -> Result<Layout> {
+        let mut seen = vec![false; self.shape.len()];
+        for &d in dims {
+            if d >= seen.len() || std::mem::replace(&mut seen[d], true) {
+                return Err(Error::InvalidArgument(format!(
+                    "permute: {dims:?} is not an order of the {} dimensions of shape {:?}",
+                    self.shape.len(),
+                    self.shape
+                )));
+            }
+        }
+        if dims.len() != self.shape.len() {
+            return Err(Error::InvalidArgument(format!(
+                "permute: {dims:?} names {} dimensions, shape {:?} has {}",
+                dims.len(),
+                self.shape,
+                self.shape.len()
+            )));
+        }
+        Ok(Layout {
+            shape: dims.iter().map(|&d| self.shape[d]).collect(),
+            strides: dims.iter().map(|&d| self.strides[d]).collect(),
+            offset: self.offset,
+        })
     }
 
     /// `len` entries of dimension `dim` from `start`.

@@ -3,11 +3,14 @@
 //! when it is already there and copies otherwise, and an operation on tensors of two
 //! devices is an error.
 
+mod graph;
 mod layout;
 mod ops;
+mod reduce;
 mod views;
 
 pub use crate::dtype::{DType, Element};
+pub use graph::{is_grad_enabled, no_grad, Edge, GradOp, GradSlot, NoGradGuard, Node};
 pub use layout::Layout;
 
 use std::sync::Arc;
@@ -45,6 +48,8 @@ pub struct Tensor {
     storage: Arc<Storage>,
     layout: Layout,
     dtype: DType,
+    /// The tensor's place in the autograd graph, if it needs a gradient.
+    grad: Option<graph::Grad>,
 }
 // ANCHOR_END: tensor_struct
 
@@ -67,6 +72,7 @@ impl Tensor {
             }),
             layout: Layout::contiguous(shape, 0),
             dtype,
+            grad: None,
         })
     }
     // ANCHOR_END: tensor_empty
@@ -78,6 +84,7 @@ impl Tensor {
             storage: self.storage.clone(),
             layout,
             dtype: self.dtype,
+            grad: None,
         }
     }
 

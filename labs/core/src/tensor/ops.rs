@@ -4,6 +4,7 @@
 //! the named methods are shorthands. Inputs that are strided views are made dense
 //! first (a copy); in-place ops need a dense tensor.
 
+use super::graph::GradOp;
 use super::{DType, Tensor};
 use crate::error::{Error, Result};
 use crate::kernels::{BinaryOp, Kernel, UnaryOp};
@@ -21,6 +22,10 @@ impl Tensor {
                 supported: FLOAT_DTYPES,
             }),
         }
+    }
+
+    pub(crate) fn check_float_dtype(&self, op: &'static str) -> Result<()> {
+        self.check_float(op)
     }
 
     fn check_f32(&self, op: &'static str) -> Result<()> {
@@ -54,6 +59,18 @@ impl Tensor {
         Ok(())
     }
 
+    /// In-place ops would change what a recorded graph saved; PyTorch refuses them on
+    /// tensors that need a gradient while recording, and so do we.
+    pub(crate) fn check_not_recording(&self, op: &'static str) -> Result<()> {
+        if self.requires_grad() && super::is_grad_enabled() {
+            return Err(Error::InvalidArgument(format!(
+                "{op}: a tensor that requires grad is used in an in-place operation; \
+                 run it under no_grad() or on detach()"
+            )));
+        }
+        Ok(())
+    }
+
     fn check_dense(&self, op: &'static str) -> Result<()> {
         if !self.is_contiguous() {
             return Err(Error::InvalidArgument(format!(
@@ -78,7 +95,21 @@ impl Tensor {
             n: self.numel(),
             alpha,
         })?;
-        Ok(out)
+        // What each derivative reads: the output for exp, sqrt, tanh and sigmoid (their
+        // derivatives are functions of it), the input for log and relu.
+        let saved: &[&Tensor] = match op {
+            UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Tanh | UnaryOp::Sigmoid => &[&out],
+            UnaryOp::Log | UnaryOp::Relu => &[self],
+            UnaryOp::Neg | UnaryOp::Scale | UnaryOp::Step => &[],
+        };
+        let saved: Vec<Tensor> = saved.iter().map(|t| (*t).clone()).collect();
+        let saved: Vec<&Tensor> = saved.iter().collect();
+        Ok(Tensor::recorded(
+            out.clone(),
+            GradOp::Unary(op, alpha),
+            &[self],
+            &saved,
+        ))
     }
 
     /// `op` applied to every element, into a new tensor.
@@ -100,7 +131,17 @@ impl Tensor {
             n: self.numel(),
             alpha,
         })?;
-        Ok(out)
+        // Products and quotients read their operands; sums and differences read nothing.
+        let saved: &[&Tensor] = match op {
+            BinaryOp::Mul | BinaryOp::Div | BinaryOp::Maximum | BinaryOp::Minimum => &[self, other],
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Axpy => &[],
+        };
+        Ok(Tensor::recorded(
+            out.clone(),
+            GradOp::Binary(op),
+            &[self, other],
+            saved,
+        ))
     }
 
     /// `op` applied to pairs of elements of two tensors of one shape and dtype.
@@ -159,6 +200,7 @@ impl Tensor {
     pub fn axpy_(&self, alpha: f32, x: &Tensor) -> Result<()> {
         self.check_binary(x, "axpy")?;
         self.check_dense("axpy_")?;
+        self.check_not_recording("axpy_")?;
         let x = x.contiguous()?;
         self.device().launch(&Kernel::Binary {
             op: BinaryOp::Axpy,

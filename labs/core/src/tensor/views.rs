@@ -2,30 +2,54 @@
 //! a view back into dense memory. A view allocates nothing; writes through one are
 //! seen by every tensor sharing the storage, as in PyTorch.
 
+use super::graph::GradOp;
 use super::Tensor;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernels::Kernel;
 
 impl Tensor {
     /// Dimensions `a` and `b` swapped, sharing storage (PyTorch's `transpose`).
     pub fn transpose(&self, a: usize, b: usize) -> Result<Tensor> {
-        Ok(self.with_layout(self.layout.transpose(a, b)?))
+        let mut dims: Vec<usize> = (0..self.shape().len()).collect();
+        self.layout.check_dim("transpose", a)?;
+        self.layout.check_dim("transpose", b)?;
+        dims.swap(a, b);
+        self.permute(&dims)
+    }
+
+    /// The dimensions reordered (`dims[i]` becomes dimension `i`), sharing storage.
+    pub fn permute(&self, dims: &[usize]) -> Result<Tensor> {
+        let out = self.with_layout(self.layout.permute(dims)?);
+        Ok(Tensor::recorded(
+            out,
+            GradOp::Permute(dims.to_vec()),
+            &[self],
+            &[],
+        ))
     }
 
     /// `len` entries of dimension `dim` from `start`, sharing storage.
     pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Tensor> {
+        self.check_no_graph("narrow")?;
         Ok(self.with_layout(self.layout.narrow(dim, start, len)?))
     }
 
     /// Size-1 dimensions repeated to `shape` without copying (stride 0).
     pub fn expand(&self, shape: &[usize]) -> Result<Tensor> {
+        self.check_no_graph("expand")?;
         Ok(self.with_layout(self.layout.expand(shape)?))
     }
 
     /// The same elements under another shape, sharing storage; an error for a
     /// non-contiguous tensor (PyTorch's `view`).
     pub fn view(&self, shape: &[usize]) -> Result<Tensor> {
-        Ok(self.with_layout(self.layout.view(shape)?))
+        let out = self.with_layout(self.layout.view(shape)?);
+        Ok(Tensor::recorded(
+            out,
+            GradOp::Reshape(self.shape().to_vec()),
+            &[self],
+            &[],
+        ))
     }
 
     /// Like `view`, but copies a non-contiguous tensor first (PyTorch's `reshape`).
@@ -40,6 +64,13 @@ impl Tensor {
         if self.is_contiguous() {
             return Ok(self.clone());
         }
+        let out = self.dense_copy()?;
+        Ok(Tensor::recorded(out, GradOp::Identity, &[self], &[]))
+    }
+    // ANCHOR_END: contiguous
+
+    /// A dense copy of this (strided) tensor's elements, with no graph.
+    fn dense_copy(&self) -> Result<Tensor> {
         let out = Tensor::empty(self.shape(), self.dtype, self.device())?;
         self.device().launch(&Kernel::StridedCopy {
             width: self.dtype.size(),
@@ -50,5 +81,15 @@ impl Tensor {
         })?;
         Ok(out)
     }
-    // ANCHOR_END: contiguous
+
+    /// Views autograd cannot differentiate yet refuse tensors that need a gradient
+    /// rather than silently dropping it.
+    fn check_no_graph(&self, op: &str) -> Result<()> {
+        if self.requires_grad() && super::is_grad_enabled() {
+            return Err(Error::InvalidArgument(format!(
+                "{op}: no gradient is defined for this view yet; use it on detach() or under no_grad()"
+            )));
+        }
+        Ok(())
+    }
 }

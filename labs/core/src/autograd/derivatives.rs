@@ -1,0 +1,105 @@
+//! Each recorded op's derivative: given the gradient of its output, the gradients of
+//! its inputs, computed with tensor ops (run with recording off by the engine).
+
+use crate::error::{Error, Result};
+use crate::kernels::{BinaryOp, UnaryOp};
+use crate::tensor::{GradOp, Tensor};
+
+/// The gradients of a node's inputs, in input order, from `grad` (its output's
+/// gradient) and `saved` (what the op saved, in the order `tensor/` saved it).
+pub(super) fn input_grads(op: &GradOp, grad: &Tensor, saved: &[Tensor]) -> Result<Vec<Tensor>> {
+    Ok(match op {
+        GradOp::Unary(op, alpha) => vec![unary(*op, *alpha, grad, saved)?],
+        GradOp::Binary(op) => binary(*op, grad, saved)?,
+        GradOp::Sum {
+            dims,
+            keepdim,
+            input,
+            scale,
+        } => {
+            // Put the summed dimensions back as size 1, then stretch them to the input.
+            let mut kept_shape = input.clone();
+            for &d in dims {
+                kept_shape[d] = 1;
+            }
+            let g = if *keepdim {
+                grad.clone()
+            } else {
+                grad.reshape(&kept_shape)?
+            };
+            let g = g.expand(input)?.contiguous()?;
+            vec![if *scale == 1.0 { g } else { g.scale(*scale)? }]
+        }
+        GradOp::Permute(dims) => {
+            let mut inverse = vec![0; dims.len()];
+            for (i, &d) in dims.iter().enumerate() {
+                inverse[d] = i;
+            }
+            vec![grad.permute(&inverse)?]
+        }
+        GradOp::Reshape(input) => vec![grad.reshape(input)?],
+        GradOp::Identity => vec![grad.clone()],
+    })
+}
+
+fn saved_at<'a>(saved: &'a [Tensor], i: usize, op: &str) -> Result<&'a Tensor> {
+    saved
+        .get(i)
+        .ok_or_else(|| Error::InvalidArgument(format!("{op}: the graph saved no tensor {i}")))
+}
+
+fn unary(op: UnaryOp, alpha: f32, g: &Tensor, saved: &[Tensor]) -> Result<Tensor> {
+    let s = |i| saved_at(saved, i, op.name());
+    match op {
+        UnaryOp::Neg => g.neg(),
+        UnaryOp::Scale => g.scale(alpha),
+        // d exp(x) = exp(x): the saved output.
+        UnaryOp::Exp => g.mul(s(0)?),
+        // d log(x) = 1 / x: the saved input.
+        UnaryOp::Log => g.div(s(0)?),
+        // d sqrt(x) = 1 / (2 sqrt(x)): the saved output.
+        UnaryOp::Sqrt => g.div(s(0)?)?.scale(0.5),
+        // d tanh(x) = 1 - tanh(x)^2.
+        UnaryOp::Tanh => {
+            let y = s(0)?;
+            g.mul(&add_scalar(&y.mul(y)?.neg()?, 1.0)?)
+        }
+        // d sigmoid(x) = y (1 - y).
+        UnaryOp::Sigmoid => {
+            let y = s(0)?;
+            let one_minus = add_scalar(&y.neg()?, 1.0)?;
+            g.mul(&y.mul(&one_minus)?)
+        }
+        // d relu(x) = 1 where x > 0: the saved input's step.
+        UnaryOp::Relu => g.mul(&s(0)?.unary(UnaryOp::Step)?),
+        // A step is flat almost everywhere.
+        UnaryOp::Step => Tensor::zeros(g.shape(), g.dtype(), g.device()),
+    }
+}
+
+/// `x + c`, elementwise (float32: the derivatives that need it run in float32).
+fn add_scalar(x: &Tensor, c: f32) -> Result<Tensor> {
+    x.add(&Tensor::full(x.shape(), c, x.device())?)
+}
+
+fn binary(op: BinaryOp, g: &Tensor, saved: &[Tensor]) -> Result<Vec<Tensor>> {
+    let s = |i| saved_at(saved, i, op.name());
+    Ok(match op {
+        BinaryOp::Add => vec![g.clone(), g.clone()],
+        BinaryOp::Sub => vec![g.clone(), g.neg()?],
+        BinaryOp::Mul => vec![g.mul(s(1)?)?, g.mul(s(0)?)?],
+        BinaryOp::Div => {
+            let (a, b) = (s(0)?, s(1)?);
+            let ga = g.div(b)?;
+            // d(a/b)/db = -a / b^2 = -(a/b) / b.
+            let gb = ga.mul(a)?.div(b)?.neg()?;
+            vec![ga, gb]
+        }
+        BinaryOp::Maximum | BinaryOp::Minimum | BinaryOp::Axpy => {
+            return Err(Error::InvalidArgument(format!(
+                "backward: no derivative for {} yet",
+                op.name()
+            )))
+        }
+    })
+}

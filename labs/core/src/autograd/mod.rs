@@ -1,0 +1,138 @@
+//! The backward pass: from a tensor back through the graph its ops recorded
+//! (`tensor/graph.rs`), each node's derivative (`derivatives.rs`) turning the gradient
+//! of its output into gradients of its inputs, accumulated into the leaves' `.grad`.
+//!
+//! As in PyTorch, a pass releases what the nodes saved as soon as each node is done,
+//! unless asked to retain the graph; a second pass through a released graph is an
+//! error that says so. Gradients are computed with recording off (no double backward).
+
+mod derivatives;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::tensor::{no_grad, Edge, GradSlot, Node, Tensor};
+
+impl Tensor {
+    /// Gradients of this one-element tensor (a loss) with respect to every leaf it
+    /// depends on, added to their `.grad` (PyTorch's `loss.backward()`); the graph's
+    /// saved tensors are released on the way.
+    pub fn backward(&self) -> Result<()> {
+        self.backward_with(None, false)
+    }
+
+    /// `backward` with an explicit output gradient (`None`: ones, for a one-element
+    /// tensor only) and the choice to keep the graph for another pass
+    /// (`retain_graph=True`).
+    pub fn backward_with(&self, grad: Option<Tensor>, retain_graph: bool) -> Result<()> {
+        if !self.requires_grad() {
+            return Err(Error::InvalidArgument(
+                "backward: the tensor does not require grad and has no grad_fn".into(),
+            ));
+        }
+        let _off = no_grad();
+        let grad = match grad {
+            Some(g) if g.shape() == self.shape() => g,
+            Some(g) => {
+                return Err(Error::Shape {
+                    op: "backward (the gradient's shape)",
+                    a: self.shape().to_vec(),
+                    b: g.shape().to_vec(),
+                })
+            }
+            None if self.numel() == 1 => Tensor::full(self.shape(), 1.0f32, self.device())?,
+            None => {
+                return Err(Error::InvalidArgument(format!(
+                    "backward: grad can be implicitly created only for a one-element tensor, \
+                     not shape {:?}",
+                    self.shape()
+                )))
+            }
+        };
+        let Some(root) = self.grad_fn() else {
+            // A leaf: its gradient is the one given.
+            return accumulate(&self.grad_slot().expect("a leaf that requires grad"), grad);
+        };
+        let order = topological_order(&root);
+        let mut pending: HashMap<*const Node, Tensor> = HashMap::new();
+        pending.insert(Arc::as_ptr(&root), grad);
+        for node in order {
+            let Some(grad) = pending.remove(&Arc::as_ptr(&node)) else {
+                continue; // no gradient reached it (an input that needs none)
+            };
+            let saved = {
+                let mut saved = node.saved.lock().unwrap();
+                match (retain_graph, saved.as_ref()) {
+                    (_, None) => {
+                        return Err(Error::InvalidArgument(format!(
+                            "backward: trying to backward through the graph a second time \
+                             ({} released its saved tensors); pass retain_graph=true to the \
+                             first pass",
+                            node.op.name()
+                        )))
+                    }
+                    (true, Some(s)) => s.clone(),
+                    (false, Some(_)) => saved.take().unwrap(),
+                }
+            };
+            let grads = derivatives::input_grads(&node.op, &grad, &saved)?;
+            drop(saved);
+            for (edge, g) in node.inputs.iter().zip(grads) {
+                match edge {
+                    None => {}
+                    Some(Edge::Leaf(slot)) => accumulate(slot, g)?,
+                    Some(Edge::Node(next)) => {
+                        let key = Arc::as_ptr(next);
+                        let sum = match pending.remove(&key) {
+                            Some(prev) => prev.add(&g.contiguous()?)?,
+                            None => g,
+                        };
+                        pending.insert(key, sum);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Adds `g` into a leaf's `.grad` (a new dense tensor the first time, as PyTorch).
+fn accumulate(slot: &GradSlot, g: Tensor) -> Result<()> {
+    let mut grad = slot.lock().unwrap();
+    *grad = Some(match grad.take() {
+        None => g.contiguous()?,
+        Some(prev) => prev.add(&g.contiguous()?)?,
+    });
+    Ok(())
+}
+
+/// The nodes reachable from `root`, each after every node that feeds a gradient into
+/// it (reverse post-order of a depth-first walk, without recursion: graphs are deep).
+fn topological_order(root: &Arc<Node>) -> Vec<Arc<Node>> {
+    let mut seen: HashMap<*const Node, ()> = HashMap::new();
+    let mut post = Vec::new();
+    let mut stack: Vec<(Arc<Node>, usize)> = vec![(root.clone(), 0)];
+    seen.insert(Arc::as_ptr(root), ());
+    while let Some((node, next)) = stack.pop() {
+        let child = node.inputs[next..]
+            .iter()
+            .enumerate()
+            .find_map(|(i, e)| match e {
+                Some(Edge::Node(n)) if !seen.contains_key(&Arc::as_ptr(n)) => {
+                    Some((next + i, n.clone()))
+                }
+                _ => None,
+            });
+        match child {
+            Some((i, n)) => {
+                seen.insert(Arc::as_ptr(&n), ());
+                stack.push((node, i + 1));
+                stack.push((n, 0));
+            }
+            None => post.push(node),
+        }
+    }
+    post.reverse();
+    post
+}

@@ -1,0 +1,213 @@
+//! What autograd records as ops run: a node per op that produced a tensor needing a
+//! gradient, naming the op, the inputs its gradient flows to, and the tensors it saved
+//! for backward. This file only records; the backward pass (the engine and each op's
+//! derivative) lives above, in `autograd`.
+//!
+//! As in PyTorch, a node holds its inputs' *edges* (their nodes, or a leaf's gradient
+//! slot), not the inputs themselves: an input the derivative does not need is freed as
+//! soon as the program drops it. What the derivative needs is saved explicitly, listed
+//! on the node, and released by a backward pass that does not retain the graph.
+
+use std::cell::Cell;
+use std::sync::{Arc, Mutex};
+
+use super::Tensor;
+use crate::kernels::{BinaryOp, UnaryOp};
+
+/// The op a node differentiates, with what its derivative needs besides saved tensors.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GradOp {
+    /// An elementwise op and its scalar.
+    Unary(UnaryOp, f32),
+    Binary(BinaryOp),
+    /// A sum (times `scale`, for means) over `dims` of an input of shape `input`.
+    Sum {
+        dims: Vec<usize>,
+        keepdim: bool,
+        input: Vec<usize>,
+        scale: f32,
+    },
+    /// A reordering of dimensions.
+    Permute(Vec<usize>),
+    /// Another shape over the same elements (view, reshape) of an input of this shape.
+    Reshape(Vec<usize>),
+    /// A dense copy (`contiguous`): the gradient passes through.
+    Identity,
+}
+
+impl GradOp {
+    /// PyTorch's name for the node (`MulBackward0`), as `grad_fn` prints it.
+    pub fn name(&self) -> String {
+        match self {
+            GradOp::Unary(op, _) => format!("{}Backward", capitalised(op.name())),
+            GradOp::Binary(op) => format!("{}Backward", capitalised(op.name())),
+            GradOp::Sum { scale, .. } if *scale != 1.0 => "MeanBackward".into(),
+            GradOp::Sum { .. } => "SumBackward".into(),
+            GradOp::Permute(_) => "PermuteBackward".into(),
+            GradOp::Reshape(_) => "ViewBackward".into(),
+            GradOp::Identity => "CloneBackward".into(),
+        }
+    }
+}
+
+fn capitalised(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
+/// A leaf's accumulated gradient (`.grad`), shared by the leaf and the edges to it.
+pub type GradSlot = Arc<Mutex<Option<Tensor>>>;
+
+/// Where an input's gradient goes.
+#[derive(Clone)]
+pub enum Edge {
+    /// To the node that produced the input.
+    Node(Arc<Node>),
+    /// Into a leaf's `.grad`.
+    Leaf(GradSlot),
+}
+
+/// One recorded op.
+pub struct Node {
+    pub op: GradOp,
+    /// One entry per input: `None` for an input that needs no gradient.
+    pub inputs: Vec<Option<Edge>>,
+    /// The tensors the derivative reads, stored without their own graph (detached);
+    /// `None` once a backward pass released them.
+    pub saved: Mutex<Option<Vec<Tensor>>>,
+    /// Bytes of saved tensors that only this node keeps (their storage is not the
+    /// input's or output's), for reports of what a graph holds.
+    pub saved_bytes: usize,
+}
+
+/// A tensor's place in the graph.
+#[derive(Clone)]
+pub(crate) enum Grad {
+    /// A leaf whose gradient is accumulated (`requires_grad_(true)`).
+    Leaf(GradSlot),
+    /// The output of a recorded op.
+    Output(Arc<Node>),
+}
+
+thread_local! {
+    static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+}
+
+/// Whether ops record a graph on this thread (`torch.is_grad_enabled()`).
+pub fn is_grad_enabled() -> bool {
+    GRAD_ENABLED.with(Cell::get)
+}
+
+/// Turns recording off until dropped, then restores what it was (`torch.no_grad()`);
+/// scopes nest.
+pub struct NoGradGuard {
+    previous: bool,
+}
+
+/// Ops record no graph while the returned guard lives.
+pub fn no_grad() -> NoGradGuard {
+    NoGradGuard {
+        previous: GRAD_ENABLED.with(|g| g.replace(false)),
+    }
+}
+
+impl Drop for NoGradGuard {
+    fn drop(&mut self) {
+        GRAD_ENABLED.with(|g| g.set(self.previous));
+    }
+}
+
+impl Tensor {
+    /// Marks this tensor as a leaf whose gradient is accumulated in [`Tensor::grad`]
+    /// (`requires_grad_()`); `false` makes it a plain tensor again. Returns the tensor,
+    /// sharing storage.
+    pub fn requires_grad_(mut self, requires: bool) -> Tensor {
+        self.grad = requires.then(|| Grad::Leaf(Arc::new(Mutex::new(None))));
+        self
+    }
+
+    /// Whether a gradient flows to or through this tensor.
+    pub fn requires_grad(&self) -> bool {
+        self.grad.is_some()
+    }
+
+    /// A leaf: made by the program, not by a recorded op.
+    pub fn is_leaf(&self) -> bool {
+        !matches!(self.grad, Some(Grad::Output(_)))
+    }
+
+    /// The gradient accumulated into this leaf by backward passes, if any.
+    pub fn grad(&self) -> Option<Tensor> {
+        match &self.grad {
+            Some(Grad::Leaf(slot)) => slot.lock().unwrap().clone(),
+            _ => None,
+        }
+    }
+
+    /// Drops the accumulated gradient (`zero_grad(set_to_none=True)`, PyTorch's default),
+    /// so that its memory goes back to the cache.
+    pub fn clear_grad(&self) {
+        if let Some(Grad::Leaf(slot)) = &self.grad {
+            slot.lock().unwrap().take();
+        }
+    }
+
+    /// The node that produced this tensor (`grad_fn`), if a recorded op did.
+    pub fn grad_fn(&self) -> Option<Arc<Node>> {
+        match &self.grad {
+            Some(Grad::Output(node)) => Some(node.clone()),
+            _ => None,
+        }
+    }
+
+    /// The same data with no graph (`detach()`): sharing storage, requiring no gradient.
+    pub fn detach(&self) -> Tensor {
+        let mut t = self.clone();
+        t.grad = None;
+        t
+    }
+
+    /// The leaf's gradient slot (for the engine).
+    pub fn grad_slot(&self) -> Option<GradSlot> {
+        match &self.grad {
+            Some(Grad::Leaf(slot)) => Some(slot.clone()),
+            _ => None,
+        }
+    }
+
+    /// Where a gradient for this tensor goes, if it needs one.
+    fn edge(&self) -> Option<Edge> {
+        match &self.grad {
+            Some(Grad::Leaf(slot)) => Some(Edge::Leaf(slot.clone())),
+            Some(Grad::Output(node)) => Some(Edge::Node(node.clone())),
+            None => None,
+        }
+    }
+
+    /// `out` as the result of `op` on `inputs`, recording a node when recording is on
+    /// and some input needs a gradient; `saved` are the tensors the derivative reads.
+    pub(crate) fn recorded(
+        mut out: Tensor,
+        op: GradOp,
+        inputs: &[&Tensor],
+        saved: &[&Tensor],
+    ) -> Tensor {
+        if !is_grad_enabled() || !inputs.iter().any(|t| t.requires_grad()) {
+            return out;
+        }
+        let saved_bytes = (saved.iter())
+            .filter(|s| !inputs.iter().any(|i| i.shares_storage(s)) && !s.shares_storage(&out))
+            .map(|s| s.nbytes())
+            .sum();
+        let node = Node {
+            op,
+            inputs: inputs.iter().map(|t| t.edge()).collect(),
+            saved: Mutex::new(Some(saved.iter().map(|t| t.detach()).collect())),
+            saved_bytes,
+        };
+        out.grad = Some(Grad::Output(Arc::new(node)));
+        out
+    }
+}

@@ -1,0 +1,323 @@
+//! Autograd against finite differences, and the graph's memory: saved tensors released
+//! by a backward pass, a second pass refused, memory back to its baseline once the
+//! outputs are dropped. Runs on the simulated GPU by default and on the GPU with
+//! `LABS_DEVICE=cuda`.
+
+use labs_core::tensor::no_grad;
+use labs_core::testing::test_device;
+use labs_core::{Device, Tensor};
+
+/// The tests share one device and its allocator, and some measure its memory: they run
+/// one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Deterministic inputs in [lo, hi).
+fn values(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
+        })
+        .collect()
+}
+
+fn tensor(data: &[f32], shape: &[usize], device: &Device) -> Tensor {
+    Tensor::from_slice(data, shape, device).unwrap()
+}
+
+/// Checks the gradients backward gives `f`'s inputs against central differences of
+/// `sum(f(inputs) * weights)` (random weights, so that no gradient is trivially 1).
+/// Differences are taken in float64 on the host from float32 evaluations, with a step
+/// large enough that float32 rounding stays below the tolerance.
+fn check_gradients(name: &str, inputs: &[(Vec<f32>, Vec<usize>)], f: impl Fn(&[Tensor]) -> Tensor) {
+    let device = test_device();
+    let out_len = {
+        let ts: Vec<Tensor> = inputs.iter().map(|(d, s)| tensor(d, s, &device)).collect();
+        f(&ts).numel()
+    };
+    let weights = values(out_len, 99, -1.0, 1.0);
+    let loss_of = |ts: &[Tensor]| -> Tensor {
+        let y = f(ts);
+        let w = tensor(&weights, y.shape(), &device);
+        y.mul(&w).unwrap().sum_all().unwrap()
+    };
+    let leaves: Vec<Tensor> = (inputs.iter())
+        .map(|(d, s)| tensor(d, s, &device).requires_grad_(true))
+        .collect();
+    loss_of(&leaves).backward().unwrap();
+    let eps = 1e-2f32;
+    for (k, (data, shape)) in inputs.iter().enumerate() {
+        let analytic = leaves[k]
+            .grad()
+            .expect("a gradient")
+            .to_vec::<f32>()
+            .unwrap();
+        assert_eq!(
+            leaves[k].grad().unwrap().shape(),
+            &shape[..],
+            "{name}: grad shape"
+        );
+        for i in 0..data.len() {
+            let eval = |delta: f32| -> f64 {
+                let _off = no_grad();
+                let ts: Vec<Tensor> = (inputs.iter().enumerate())
+                    .map(|(j, (d, s))| {
+                        let mut d = d.clone();
+                        if j == k {
+                            d[i] += delta;
+                        }
+                        tensor(&d, s, &device)
+                    })
+                    .collect();
+                loss_of(&ts).to_vec::<f32>().unwrap()[0] as f64
+            };
+            let numeric = (eval(eps) - eval(-eps)) / (2.0 * eps as f64);
+            let a = analytic[i] as f64;
+            let tol = 1e-2 + 1e-2 * numeric.abs();
+            assert!(
+                (a - numeric).abs() <= tol,
+                "{name}: d/dinput{k}[{i}] is {a} by backward, {numeric} by finite differences"
+            );
+        }
+    }
+}
+
+const SHAPE: [usize; 2] = [3, 4];
+
+fn input(seed: u64, lo: f32, hi: f32) -> (Vec<f32>, Vec<usize>) {
+    (values(12, seed, lo, hi), SHAPE.to_vec())
+}
+
+#[test]
+fn unary_ops_match_finite_differences() {
+    let _serial = serial();
+    let any = || input(1, -2.0, 2.0);
+    let positive = || input(2, 0.5, 3.0);
+    check_gradients("neg", &[any()], |t| t[0].neg().unwrap());
+    check_gradients("scale", &[any()], |t| t[0].scale(-1.5).unwrap());
+    check_gradients("exp", &[any()], |t| t[0].exp().unwrap());
+    check_gradients("log", &[positive()], |t| {
+        t[0].unary(labs_core::kernels::UnaryOp::Log).unwrap()
+    });
+    check_gradients("sqrt", &[positive()], |t| {
+        t[0].unary(labs_core::kernels::UnaryOp::Sqrt).unwrap()
+    });
+    check_gradients("tanh", &[any()], |t| {
+        t[0].unary(labs_core::kernels::UnaryOp::Tanh).unwrap()
+    });
+    check_gradients("sigmoid", &[any()], |t| {
+        t[0].unary(labs_core::kernels::UnaryOp::Sigmoid).unwrap()
+    });
+    // Away from 0, where relu has no derivative.
+    let (mut d, s) = any();
+    for v in &mut d {
+        if v.abs() < 0.1 {
+            *v += 0.3;
+        }
+    }
+    check_gradients("relu", &[(d, s)], |t| t[0].relu().unwrap());
+}
+
+#[test]
+fn binary_ops_match_finite_differences() {
+    let _serial = serial();
+    let a = || input(3, -2.0, 2.0);
+    let b = || input(4, -2.0, 2.0);
+    let away_from_zero = || input(5, 0.5, 2.0);
+    check_gradients("add", &[a(), b()], |t| t[0].add(&t[1]).unwrap());
+    check_gradients("sub", &[a(), b()], |t| t[0].sub(&t[1]).unwrap());
+    check_gradients("mul", &[a(), b()], |t| t[0].mul(&t[1]).unwrap());
+    check_gradients("div", &[a(), away_from_zero()], |t| {
+        t[0].div(&t[1]).unwrap()
+    });
+    // The same tensor on both sides: its gradient is the sum of both paths.
+    check_gradients("x * x", &[a()], |t| t[0].mul(&t[0]).unwrap());
+}
+
+#[test]
+fn reductions_and_views_match_finite_differences() {
+    let _serial = serial();
+    let a = || (values(24, 6, -2.0, 2.0), vec![2, 3, 4]);
+    check_gradients("sum dim 1", &[a()], |t| t[0].sum_dims(&[1], false).unwrap());
+    check_gradients("sum dims 0,2 keepdim", &[a()], |t| {
+        t[0].sum_dims(&[0, 2], true).unwrap()
+    });
+    check_gradients("mean dim 2", &[a()], |t| {
+        t[0].mean_dims(&[2], false).unwrap()
+    });
+    check_gradients("mean of all", &[a()], |t| {
+        t[0].mean_all().unwrap().reshape(&[1]).unwrap()
+    });
+    check_gradients("transpose then exp", &[a()], |t| {
+        t[0].transpose(0, 2).unwrap().exp().unwrap()
+    });
+    check_gradients("permute, contiguous, view", &[a()], |t| {
+        t[0].permute(&[2, 0, 1])
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .view(&[4, 6])
+            .unwrap()
+    });
+    check_gradients("a small network", &[a(), a()], |t| {
+        let h = t[0].mul(&t[1]).unwrap().relu().unwrap();
+        h.unary(labs_core::kernels::UnaryOp::Tanh)
+            .unwrap()
+            .sum_dims(&[2], false)
+            .unwrap()
+    });
+}
+
+#[test]
+fn sums_match_host_arithmetic() {
+    let _serial = serial();
+    let device = test_device();
+    let data = values(2 * 3 * 5, 7, -1.0, 1.0);
+    let t = tensor(&data, &[2, 3, 5], &device);
+    let by_dim0 = t.sum_dims(&[0], false).unwrap().to_vec::<f32>().unwrap();
+    for j in 0..15 {
+        let want = data[j] + data[15 + j];
+        assert!((by_dim0[j] - want).abs() < 1e-5, "sum over dim 0 at {j}");
+    }
+    let all = t.sum_all().unwrap();
+    assert_eq!(all.shape(), &[] as &[usize]);
+    let want: f32 = data.iter().sum();
+    assert!((all.to_vec::<f32>().unwrap()[0] - want).abs() < 1e-4);
+    // An empty reduced dimension sums to zero.
+    let empty = Tensor::zeros(&[3, 0], labs_core::DType::F32, &device).unwrap();
+    assert_eq!(
+        empty
+            .sum_dims(&[1], false)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        vec![0.0; 3]
+    );
+    assert!(t.sum_dims(&[3], false).is_err());
+    assert!(t.sum_dims(&[1, 1], false).is_err());
+}
+
+#[test]
+fn gradients_accumulate_and_clear() {
+    let _serial = serial();
+    let device = test_device();
+    let x = tensor(&[1.0, 2.0, 3.0], &[3], &device).requires_grad_(true);
+    for _ in 0..2 {
+        x.mul(&x).unwrap().sum_all().unwrap().backward().unwrap();
+    }
+    // d/dx sum(x^2) = 2x, twice.
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f32>().unwrap(),
+        vec![4.0, 8.0, 12.0]
+    );
+    x.clear_grad();
+    assert!(x.grad().is_none());
+}
+
+#[test]
+fn no_grad_and_detach_record_nothing() {
+    let _serial = serial();
+    let device = test_device();
+    let x = tensor(&[1.0, 2.0], &[2], &device).requires_grad_(true);
+    {
+        let _off = no_grad();
+        let y = x.exp().unwrap();
+        assert!(!y.requires_grad() && y.grad_fn().is_none());
+    }
+    let y = x.exp().unwrap();
+    assert_eq!(y.grad_fn().unwrap().op.name(), "ExpBackward");
+    assert!(!y.is_leaf());
+    let d = y.detach();
+    assert!(!d.requires_grad() && d.shares_storage(&y));
+    assert!(
+        d.sum_all().unwrap().backward().is_err(),
+        "nothing to differentiate"
+    );
+    // In-place ops on tensors that need a gradient are refused while recording.
+    assert!(x.axpy_(1.0, &x.detach()).is_err());
+}
+
+#[test]
+fn a_backward_pass_releases_the_graph_unless_retained() {
+    let _serial = serial();
+    let device = test_device();
+    let alloc = device.allocator().unwrap();
+    let x = Tensor::randn(&[256, 256], 1, &device)
+        .unwrap()
+        .requires_grad_(true);
+    let base = alloc.memory_allocated();
+    // exp saves its output (256 KiB), tanh too: two saved tensors beyond the inputs.
+    let loss = x
+        .exp()
+        .unwrap()
+        .unary(labs_core::kernels::UnaryOp::Tanh)
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    let with_graph = alloc.memory_allocated();
+    assert!(
+        with_graph >= base + 2 * 256 * 256 * 4,
+        "the graph keeps its saved tensors"
+    );
+    loss.backward_with(None, true).unwrap();
+    loss.backward().unwrap(); // retained once: a second pass works, and releases
+    let err = loss.backward().unwrap_err().to_string();
+    assert!(err.contains("second time"), "{err}");
+    let after = alloc.memory_allocated();
+    assert!(
+        after < with_graph,
+        "released saved tensors go back to the cache"
+    );
+    assert_eq!(x.grad().unwrap().shape(), &[256, 256]);
+    drop(loss);
+    x.clear_grad();
+    assert_eq!(
+        alloc.memory_allocated(),
+        base,
+        "memory back to the baseline"
+    );
+}
+
+#[test]
+fn an_unused_graph_is_freed_with_its_output() {
+    let _serial = serial();
+    // Tutorial 002's graph kept by an unused result: it holds what its nodes saved until
+    // the result is dropped, then everything goes.
+    let device = test_device();
+    let alloc = device.allocator().unwrap();
+    let a = Tensor::randn(&[128, 128], 2, &device)
+        .unwrap()
+        .requires_grad_(true);
+    let b = Tensor::randn(&[128, 128], 3, &device)
+        .unwrap()
+        .requires_grad_(true);
+    let base = alloc.memory_allocated();
+    let c = a.mul(&b).unwrap().exp().unwrap();
+    assert!(alloc.memory_allocated() > base);
+    drop(c);
+    assert_eq!(alloc.memory_allocated(), base);
+}
+
+#[test]
+fn backward_refuses_bad_calls() {
+    let _serial = serial();
+    let device = test_device();
+    let x = tensor(&[1.0, 2.0], &[2], &device).requires_grad_(true);
+    let y = x.exp().unwrap();
+    let err = y.backward().unwrap_err().to_string();
+    assert!(err.contains("one-element"), "{err}");
+    let wrong = tensor(&[1.0], &[1], &device);
+    assert!(y.backward_with(Some(wrong), false).is_err());
+    assert!(
+        x.narrow(0, 0, 1).is_err(),
+        "no gradient for narrow yet: refused, not dropped"
+    );
+}
