@@ -75,6 +75,8 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
             n,
             ..
         } => vec![U64(src), U64(dst), Strided(layout), U64(n as u64)],
+        // `function` refuses it before arguments are built: cuBLAS runs it (blas.rs).
+        Kernel::Gemm(_) => unreachable!("a gemm is not launched as a module"),
     }
 }
 

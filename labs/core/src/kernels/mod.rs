@@ -5,12 +5,17 @@
 //!
 //! A new unary or binary op is one entry in `ops.rs`: its kernel for every float dtype,
 //! its launch arguments and its simulator loop all follow from the entry.
+//!
+//! The matrix product, [`Gemm`], is a launch like the others but a library's: cuBLAS on
+//! `cuda`, a CPU GEMM crate on `sim` and `cpu`.
 
 pub mod cpu;
+mod gemm;
 pub mod ops;
 pub mod source;
 mod strided;
 
+pub use gemm::{Gemm, Operand};
 pub use ops::{BinaryOp, UnaryOp};
 pub use source::Module;
 pub use strided::{Strided, MAX_DIMS};
@@ -67,6 +72,12 @@ pub enum Kernel {
         layout: Strided,
         n: usize,
     },
+    /// A batched, strided matrix product (see [`Gemm`]). It is a variant rather than a
+    /// method of its own in the backend contract because it is one more launch: it is
+    /// ordered on the stream it is given, the simulator enqueues it like any twin, and
+    /// everything above the contract launches it through `Device::launch`. Only its
+    /// implementation differs: cuBLAS rather than a generated module.
+    Gemm(Gemm),
 }
 
 impl Kernel {
@@ -96,12 +107,13 @@ impl Kernel {
     }
 
     /// The module and function that implement this kernel on the GPU; an error for a
-    /// dtype or element width no kernel is generated for.
+    /// dtype or element width no kernel is generated for, and for [`Kernel::Gemm`],
+    /// which cuBLAS implements.
     pub fn function(&self) -> Result<(&'static Module, &'static str)> {
         source::function(self)
     }
 
-    /// Number of elements the launch covers (sets the grid size).
+    /// Number of elements the launch covers (sets the grid size; a GEMM's output).
     pub fn elements(&self) -> usize {
         match *self {
             Kernel::Unary { n, .. }
@@ -109,6 +121,7 @@ impl Kernel {
             | Kernel::Randn { n, .. }
             | Kernel::Spin { n, .. }
             | Kernel::StridedCopy { n, .. } => n,
+            Kernel::Gemm(g) => g.m * g.n * g.batch,
         }
     }
 }

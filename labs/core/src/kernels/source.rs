@@ -144,6 +144,11 @@ pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
                 })?;
             entry(2 * families + 2, i)
         }
+        Kernel::Gemm(_) => {
+            return Err(Error::InvalidArgument(
+                "gemm has no generated CUDA module: the cuda backend runs it through cuBLAS".into(),
+            ))
+        }
     })
 }
 
@@ -230,5 +235,7 @@ mod tests {
             alpha: 0.0,
         };
         assert!(function(&int_neg).is_err());
+        let gemm = Kernel::Gemm(crate::kernels::Gemm::dense(DType::F32, 1, 1, 1, [0, 0, 0]));
+        assert!(function(&gemm).is_err());
     }
 }

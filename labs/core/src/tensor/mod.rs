@@ -4,11 +4,13 @@
 //! devices is an error.
 
 mod layout;
+mod matmul;
 mod ops;
 mod views;
 
 pub use crate::dtype::{DType, Element};
 pub use layout::Layout;
+pub use matmul::MatmulOptions;
 
 use std::sync::Arc;
 
