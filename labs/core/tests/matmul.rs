@@ -290,8 +290,10 @@ fn tf32_is_off_by_default_and_rounds_inputs_when_allowed() {
     let _serial = serial();
     let d = test_device();
     // 1 + 2^-12 is exact in f32 and every partial sum of n of them is too; TF32 keeps
-    // 10 bits of mantissa, so there it is 1.
-    let n = 256;
+    // 10 bits of mantissa, so there it is 1. Large enough a product for cuBLAS to pick
+    // a tensor-core kernel when TF32 is allowed (as it does for any size on Ampere and
+    // later, unless NVIDIA_TF32_OVERRIDE=0 forbids TF32 process-wide).
+    let n = 512;
     let x = 1.0 + 1.0 / 4096.0;
     let a = Tensor::full(&[n, n], x, &d).unwrap();
     let b = Tensor::full(&[n, n], 1.0f32, &d).unwrap();
