@@ -26,6 +26,12 @@ for manifest in labs/lab-*/Cargo.toml; do
   pkg=$(sed -n 's/^name = "\(lab-[0-9]*\)"/\1/p' "$manifest" | head -n 1)
   cp "target/release/$pkg" "$out/bin/$pkg"
 done
+# The matrix-product bench (labs/core/benches/gemm.rs), so that its figures land in the
+# same GPU run as ci/pytorch-reference.py's: bin/bench-gemm.
+echo "building the gemm bench..." >&2
+bench=$(cargo bench -p labs-core --bench gemm --no-run --message-format=json 2>/dev/null |
+  grep -o '"executable":"[^"]*"' | sed 's/"executable":"\(.*\)"/\1/' | tail -n 1)
+cp "$bench" "$out/bin/bench-gemm"
 # Debug info goes; symbol names stay, so that backtraces (the memory history's, the
 # leak guard's) name their functions on the GPU machine too.
 strip --strip-debug "$out"/bin/* "$out"/tests/* 2>/dev/null || true

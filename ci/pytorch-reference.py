@@ -8,7 +8,10 @@ allocator's alloc+free pair, from Python (torch.cuda.caching_allocator_alloc/del
 which includes the interpreter's overhead) and from C++
 (c10::cuda::CUDACachingAllocator::raw_alloc/raw_delete in a loop compiled at run time
 with torch.utils.cpp_extension, the path the labs' own pair compares with; skipped with
-a note when no compiler is found)."""
+a note when no compiler is found); and matrix-product throughput, the twin of
+labs/core/benches/gemm.rs (`bench-gemm --json` in the bundle): TFLOP/s of one 8192^3
+`a @ b` in bfloat16 and in float32 with TF32 off, median of 10 after 3 warm-up runs,
+each timed by CUDA events."""
 
 import json
 import time
@@ -83,6 +86,32 @@ def cpp_pairs():
     return {str(s): ext.pair_ns(s, 101, 2000) for s in (512, 1 << 20, 20 << 20)}
 
 
+def gemm(n=8192, warmup=3, runs=10):
+    """Median milliseconds and TFLOP/s of `a @ b` for n x n x n products, as the bench
+    times ours: one product between two CUDA events, the output's allocation included."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    out = {"n": n, "warmup": warmup, "runs": runs, "timing": "CUDA events"}
+    for name, dtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        a = torch.randn(n, n, device="cuda", dtype=dtype)
+        b = torch.randn(n, n, device="cuda", dtype=dtype)
+        times = []
+        for i in range(warmup + runs):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            c = a @ b
+            end.record()
+            end.synchronize()
+            del c
+            if i >= warmup:
+                times.append(start.elapsed_time(end))
+        ms = median(times)
+        out[name] = {"median_ms": ms, "tflops": 2 * n**3 / (ms * 1e-3) / 1e12}
+        del a, b
+    torch.cuda.empty_cache()
+    return out
+
+
 def main():
     size = 1 << 30
     dev = torch.empty(size, dtype=torch.uint8, device="cuda")
@@ -101,6 +130,7 @@ def main():
         "pageable_dtoh_gbps": g_down,
         "python_alloc_free_pair_ns": {str(s): alloc_pair_ns(s) for s in (512, 1 << 20, 20 << 20)},
         "cpp_alloc_free_pair_ns": cpp_pairs(),
+        "gemm": gemm(),
     }))
 
 

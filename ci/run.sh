@@ -34,6 +34,22 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so '; then
   fi
 fi
 
+# Matrix products go through cuBLAS, opened at run time by the names libcublas.so and
+# libcublas.so.12: where only another version is installed (libcublas.so.13), or only
+# PyTorch's wheel carries it, point libcublas.so at it.
+if ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\(\.12\)\? '; then
+  wheels=$(python3 -c 'import os, nvidia; print(" ".join(os.path.join(p, "cublas") for p in nvidia.__path__))' 2>/dev/null || true)
+  # shellcheck disable=SC2086
+  cublas=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib/x86_64-linux-gnu \
+             /usr/local/lib /opt $wheels -name 'libcublas.so*' 2>/dev/null | sort -r | head -n 1)
+  if [ -n "$cublas" ]; then
+    mkdir -p "$here/lib"
+    ln -sf "$cublas" "$here/lib/libcublas.so"
+    export LD_LIBRARY_PATH="$here/lib:$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "using cuBLAS at $cublas"
+  fi
+fi
+
 passed=0 failed=0 failures=()
 for t in "$here"/tests/*; do
   name=$(basename "$t")

@@ -57,6 +57,14 @@ pub enum Error {
         supported: &'static str,
     },
 
+    /// Two operands of one operation with different dtypes (no implicit promotion).
+    #[error("{op}: expected both operands to have the same dtype, but found {a} and {b}")]
+    DTypeMismatch {
+        op: &'static str,
+        a: DType,
+        b: DType,
+    },
+
     /// Shapes that do not fit together.
     #[error("{op}: shape mismatch, {a:?} vs {b:?}")]
     Shape {

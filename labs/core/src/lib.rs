@@ -5,7 +5,8 @@
 //!   addresses, the one error type, text helpers;
 //! - `backend`: the contract every device fulfils, as small traits; `cuda` (the real
 //!   GPU) and `sim` (a simulated GPU in host memory) implement it;
-//! - `kernels`: the op layer, each op declared once with its CUDA source and CPU twin;
+//! - `kernels`: the op layer, each op declared once with its CUDA source and CPU twin,
+//!   and the matrix product (cuBLAS on the GPU, a CPU GEMM crate on the simulator);
 //! - `alloc`: the caching allocator, which sees only the contract; `snapshot`, the
 //!   memory snapshots lab 3 reads (ours and PyTorch's), plain data;
 //! - `device`: the registry that opens devices and owns one allocator each;

@@ -177,6 +177,32 @@ fn reductions_and_views_match_finite_differences() {
 }
 
 #[test]
+fn matmul_matches_finite_differences() {
+    let _serial = serial();
+    let m =
+        |rows: usize, cols: usize, seed| (values(rows * cols, seed, -1.0, 1.0), vec![rows, cols]);
+    check_gradients("[3,4] @ [4,5]", &[m(3, 4, 10), m(4, 5, 11)], |t| {
+        t[0].matmul(&t[1]).unwrap()
+    });
+    check_gradients(
+        "batched [2,3,4] @ [2,4,2]",
+        &[
+            (values(24, 12, -1.0, 1.0), vec![2, 3, 4]),
+            (values(16, 13, -1.0, 1.0), vec![2, 4, 2]),
+        ],
+        |t| t[0].matmul(&t[1]).unwrap(),
+    );
+    check_gradients(
+        "shared weight [2,3,4] @ [4,2], then relu",
+        &[(values(24, 14, -1.0, 1.0), vec![2, 3, 4]), m(4, 2, 15)],
+        |t| t[0].matmul(&t[1]).unwrap().relu().unwrap(),
+    );
+    check_gradients("x @ xᵀ", &[m(3, 4, 16)], |t| {
+        t[0].matmul(&t[0].transpose(0, 1).unwrap()).unwrap()
+    });
+}
+
+#[test]
 fn sums_match_host_arithmetic() {
     let _serial = serial();
     let device = test_device();

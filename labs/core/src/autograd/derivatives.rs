@@ -39,7 +39,27 @@ pub(super) fn input_grads(op: &GradOp, grad: &Tensor, saved: &[Tensor]) -> Resul
         }
         GradOp::Reshape(input) => vec![grad.reshape(input)?],
         GradOp::Identity => vec![grad.clone()],
+        GradOp::Matmul => matmul(grad, saved)?,
     })
+}
+
+/// `out = a @ b`: `da = g @ bᵀ`, `db = aᵀ @ g`; a weight shared by every batch sums its
+/// batches' contributions, as one product over the batches stacked.
+fn matmul(g: &Tensor, saved: &[Tensor]) -> Result<Vec<Tensor>> {
+    let (a, b) = (saved_at(saved, 0, "matmul")?, saved_at(saved, 1, "matmul")?);
+    let (ra, rb) = (a.shape().len(), b.shape().len());
+    let da = g.matmul(&b.transpose(rb - 2, rb - 1)?)?;
+    let db = if rb == 2 && ra > 2 {
+        let k = a.shape()[ra - 1];
+        let n = g.shape()[ra - 1];
+        let rows = a.numel() / k.max(1);
+        let a2 = a.reshape(&[rows, k])?;
+        let g2 = g.contiguous()?.reshape(&[rows, n])?;
+        a2.transpose(0, 1)?.matmul(&g2)?
+    } else {
+        a.transpose(ra - 2, ra - 1)?.matmul(g)?
+    };
+    Ok(vec![da, db])
 }
 
 fn saved_at<'a>(saved: &'a [Tensor], i: usize, op: &str) -> Result<&'a Tensor> {

@@ -89,6 +89,8 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
             U64(rows as u64),
             U64(cols as u64),
         ],
+        // `function` refuses it before arguments are built: cuBLAS runs it (blas.rs).
+        Kernel::Gemm(_) => unreachable!("a gemm is not launched as a module"),
     }
 }
 

@@ -2,6 +2,7 @@
 //! runs at build time and nothing touches the GPU until a device is first used: the
 //! context is created lazily, as PyTorch does, so that merely naming `cuda:0` is free.
 
+mod blas;
 mod kernels;
 mod stream;
 
@@ -17,6 +18,7 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::kernels::Kernel;
 
+use blas::Blas;
 use kernels::ModuleCache;
 use stream::{cuda_stream, CudaEvent, CudaStream};
 
@@ -56,6 +58,8 @@ struct State {
     ctx: Arc<CudaContext>,
     default_stream: Stream,
     modules: ModuleCache,
+    /// cuBLAS, for [`Kernel::Gemm`]: its handle is made on the first product.
+    blas: Blas,
     multiprocessors: u32,
     /// The physical allocation behind each `vm_map`, by mapped address.
     handles:
@@ -96,6 +100,7 @@ impl CudaBackend {
                 );
                 let _ = self.state.set(Arc::new(State {
                     modules: ModuleCache::new(ctx.clone()),
+                    blas: Blas::new(ctx.clone()),
                     ctx,
                     default_stream,
                     multiprocessors,
@@ -449,7 +454,10 @@ impl Kernels for CudaBackend {
     fn launch(&self, kernel: &Kernel, stream: &Stream) -> Result<()> {
         let s = self.state()?;
         let raw = cuda_stream(stream, self.id_())?.raw();
-        s.modules.launch(kernel, raw, s.multiprocessors)
+        match kernel {
+            Kernel::Gemm(g) => s.blas.gemm(g, raw, stream.handle()),
+            _ => s.modules.launch(kernel, raw, s.multiprocessors),
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 
 use half::{bf16, f16};
 
-use super::{Kernel, Strided};
+use super::{Gemm, Kernel, Strided};
 use crate::device_id::DevicePtr;
 use crate::dtype::DType;
 use crate::dtype::FillPattern;
@@ -104,6 +104,14 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
             Float::F16 => sum_rows::<f16>([x, out], rows, cols, alpha, memory),
             Float::BF16 => sum_rows::<bf16>([x, out], rows, cols, alpha, memory),
         },
+        Kernel::Gemm(g) => {
+            g.validate()?;
+            match float(g.dtype, "gemm")? {
+                Float::F32 => gemm::<f32>(&g, g.allow_tf32, memory),
+                Float::F16 => gemm::<f16>(&g, false, memory),
+                Float::BF16 => gemm::<bf16>(&g, false, memory),
+            }
+        }
     }
 }
 
@@ -286,6 +294,139 @@ fn strided_copy<E: Copy>(
     })
 }
 
+// ANCHOR: cpu_gemm
+/// The twin of cuBLAS's `cublasGemmStridedBatchedEx` with `CUBLAS_COMPUTE_32F`: each
+/// batch's operands are widened to `f32` in aligned host buffers, multiplied by
+/// `matrixmultiply` (a blocked, SIMD GEMM that takes any row and column strides, so a
+/// transposed operand is only a swap of strides), and the result is rounded back to the
+/// dtype once, to nearest even. With `tf32`, the inputs are first rounded to TF32's 10
+/// bits of mantissa, as tensor cores read them.
+fn gemm<E: FloatElement>(g: &Gemm, tf32: bool, memory: &dyn HostAccess) -> Result<()> {
+    if g.is_empty() {
+        return Ok(());
+    }
+    let size = std::mem::size_of::<E>();
+    let [span_a, span_b, span_c] = g.extents();
+    // An operand nothing reads (`k = 0`) need not point anywhere: check C in its place.
+    let range = |ptr, span: usize| {
+        if span == 0 {
+            (g.c, 0)
+        } else {
+            (ptr, span * size)
+        }
+    };
+    let ranges = [
+        range(g.a.ptr, span_a),
+        range(g.b.ptr, span_b),
+        (g.c, span_c * size),
+    ];
+    let [(rows_a, cols_a), (rows_b, cols_b)] = g.stored_shapes();
+    let (m, n, k) = (g.m, g.n, g.k);
+    access(memory, &ranges, |p| {
+        // SAFETY: `p[i]` is valid for the i-th range, which spans every batch.
+        let a = unsafe { Raw::<E>::new(p[0], span_a) };
+        let b = unsafe { Raw::<E>::new(p[1], span_b) };
+        let c = unsafe { Raw::<E>::new(p[2], span_c) };
+        let mut a_buf = vec![0f32; rows_a * cols_a];
+        let mut b_buf = vec![0f32; rows_b * cols_b];
+        let mut c_buf = vec![0f32; m * n];
+        // Row and column strides of op(A) and op(B) in the dense stored copies.
+        let (rsa, csa) = strides(g.a.transposed, cols_a);
+        let (rsb, csb) = strides(g.b.transposed, cols_b);
+        for batch in 0..g.batch {
+            gather(
+                &a,
+                batch * g.a.batch_stride,
+                g.a.ld,
+                cols_a,
+                &mut a_buf,
+                tf32,
+            );
+            gather(
+                &b,
+                batch * g.b.batch_stride,
+                g.b.ld,
+                cols_b,
+                &mut b_buf,
+                tf32,
+            );
+            let c_start = batch * g.stride_c;
+            if g.beta != 0.0 {
+                gather(&c, c_start, g.ldc, n, &mut c_buf, false);
+            }
+            // SAFETY: the buffers hold `m x k`, `k x n` and `m x n` elements under these
+            // strides, and `c_buf` does not alias the inputs.
+            unsafe {
+                matrixmultiply::sgemm(
+                    m,
+                    k,
+                    n,
+                    g.alpha,
+                    a_buf.as_ptr(),
+                    rsa,
+                    csa,
+                    b_buf.as_ptr(),
+                    rsb,
+                    csb,
+                    g.beta,
+                    c_buf.as_mut_ptr(),
+                    n as isize,
+                    1,
+                )
+            };
+            for (i, row) in c_buf.chunks_exact(n).enumerate() {
+                for (j, &v) in row.iter().enumerate() {
+                    c.set(c_start + i * g.ldc + j, E::narrow(v));
+                }
+            }
+        }
+    })
+}
+
+/// (row stride, column stride) of an operand in its dense stored copy of `cols`
+/// columns: transposed, a step along a row of the operand is a step down the copy.
+fn strides(transposed: bool, cols: usize) -> (isize, isize) {
+    if transposed {
+        (1, cols as isize)
+    } else {
+        (cols as isize, 1)
+    }
+}
+
+/// Copies a matrix of `dense.len() / cols` rows of `cols` elements, rows `ld` apart
+/// from `start`, into `dense`, widened to `f32` (and rounded to TF32 when asked).
+fn gather<E: FloatElement>(
+    src: &Raw<E>,
+    start: usize,
+    ld: usize,
+    cols: usize,
+    dense: &mut [f32],
+    tf32: bool,
+) {
+    if cols == 0 {
+        return;
+    }
+    for (i, row) in dense.chunks_exact_mut(cols).enumerate() {
+        for (j, out) in row.iter_mut().enumerate() {
+            let v = src.get(start + i * ld + j).widen();
+            *out = if tf32 { round_to_tf32(v) } else { v };
+        }
+    }
+}
+
+/// `v` rounded to nearest even at TF32's precision (1 sign, 8 exponent, 10 mantissa
+/// bits), kept in an `f32`. Infinities and NaNs pass through.
+pub fn round_to_tf32(v: f32) -> f32 {
+    if !v.is_finite() {
+        return v;
+    }
+    let bits = v.to_bits();
+    let dropped = 13; // 23 - 10 mantissa bits
+    let half = (1u32 << (dropped - 1)) - 1 + ((bits >> dropped) & 1);
+    f32::from_bits(bits.wrapping_add(half) & !((1u32 << dropped) - 1))
+}
+// ANCHOR_END: cpu_gemm
+
 /// The twin of `spin_f32` in `kernels/spin.cu`.
 fn spin(mut v: f32, iterations: u32) -> f32 {
     for _ in 0..iterations {
@@ -370,6 +511,19 @@ mod tests {
             .chunks(4)
             .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
             .collect()
+    }
+
+    #[test]
+    fn tf32_rounding_keeps_ten_mantissa_bits_to_nearest_even() {
+        let ulp = 1.0 / 1024.0; // TF32's spacing just above 1
+        assert_eq!(round_to_tf32(1.0 + ulp / 4.0), 1.0);
+        assert_eq!(round_to_tf32(1.0 + ulp * 0.75), 1.0 + ulp);
+        assert_eq!(round_to_tf32(1.0 + ulp / 2.0), 1.0, "a tie goes to even");
+        assert_eq!(round_to_tf32(1.0 + ulp * 1.5), 1.0 + 2.0 * ulp);
+        assert_eq!(round_to_tf32(-(1.0 + ulp * 0.75)), -(1.0 + ulp));
+        assert_eq!(round_to_tf32(f32::INFINITY), f32::INFINITY);
+        assert!(round_to_tf32(f32::NAN).is_nan());
+        assert_eq!(round_to_tf32(f32::MAX), f32::INFINITY);
     }
 
     #[test]

@@ -5,12 +5,17 @@
 //!
 //! A new unary or binary op is one entry in `ops.rs`: its kernel for every float dtype,
 //! its launch arguments and its simulator loop all follow from the entry.
+//!
+//! The matrix product, [`Gemm`], is a launch like the others but a library's: cuBLAS on
+//! `cuda`, a CPU GEMM crate on `sim` and `cpu`.
 
 pub mod cpu;
+mod gemm;
 pub mod ops;
 pub mod source;
 mod strided;
 
+pub use gemm::{Gemm, Operand};
 pub use ops::{BinaryOp, UnaryOp};
 pub use source::Module;
 pub use strided::{Strided, MAX_DIMS};
@@ -78,6 +83,12 @@ pub enum Kernel {
         layout: Strided,
         n: usize,
     },
+    /// A batched, strided matrix product (see [`Gemm`]). It is a variant rather than a
+    /// method of its own in the backend contract because it is one more launch: it is
+    /// ordered on the stream it is given, the simulator enqueues it like any twin, and
+    /// everything above the contract launches it through `Device::launch`. Only its
+    /// implementation differs: cuBLAS rather than a generated module.
+    Gemm(Gemm),
 }
 
 impl Kernel {
@@ -107,12 +118,13 @@ impl Kernel {
     }
 
     /// The module and function that implement this kernel on the GPU; an error for a
-    /// dtype or element width no kernel is generated for.
+    /// dtype or element width no kernel is generated for, and for [`Kernel::Gemm`],
+    /// which cuBLAS implements.
     pub fn function(&self) -> Result<(&'static Module, &'static str)> {
         source::function(self)
     }
 
-    /// Number of elements the launch covers (sets the grid size).
+    /// Number of elements the launch covers (sets the grid size; a GEMM's output).
     pub fn elements(&self) -> usize {
         match *self {
             Kernel::Unary { n, .. }
@@ -128,6 +140,7 @@ impl Kernel {
                     rows.saturating_mul(32)
                 }
             }
+            Kernel::Gemm(g) => g.m * g.n * g.batch,
         }
     }
 }

@@ -164,6 +164,11 @@ pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
             entry(2 * families + 2, i)
         }
         Kernel::SumRows { dtype, .. } => entry(2 * families + 3 + float_index(dtype, "sum")?, 0),
+        Kernel::Gemm(_) => {
+            return Err(Error::InvalidArgument(
+                "gemm has no generated CUDA module: the cuda backend runs it through cuBLAS".into(),
+            ))
+        }
     })
 }
 
@@ -250,5 +255,7 @@ mod tests {
             alpha: 0.0,
         };
         assert!(function(&int_neg).is_err());
+        let gemm = Kernel::Gemm(crate::kernels::Gemm::dense(DType::F32, 1, 1, 1, [0, 0, 0]));
+        assert!(function(&gemm).is_err());
     }
 }

@@ -343,6 +343,10 @@ impl Copies for SimBackend {
 impl Kernels for SimBackend {
     fn launch(&self, kernel: &Kernel, stream: &Stream) -> Result<()> {
         stream.check_device(self.id)?;
+        if let Kernel::Gemm(g) = kernel {
+            // cuBLAS checks its arguments when called, not when the work runs: so here.
+            g.validate()?;
+        }
         let kernel = kernel.clone();
         self.enqueue(stream, move |m| cpu::run(&kernel, m))
     }

@@ -33,6 +33,9 @@ pub enum GradOp {
     Reshape(Vec<usize>),
     /// A dense copy (`contiguous`): the gradient passes through.
     Identity,
+    /// A matrix product (`matmul`): 2-D, batched, or batched with a shared `[k, n]`
+    /// weight.
+    Matmul,
 }
 
 impl GradOp {
@@ -46,6 +49,7 @@ impl GradOp {
             GradOp::Permute(_) => "PermuteBackward".into(),
             GradOp::Reshape(_) => "ViewBackward".into(),
             GradOp::Identity => "CloneBackward".into(),
+            GradOp::Matmul => "MmBackward".into(),
         }
     }
 }

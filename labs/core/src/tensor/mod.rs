@@ -5,6 +5,7 @@
 
 mod graph;
 mod layout;
+mod matmul;
 mod ops;
 mod reduce;
 mod views;
@@ -12,6 +13,7 @@ mod views;
 pub use crate::dtype::{DType, Element};
 pub use graph::{is_grad_enabled, no_grad, Edge, GradOp, GradSlot, NoGradGuard, Node};
 pub use layout::Layout;
+pub use matmul::MatmulOptions;
 
 use std::sync::Arc;
 

@@ -13,7 +13,7 @@ use crate::kernels::{BinaryOp, Kernel, UnaryOp};
 const FLOAT_DTYPES: &str = "float32, float16, bfloat16";
 
 impl Tensor {
-    fn check_float(&self, op: &'static str) -> Result<()> {
+    pub(super) fn check_float(&self, op: &'static str) -> Result<()> {
         match self.dtype {
             DType::F32 | DType::F16 | DType::BF16 => Ok(()),
             found => Err(Error::DType {
