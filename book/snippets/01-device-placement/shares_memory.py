@@ -10,12 +10,12 @@ def check(expression, make):
     r = make()
     grew = (torch.cuda.memory_allocated() - before) / 2**20
     shares = r.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
-    print(f"{expression:26} {'shares x' if shares else 'new':8} "
+    print(f"{expression:26} {'yes' if shares else 'no':17} "
           f"{str(r.data_ptr() == x.data_ptr()):14} {grew:+6.2f} MiB")
     return r
 
 
-print(f"{'expression':26} {'memory':8} {'same data_ptr':14} allocated")
+print(f"{'expression':26} {'shares x storage':17} {'same data_ptr':14} allocated")
 y = check("y = x + 1", lambda: x + 1)
 freed = y.data_ptr()
 del y  # y's block goes back to the cache

@@ -7,7 +7,7 @@ import sys
 
 if len(sys.argv) == 1:
     print(f"{'PYTORCH_CUDA_ALLOC_CONF':27} {'peak requested':>15} {'peak reserved':>14} "
-          f"{'ratio':>6} {'cudaMalloc calls':>17}", flush=True)
+          f"{'ratio':>6} {'driver allocations':>19}", flush=True)
     for conf in [None, "roundup_power2_divisions:4", "expandable_segments:True"]:
         env = {k: v for k, v in os.environ.items()
                if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
@@ -26,4 +26,4 @@ for length in range(512, 1025, 16):
 s = torch.cuda.memory_stats()
 requested, reserved = s["requested_bytes.all.peak"], s["reserved_bytes.all.peak"]
 print(f"{sys.argv[1]:27} {requested / 2**20:11.0f} MiB {reserved / 2**20:10.0f} MiB "
-      f"{reserved / requested:6.2f} {s['num_device_alloc']:17}")
+      f"{reserved / requested:6.2f} {s['num_device_alloc']:19}")
