@@ -196,7 +196,7 @@ impl Tensor {
         mut out: Tensor,
         op: GradOp,
         inputs: &[&Tensor],
-        saved: &[&Tensor],
+        saved: Vec<Tensor>,
     ) -> Tensor {
         if !is_grad_enabled() || !inputs.iter().any(|t| t.requires_grad()) {
             return out;
@@ -208,7 +208,7 @@ impl Tensor {
         let node = Node {
             op,
             inputs: inputs.iter().map(|t| t.edge()).collect(),
-            saved: Mutex::new(Some(saved.iter().map(|t| t.detach()).collect())),
+            saved: Mutex::new(Some(saved.iter().map(Tensor::detach).collect())),
             saved_bytes,
         };
         out.grad = Some(Grad::Output(Arc::new(node)));

@@ -109,7 +109,7 @@ impl Tensor {
             out,
             GradOp::Matmul,
             &[self, other],
-            &[self, other],
+            vec![self.clone(), other.clone()],
         ))
     }
 

@@ -97,18 +97,16 @@ impl Tensor {
         })?;
         // What each derivative reads: the output for exp, sqrt, tanh and sigmoid (their
         // derivatives are functions of it), the input for log and relu.
-        let saved: &[&Tensor] = match op {
-            UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Tanh | UnaryOp::Sigmoid => &[&out],
-            UnaryOp::Log | UnaryOp::Relu => &[self],
-            UnaryOp::Neg | UnaryOp::Scale | UnaryOp::Step => &[],
+        let saved = match op {
+            UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Tanh | UnaryOp::Sigmoid => vec![out.clone()],
+            UnaryOp::Log | UnaryOp::Relu => vec![self.clone()],
+            UnaryOp::Neg | UnaryOp::Scale | UnaryOp::Step => vec![],
         };
-        let saved: Vec<Tensor> = saved.iter().map(|t| (*t).clone()).collect();
-        let saved: Vec<&Tensor> = saved.iter().collect();
         Ok(Tensor::recorded(
-            out.clone(),
+            out,
             GradOp::Unary(op, alpha),
             &[self],
-            &saved,
+            saved,
         ))
     }
 
@@ -132,12 +130,14 @@ impl Tensor {
             alpha,
         })?;
         // Products and quotients read their operands; sums and differences read nothing.
-        let saved: &[&Tensor] = match op {
-            BinaryOp::Mul | BinaryOp::Div | BinaryOp::Maximum | BinaryOp::Minimum => &[self, other],
-            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Axpy => &[],
+        let saved = match op {
+            BinaryOp::Mul | BinaryOp::Div | BinaryOp::Maximum | BinaryOp::Minimum => {
+                vec![self.clone(), other.clone()]
+            }
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Axpy => vec![],
         };
         Ok(Tensor::recorded(
-            out.clone(),
+            out,
             GradOp::Binary(op),
             &[self, other],
             saved,

@@ -116,7 +116,7 @@ impl Tensor {
         if cols == 0 {
             // The sum of nothing is zero (and the kernel would not run).
             let out = Tensor::zeros(&out_shape, self.dtype(), self.device())?;
-            return Ok(Tensor::recorded(out, op, &[self], &[]));
+            return Ok(Tensor::recorded(out, op, &[self], vec![]));
         }
         let out = Tensor::empty(&out_shape, self.dtype(), self.device())?;
         let dense = self.detach().permute(&order)?.contiguous()?;
@@ -128,6 +128,6 @@ impl Tensor {
             cols,
             alpha,
         })?;
-        Ok(Tensor::recorded(out, op, &[self], &[]))
+        Ok(Tensor::recorded(out, op, &[self], vec![]))
     }
 }

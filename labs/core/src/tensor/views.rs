@@ -24,7 +24,7 @@ impl Tensor {
             out,
             GradOp::Permute(dims.to_vec()),
             &[self],
-            &[],
+            vec![],
         ))
     }
 
@@ -48,7 +48,7 @@ impl Tensor {
             out,
             GradOp::Reshape(self.shape().to_vec()),
             &[self],
-            &[],
+            vec![],
         ))
     }
 
@@ -65,7 +65,7 @@ impl Tensor {
             return Ok(self.clone());
         }
         let out = self.dense_copy()?;
-        Ok(Tensor::recorded(out, GradOp::Identity, &[self], &[]))
+        Ok(Tensor::recorded(out, GradOp::Identity, &[self], vec![]))
     }
     // ANCHOR_END: contiguous
 
