@@ -8,7 +8,7 @@
 
 mod derivatives;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -62,19 +62,19 @@ impl Tensor {
                 continue; // no gradient reached it (an input that needs none)
             };
             let saved = {
-                let mut saved = node.saved.lock().unwrap();
-                match (retain_graph, saved.as_ref()) {
-                    (_, None) => {
-                        return Err(Error::InvalidArgument(format!(
-                            "backward: trying to backward through the graph a second time \
-                             ({} released its saved tensors); pass retain_graph=true to the \
-                             first pass",
-                            node.op.name()
-                        )))
-                    }
-                    (true, Some(s)) => s.clone(),
-                    (false, Some(_)) => saved.take().unwrap(),
+                let mut slot = node.saved.lock().unwrap();
+                if retain_graph {
+                    slot.clone()
+                } else {
+                    slot.take()
                 }
+            };
+            let Some(saved) = saved else {
+                return Err(Error::InvalidArgument(format!(
+                    "backward: trying to backward through the graph a second time \
+                     ({} released its saved tensors); pass retain_graph=true to the first pass",
+                    node.op.name()
+                )));
             };
             let grads = derivatives::input_grads(&node.op, &grad, &saved)?;
             drop(saved);
@@ -110,23 +110,23 @@ fn accumulate(slot: &GradSlot, g: Tensor) -> Result<()> {
 /// The nodes reachable from `root`, each after every node that feeds a gradient into
 /// it (reverse post-order of a depth-first walk, without recursion: graphs are deep).
 fn topological_order(root: &Arc<Node>) -> Vec<Arc<Node>> {
-    let mut seen: HashMap<*const Node, ()> = HashMap::new();
+    let mut seen: HashSet<*const Node> = HashSet::new();
     let mut post = Vec::new();
     let mut stack: Vec<(Arc<Node>, usize)> = vec![(root.clone(), 0)];
-    seen.insert(Arc::as_ptr(root), ());
+    seen.insert(Arc::as_ptr(root));
     while let Some((node, next)) = stack.pop() {
         let child = node.inputs[next..]
             .iter()
             .enumerate()
             .find_map(|(i, e)| match e {
-                Some(Edge::Node(n)) if !seen.contains_key(&Arc::as_ptr(n)) => {
+                Some(Edge::Node(n)) if !seen.contains(&Arc::as_ptr(n)) => {
                     Some((next + i, n.clone()))
                 }
                 _ => None,
             });
         match child {
             Some((i, n)) => {
-                seen.insert(Arc::as_ptr(&n), ());
+                seen.insert(Arc::as_ptr(&n));
                 stack.push((node, i + 1));
                 stack.push((n, 0));
             }

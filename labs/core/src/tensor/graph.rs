@@ -81,9 +81,6 @@ pub struct Node {
     /// The tensors the derivative reads, stored without their own graph (detached);
     /// `None` once a backward pass released them.
     pub saved: Mutex<Option<Vec<Tensor>>>,
-    /// Bytes of saved tensors that only this node keeps (their storage is not the
-    /// input's or output's), for reports of what a graph holds.
-    pub saved_bytes: usize,
 }
 
 /// A tensor's place in the graph.
@@ -201,15 +198,10 @@ impl Tensor {
         if !is_grad_enabled() || !inputs.iter().any(|t| t.requires_grad()) {
             return out;
         }
-        let saved_bytes = (saved.iter())
-            .filter(|s| !inputs.iter().any(|i| i.shares_storage(s)) && !s.shares_storage(&out))
-            .map(|s| s.nbytes())
-            .sum();
         let node = Node {
             op,
             inputs: inputs.iter().map(|t| t.edge()).collect(),
             saved: Mutex::new(Some(saved.iter().map(Tensor::detach).collect())),
-            saved_bytes,
         };
         out.grad = Some(Grad::Output(Arc::new(node)));
         out
