@@ -11,12 +11,14 @@ pub enum DType {
     F16,
     BF16,
     I32,
+    I64,
     U8,
 }
 
 impl DType {
     pub fn size(self) -> usize {
         match self {
+            DType::I64 => 8,
             DType::F32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
             DType::U8 => 1,
@@ -31,6 +33,7 @@ impl fmt::Display for DType {
             DType::F16 => "float16",
             DType::BF16 => "bfloat16",
             DType::I32 => "int32",
+            DType::I64 => "int64",
             DType::U8 => "uint8",
         })
     }
@@ -43,6 +46,7 @@ pub enum FillPattern {
     U8(u8),
     U16(u16),
     U32(u32),
+    U64(u64),
 }
 
 impl FillPattern {
@@ -51,6 +55,7 @@ impl FillPattern {
             FillPattern::U8(_) => 1,
             FillPattern::U16(_) => 2,
             FillPattern::U32(_) => 4,
+            FillPattern::U64(_) => 8,
         }
     }
 }
@@ -88,6 +93,12 @@ unsafe impl Element for i32 {
     const DTYPE: DType = DType::I32;
     fn pattern(self) -> FillPattern {
         FillPattern::U32(self as u32)
+    }
+}
+unsafe impl Element for i64 {
+    const DTYPE: DType = DType::I64;
+    fn pattern(self) -> FillPattern {
+        FillPattern::U64(self as u64)
     }
 }
 unsafe impl Element for u8 {

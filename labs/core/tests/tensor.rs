@@ -105,7 +105,23 @@ fn full_and_zeros_work_for_every_dtype() {
             .unwrap(),
         [200; 9]
     );
-    for dtype in [DType::F32, DType::F16, DType::BF16, DType::I32, DType::U8] {
+    // A 64-bit pattern whose halves differ: the GPU fills it as two strided words.
+    let big = -(3i64 << 40) + 5;
+    assert_eq!(
+        Tensor::full(&[1000], big, &d)
+            .unwrap()
+            .to_vec::<i64>()
+            .unwrap(),
+        vec![big; 1000]
+    );
+    for dtype in [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+    ] {
         let z = Tensor::zeros(&[3, 5], dtype, &d).unwrap();
         assert_eq!(z.nbytes(), 15 * dtype.size());
     }

@@ -416,6 +416,16 @@ impl Copies for CudaBackend {
                 FillPattern::U8(v) => sys::cuMemsetD8Async(dst, v, count, raw),
                 FillPattern::U16(v) => sys::cuMemsetD16Async(dst, v, count, raw),
                 FillPattern::U32(v) => sys::cuMemsetD32Async(dst, v, count, raw),
+                // No 64-bit memset: the low and high words are two strided 32-bit
+                // fills, one "row" of one word per element, 8 bytes apart.
+                FillPattern::U64(v) => {
+                    let low = sys::cuMemsetD2D32Async(dst, 8, v as u32, 1, count, raw);
+                    if low != sys::CUresult::CUDA_SUCCESS {
+                        low
+                    } else {
+                        sys::cuMemsetD2D32Async(dst + 4, 8, (v >> 32) as u32, 1, count, raw)
+                    }
+                }
             }
         };
         r.result().map_err(|e| Error::driver("cuMemsetAsync", e))

@@ -222,7 +222,7 @@ fn float(dtype: DType, op: &str) -> Result<Float> {
         DType::F32 => Ok(Float::F32),
         DType::F16 => Ok(Float::F16),
         DType::BF16 => Ok(Float::BF16),
-        DType::I32 | DType::U8 => Err(Error::InvalidArgument(format!(
+        DType::I32 | DType::I64 | DType::U8 => Err(Error::InvalidArgument(format!(
             "{op} has no kernel for dtype {dtype}"
         ))),
     }
@@ -450,6 +450,11 @@ pub unsafe fn fill(dst: *mut u8, pattern: FillPattern, count: usize) {
         FillPattern::U32(v) => {
             for i in 0..count {
                 (dst as *mut u32).add(i).write_unaligned(v)
+            }
+        }
+        FillPattern::U64(v) => {
+            for i in 0..count {
+                (dst as *mut u64).add(i).write_unaligned(v)
             }
         }
     }

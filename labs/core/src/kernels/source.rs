@@ -36,7 +36,7 @@ pub fn suffix(dtype: DType) -> Option<&'static str> {
         DType::F32 => Some("f32"),
         DType::F16 => Some("f16"),
         DType::BF16 => Some("bf16"),
-        DType::I32 | DType::U8 => None,
+        DType::I32 | DType::I64 | DType::U8 => None,
     }
 }
 
