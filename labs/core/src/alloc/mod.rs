@@ -22,7 +22,7 @@ mod report;
 mod size;
 mod stats;
 
-pub use allocator::{Allocation, Allocator};
+pub use allocator::{Allocation, Allocator, OomObserver};
 pub use category::{Category, CategoryScope};
 pub use config::{Config, Divisions, ENV_ALLOC_CONF};
 pub use export::LiveBlock;
