@@ -136,3 +136,31 @@ fn categories_appear_in_memory_stats_and_live_blocks() {
     let mine = live.iter().find(|b| b.addr == t.ptr()).expect("t is live");
     assert_eq!(mine.category, Category::Parameter);
 }
+
+#[test]
+fn the_memory_history_names_the_op_that_saved_a_tensor() {
+    let _s = serial();
+    let d = test_device();
+    let a = d.allocator().unwrap();
+    a.record_memory_history(10_000, false);
+    let w = Tensor::full(&[8, 8], 0.5f32, &d)
+        .unwrap()
+        .requires_grad_(true);
+    let x = Tensor::full(&[4, 8], 1.0f32, &d).unwrap();
+    let h = x.matmul(&w).unwrap();
+    let y = h.exp().unwrap();
+    let live = a.live_blocks();
+    let saved_by = |t: &Tensor| {
+        live.iter()
+            .find(|b| b.addr == t.ptr())
+            .and_then(|b| b.saved_by.clone())
+    };
+    // matmul saved x and w; exp saved its output.
+    assert_eq!(saved_by(&x).as_deref(), Some("MmBackward"));
+    assert_eq!(saved_by(&w).as_deref(), Some("MmBackward"));
+    assert_eq!(saved_by(&y).as_deref(), Some("ExpBackward"));
+    // h is an input of exp, which needs only its output: nothing saved it.
+    assert_eq!(saved_by(&h), None);
+    drop((w, x, h, y));
+    a.record_memory_history(0, false);
+}

@@ -166,6 +166,21 @@ impl Allocator {
         self.lock().recategorise(block, category)
     }
 
+    /// Autograd saved `block` for backward: it becomes an activation unless it already
+    /// holds something more specific (a parameter, an input), and, when the memory
+    /// history is recorded, the history notes which op saved it (`op` is called only
+    /// then). One lock for both.
+    pub fn mark_saved(&self, block: &Allocation, op: impl FnOnce() -> String) -> Result<()> {
+        let mut st = self.lock();
+        if let Category::Temporary | Category::Other = st.category_of(block)? {
+            st.recategorise(block, Category::Activation)?;
+        }
+        if let Some(h) = st.history.as_mut() {
+            h.note_saved(block.ptr, op());
+        }
+        Ok(())
+    }
+
     /// The category `block` is counted under.
     pub fn category(&self, block: &Allocation) -> Result<Category> {
         self.lock().category_of(block)

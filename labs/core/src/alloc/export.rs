@@ -27,6 +27,9 @@ pub struct LiveBlock {
     pub serial: u64,
     /// What it holds.
     pub category: super::Category,
+    /// The autograd op that saved it for backward, when the memory history recorded
+    /// it.
+    pub saved_by: Option<String>,
     /// Where it was allocated, when the history records backtraces.
     pub backtrace: Option<Arc<Backtrace>>,
 }

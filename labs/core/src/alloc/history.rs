@@ -46,6 +46,8 @@ pub(crate) struct History {
     backtraces: bool,
     /// Where each live block was allocated, for snapshots and the leak guard.
     alloc_sites: HashMap<u64, Arc<Backtrace>>,
+    /// The autograd op that saved each live block for backward (`MmBackward`, …).
+    saved_by: HashMap<u64, String>,
     started: Instant,
     started_us: i64,
     /// Entries pushed out of the ring buffer.
@@ -62,6 +64,7 @@ impl History {
             max_entries,
             backtraces,
             alloc_sites: HashMap::new(),
+            saved_by: HashMap::new(),
             started: Instant::now(),
             started_us,
             dropped: 0,
@@ -78,6 +81,9 @@ impl History {
             }
             _ => None,
         };
+        if let TraceAction::FreeRequested = action {
+            self.saved_by.remove(&addr);
+        }
         if self.backtraces {
             match action {
                 TraceAction::Alloc => {
@@ -108,6 +114,16 @@ impl History {
 
     pub fn events(&self) -> Vec<HistoryEvent> {
         self.events.iter().cloned().collect()
+    }
+
+    /// Notes that the autograd op `op` saved the live block at `addr` for backward.
+    pub fn note_saved(&mut self, addr: u64, op: String) {
+        self.saved_by.insert(addr, op);
+    }
+
+    /// The autograd op that saved the live block at `addr`, if any did while recording.
+    pub fn saved_by(&self, addr: u64) -> Option<&str> {
+        self.saved_by.get(&addr).map(String::as_str)
     }
 
     /// Where the live block at `addr` was allocated, if recorded.

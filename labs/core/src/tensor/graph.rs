@@ -12,7 +12,6 @@ use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
 use super::Tensor;
-use crate::alloc::Category;
 use crate::kernels::{BinaryOp, UnaryOp};
 
 /// The op a node differentiates, with what its derivative needs besides saved tensors.
@@ -202,9 +201,7 @@ impl Tensor {
         // What autograd keeps for backward is an activation from now on, unless it was
         // already something more specific (a parameter, an input).
         for t in &saved {
-            if let Ok(Category::Temporary | Category::Other) = t.category() {
-                let _ = t.set_category(Category::Activation);
-            }
+            t.mark_saved(&op);
         }
         let node = Node {
             op,

@@ -94,6 +94,15 @@ impl Tensor {
             .set_category(&self.storage.block, category)
     }
 
+    /// Autograd saved this tensor for `op`'s backward: its storage is an activation
+    /// now (unless it is a parameter or an input), saved by `op` in the memory history.
+    pub(crate) fn mark_saved(&self, op: &GradOp) {
+        if let Ok(allocator) = self.device().allocator() {
+            // Only a stale handle fails, and a live tensor's is not.
+            let _ = allocator.mark_saved(&self.storage.block, || op.name());
+        }
+    }
+
     /// Another layout over the same storage (the views' constructor).
     fn with_layout(&self, layout: Layout) -> Tensor {
         debug_assert!(layout.end() * self.dtype.size() <= self.storage.block.size() as usize);
