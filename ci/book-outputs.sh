@@ -63,7 +63,7 @@ LAB08_PARTS=(
   "non-blocking=to("
   "mapped=A kernel reading"
   "loop=Training-like loop on"
-  "pinned-pool=The pinned-memory pool of"
+  "pinned-pool=The training loop's pinned-memory pool"
 )
 LAB08_BENCH_PARTS=(
   "bench-bandwidth=Copy bandwidth between host memory"
