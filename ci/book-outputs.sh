@@ -63,7 +63,7 @@ LAB08_PARTS=(
   "non-blocking=to("
   "mapped=A kernel reading"
   "loop=Training-like loop on"
-  "pinned-pool=The pinned-memory pool of"
+  "pinned-pool=The training loop's pinned-memory pool"
 )
 LAB08_BENCH_PARTS=(
   "bench-bandwidth=Copy bandwidth between host memory"
@@ -77,6 +77,7 @@ header() {
   local bin=${1%% *} args=
   [ "$1" != "$bin" ] && args=${1#* }
   args=${args//\{data\}/data}
+  args=${args//\{pytorch\}/pytorch-reference.json}
   if [ -n "$args" ]; then
     echo "\$ cargo run --release -p $bin -- $args$note"
   else
@@ -189,7 +190,16 @@ gpu)
   parts lab-06 "lab-06 --device cuda" "${LAB06_PARTS[@]}"
   whole lab-08/all-gpu "lab-08 --device cuda"
   parts lab-08 "lab-08 --device cuda" "${LAB08_PARTS[@]}"
-  whole lab-08/bench-gpu "lab-08 bench --device cuda --json"
+  whole lab-08/bench-gpu "lab-08 bench --device cuda --json --pytorch {pytorch}"
+
+  # PyTorch's figures from the same run (run.sh wrote them before the labs ran).
+  if [ -f "$logs/pytorch-reference.json" ]; then
+    { echo "\$ python3 ci/pytorch-reference.py > pytorch-reference.json$note"; cat "$logs/pytorch-reference.json"; } \
+      >"$out/pytorch-reference-gpu.txt"
+    echo "wrote $out/pytorch-reference-gpu.txt"
+  else
+    echo "no pytorch-reference.json in $logs: $out/pytorch-reference-gpu.txt left as it was" >&2
+  fi
 
   # What each PyTorch snippet printed (ci/check-snippets.py, run by run.sh).
   if [ -d "$logs/snippets" ]; then

@@ -43,6 +43,8 @@ cp ci/gpu-commands.txt "$out/commands.txt"
 # The PyTorch snippets the chapters show, and their runner (run.sh runs them last).
 mkdir -p "$out/ci" "$out/book"
 cp ci/check-snippets.py "$out/ci/"
+# PyTorch's figures, measured by run.sh before the labs so that every bench prints them.
+cp ci/pytorch-reference.py "$out/ci/"
 cp -r book/snippets "$out/book/snippets"
 cp ci/run.sh "$out/run.sh"
 chmod +x "$out/run.sh"
