@@ -14,8 +14,8 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Bytes allocated now in each category.
-fn by_category(device: &Device) -> [u64; 7] {
-    let mut out = [0; 7];
+fn by_category(device: &Device) -> [u64; Category::COUNT] {
+    let mut out = [0; Category::COUNT];
     for (c, stat) in device.allocator().unwrap().memory_by_category() {
         out[c.index()] = stat.current;
     }
