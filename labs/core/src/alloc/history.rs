@@ -154,8 +154,14 @@ pub fn frames_of(bt: &Backtrace) -> Vec<Frame> {
         "labs_core::alloc::parked::",
         "labs_core::alloc::history::History",
     ];
+    // Release builds keep line tables only: an inlined frame then has its bare name
+    // ("malloc"), and its file tells where it belongs.
     let is_internal = |f: &Frame| {
-        f.name.starts_with("std::backtrace") || ALLOCATOR.iter().any(|m| f.name.contains(m))
+        f.name.starts_with("std::backtrace")
+            || ALLOCATOR.iter().any(|m| f.name.contains(m))
+            || f.filename.contains("library/std/src/backtrace")
+            || (f.filename.starts_with("labs/core/src/alloc/")
+                && !f.filename.ends_with("replay.rs"))
     };
     // Skip the capture and the allocator's frames at the top; stop at the runtime's
     // start-up code.
@@ -167,7 +173,7 @@ pub fn frames_of(bt: &Backtrace) -> Vec<Frame> {
                 && !f
                     .name
                     .starts_with("std::sys::backtrace::__rust_begin_short_backtrace")
-                && f.name != "main"
+                && !(f.name == "main" && f.filename.is_empty())
                 && !f.name.starts_with("__libc_start")
         })
         .collect()

@@ -33,20 +33,18 @@ impl fmt::Display for Origin {
     }
 }
 
-/// Modules whose public functions count as ops.
+/// Modules whose public functions count as ops, and their source folders (a release
+/// build keeps line tables only, where an inlined frame has its bare name and a file).
 const OP_LAYERS: [&str; 2] = ["labs_core::tensor::", "labs_core::autograd::"];
+const OP_FILES: [&str; 2] = ["labs/core/src/tensor/", "labs/core/src/autograd/"];
 
 // ANCHOR: origin_of
 /// The op and caller of a backtrace given innermost frame first (as
 /// [`frames_of`](super::frames_of) returns it).
 pub fn origin_of(frames: &[Frame]) -> Origin {
-    let caller = frames.iter().position(|f| !is_runtime(&f.name));
+    let caller = frames.iter().position(|f| !is_runtime(f));
     let inside = &frames[..caller.unwrap_or(frames.len())];
-    let op = inside
-        .iter()
-        .rev()
-        .find(|f| OP_LAYERS.iter().any(|m| f.name.contains(m)))
-        .map(|f| short_name(&f.name));
+    let op = inside.iter().rev().find(|f| is_op(f)).map(op_name);
     let at = caller.map(|i| {
         let f = &frames[i];
         if f.filename.is_empty() {
@@ -59,12 +57,30 @@ pub fn origin_of(frames: &[Frame]) -> Origin {
 }
 // ANCHOR_END: origin_of
 
-/// Frames of the runtime itself or of Rust's standard library.
-fn is_runtime(name: &str) -> bool {
-    let name = name.trim_start_matches('<');
+fn is_op(f: &Frame) -> bool {
+    OP_LAYERS.iter().any(|m| f.name.contains(m))
+        || OP_FILES.iter().any(|d| f.filename.starts_with(d))
+}
+
+/// An op's name as a reader calls it. A bare name (line tables only) from the tensor
+/// or autograd layers is a `Tensor` method: the functions there that allocate are.
+fn op_name(f: &Frame) -> String {
+    if f.name.contains("::") {
+        return short_name(&f.name);
+    }
+    let bare = f.name.split('<').next().unwrap_or(&f.name);
+    format!("Tensor::{bare}")
+}
+
+/// Frames of the runtime itself or of Rust's standard library, by name or by file.
+fn is_runtime(f: &Frame) -> bool {
+    let name = f.name.trim_start_matches('<');
     ["labs_core::", "std::", "core::", "alloc::", "__rust"]
         .iter()
         .any(|p| name.starts_with(p))
+        || f.filename.starts_with("labs/core/")
+        || f.filename.starts_with("/rustc/")
+        || f.filename.contains("/library/")
 }
 
 /// `labs_core::tensor::matmul::<impl labs_core::tensor::Tensor>::matmul` as
@@ -132,6 +148,23 @@ mod tests {
             o.to_string(),
             "op Tensor::matmul, at labs/lab-09-leaks/src/planted.rs:41"
         );
+    }
+
+    #[test]
+    fn bare_names_of_a_release_build_are_placed_by_their_files() {
+        let frames = [
+            frame("empty", "labs/core/src/tensor/mod.rs", 69),
+            frame("randn", "labs/core/src/tensor/mod.rs", 134),
+            frame("main", "labs/lab-09-leaks/examples/x.rs", 5),
+            frame(
+                "call_once<fn(), ()>",
+                "/rustc/abc/library/core/src/ops/function.rs",
+                250,
+            ),
+        ];
+        let o = origin_of(&frames);
+        assert_eq!(o.op.as_deref(), Some("Tensor::randn"));
+        assert_eq!(o.at.as_deref(), Some("labs/lab-09-leaks/examples/x.rs:5"));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 mod derivatives;
 mod retained;
 
-pub use retained::{retained_graph, RetainedGraph};
+pub use retained::{retained_by, retained_graph, RetainedGraph};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -29,13 +29,21 @@ pub struct RetainedGraph {
 /// storages its nodes saved, each storage once however many nodes or views share it.
 /// A leaf or a tensor without a graph retains nothing.
 pub fn retained_graph(t: &Tensor) -> RetainedGraph {
+    retained_by([t])
+}
+
+/// [`retained_graph`] of several tensors together (a list of logged losses): a node or
+/// a storage they share is counted once.
+pub fn retained_by<'a>(tensors: impl IntoIterator<Item = &'a Tensor>) -> RetainedGraph {
     let mut out = RetainedGraph::default();
-    let Some(root) = t.grad_fn() else {
-        return out;
-    };
-    let mut seen: HashSet<*const Node> = HashSet::from([Arc::as_ptr(&root)]);
+    let mut seen: HashSet<*const Node> = HashSet::new();
     let mut storages: HashSet<u64> = HashSet::new();
-    let mut stack = vec![root];
+    let mut stack: Vec<Arc<Node>> = Vec::new();
+    for root in tensors.into_iter().filter_map(Tensor::grad_fn) {
+        if seen.insert(Arc::as_ptr(&root)) {
+            stack.push(root);
+        }
+    }
     while let Some(node) = stack.pop() {
         out.nodes += 1;
         match node.saved.lock().unwrap().as_ref() {
