@@ -78,7 +78,7 @@ fn is_runtime(f: &Frame) -> bool {
     ["labs_core::", "std::", "core::", "alloc::", "__rust"]
         .iter()
         .any(|p| name.starts_with(p))
-        || f.filename.starts_with("labs/core/")
+        || f.filename.starts_with("labs/core/src/")
         || f.filename.starts_with("/rustc/")
         || f.filename.contains("/library/")
 }
@@ -92,8 +92,18 @@ pub fn short_name(name: &str) -> String {
         name = outer;
     }
     let function = name.rsplit("::").next().unwrap_or(name);
+    if let Some((ty, _)) = name.strip_prefix('<').and_then(|n| n.split_once(" as ")) {
+        // `<labs_core::tensor::Tensor as core::clone::Clone>::clone`
+        let ty = ty.rsplit("::").next().unwrap_or(ty);
+        return format!("{ty}::{function}");
+    }
     let Some(start) = name.rfind("<impl ") else {
-        return function.to_string();
+        // `labs_core::tensor::Tensor::randn`: a type's path keeps the type.
+        let mut segments = name.rsplit("::").skip(1);
+        return match segments.next() {
+            Some(ty) if ty.starts_with(char::is_uppercase) => format!("{ty}::{function}"),
+            _ => function.to_string(),
+        };
     };
     let ty = name[start + "<impl ".len()..]
         .split('>')
@@ -194,8 +204,12 @@ mod tests {
     fn short_names_keep_the_type_and_the_function() {
         assert_eq!(short_name("labs_core::tensor::graph::no_grad"), "no_grad");
         assert_eq!(
+            short_name("labs_core::tensor::Tensor::randn"),
+            "Tensor::randn"
+        );
+        assert_eq!(
             short_name("<labs_core::tensor::Tensor as core::clone::Clone>::clone"),
-            "clone"
+            "Tensor::clone"
         );
         assert_eq!(
             short_name(
