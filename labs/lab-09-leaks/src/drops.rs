@@ -55,7 +55,7 @@ pub fn measure(device: &Device, bytes: usize) -> Result<Vec<Step>> {
     note("row = a[0:1]; del a (the view keeps the block)");
     let copy = row.deep_clone()?;
     drop(row);
-    note("row = a[0:1].clone(); del a (a copy of 4 KiB)");
+    note("row = row.clone() (a copy of 4 KiB; the view goes)");
     drop(copy);
     note("del row");
 

@@ -131,7 +131,7 @@ fn dropping_frees_only_the_last_reference_and_empty_cache_returns_the_rest() {
     assert_eq!(at("del a (b still"), b);
     assert_eq!(at("del b"), 0);
     assert_eq!(at("row = a[0:1]; del a"), b, "a view keeps the whole block");
-    assert_eq!(at("row = a[0:1].clone()"), 4096);
+    assert_eq!(at("row = row.clone()"), 4096);
     assert_eq!(at("del row"), 0);
     // x, and y's own block (rows x 1 floats) and w's (1024 floats).
     let rows = (bytes / 4096) as u64;
