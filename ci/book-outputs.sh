@@ -65,6 +65,14 @@ LAB08_PARTS=(
   "loop=Training-like loop on"
   "pinned-pool=The training loop's pinned-memory pool"
 )
+LAB09_PARTS=(
+  "running-loss=1. The graph a running loss keeps alive"
+  "eval=2a. An evaluation pass"
+  "logged=2b. "
+  "drops=3. What dropping frees"
+  "unused-result=4. c = a @ b"
+  "leak-guard=5. The leak guard"
+)
 LAB08_BENCH_PARTS=(
   "bench-bandwidth=Copy bandwidth between host memory"
   "bench-best=Best bandwidth over all sizes"
@@ -200,6 +208,8 @@ gpu)
   else
     echo "no pytorch-reference.json in $logs: $out/pytorch-reference-gpu.txt left as it was" >&2
   fi
+  whole lab-09/all-gpu "lab-09 --device cuda"
+  parts lab-09 "lab-09 --device cuda" "${LAB09_PARTS[@]}"
 
   # What each PyTorch snippet printed (ci/check-snippets.py, run by run.sh).
   if [ -d "$logs/snippets" ]; then
@@ -224,7 +234,7 @@ sim)
   # The labs' defaults: no device, allocator or capacity override from the caller.
   unset LABS_DEVICE LABS_ALLOC_CONF LABS_SIM_CAPACITY LABS_DATA_DIR LABS_SHARED_DIR
   echo "building the labs..." >&2
-  cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-06 -p lab-08
+  cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-06 -p lab-08 -p lab-09
   bin_dir=${CARGO_TARGET_DIR:-$root/target}/release
   # Commands run in an empty folder that sees the repository's data/ as ./data, so that
   # files they write (an exported trace) stay out of the checkout while paths read as
@@ -266,6 +276,8 @@ sim)
   parts lab-08 "lab-08 --device sim" "${LAB08_PARTS[@]}"
   whole lab-08/bench-sim "lab-08 bench --device sim"
   parts lab-08 "lab-08 bench --device sim" "${LAB08_BENCH_PARTS[@]}"
+  whole lab-09/all-sim "lab-09 --device sim"
+  parts lab-09 "lab-09 --device sim" "${LAB09_PARTS[@]}"
   ;;
 *)
   echo "usage: $0 gpu LOGS_DIR RUN_LOG | $0 sim" >&2

@@ -34,6 +34,15 @@ pub struct LiveBlock {
     pub backtrace: Option<Arc<Backtrace>>,
 }
 
+impl LiveBlock {
+    /// The op that allocated the block and the program's line that called it, when the
+    /// history recorded its backtrace.
+    pub fn origin(&self) -> Option<super::Origin> {
+        let bt = self.backtrace.as_deref()?;
+        Some(super::origin_of(&super::frames_of(bt)))
+    }
+}
+
 /// Builds a [`Snapshot`]: each run of memory-backed pages becomes a segment holding the
 /// parts of the blocks that lie on it; `sites` gives the frames of allocated blocks.
 pub(crate) fn to_snapshot(

@@ -170,8 +170,15 @@ pub fn frames_of(bt: &Backtrace) -> Vec<Frame> {
         "labs_core::alloc::parked::",
         "labs_core::alloc::history::History",
     ];
+    // Release builds keep line tables only: an inlined frame then has its bare name
+    // ("malloc"), and its file tells where it belongs.
     let is_internal = |f: &Frame| {
-        f.name.starts_with("std::backtrace") || ALLOCATOR.iter().any(|m| f.name.contains(m))
+        f.name.starts_with("std::backtrace")
+            || ALLOCATOR.iter().any(|m| f.name.contains(m))
+            || (!f.name.contains("::")
+                && (f.filename.contains("library/std/src/backtrace")
+                    || (f.filename.starts_with("labs/core/src/alloc/")
+                        && !f.filename.ends_with("replay.rs"))))
     };
     // Skip the capture and the allocator's frames at the top; stop at the runtime's
     // start-up code.
@@ -183,7 +190,7 @@ pub fn frames_of(bt: &Backtrace) -> Vec<Frame> {
                 && !f
                     .name
                     .starts_with("std::sys::backtrace::__rust_begin_short_backtrace")
-                && f.name != "main"
+                && (f.name != "main" || !f.filename.is_empty())
                 && !f.name.starts_with("__libc_start")
         })
         .collect()
@@ -192,6 +199,15 @@ pub fn frames_of(bt: &Backtrace) -> Vec<Frame> {
 /// A source path as readers know it: our files from `labs/`, dependencies from their
 /// crate's folder; where the project was built is nobody's business.
 fn workspace_relative(path: &str) -> String {
+    // The standard library prints a path under the working directory as "./...".
+    let absolute;
+    let path = match (path.strip_prefix("./"), std::env::current_dir()) {
+        (Some(rest), Ok(cwd)) => {
+            absolute = cwd.join(rest).to_string_lossy().into_owned();
+            absolute.as_str()
+        }
+        _ => path,
+    };
     if let Some(i) = path.rfind("/labs/") {
         return path[i + 1..].to_string();
     }

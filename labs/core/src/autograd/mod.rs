@@ -7,6 +7,9 @@
 //! error that says so. Gradients are computed with recording off (no double backward).
 
 mod derivatives;
+mod retained;
+
+pub use retained::{retained_by, retained_graph, RetainedGraph};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

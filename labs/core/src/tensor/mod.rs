@@ -271,6 +271,21 @@ impl Tensor {
         Ok(crate::dtype::from_bytes(&bytes))
     }
 
+    /// The value of a one-element tensor, copied to the host (PyTorch's `item()`):
+    /// a number with no graph and no device memory, what a training loop should keep
+    /// for its logs. Waits for the work that produces it.
+    pub fn item<T: Element>(&self) -> Result<T> {
+        if self.numel() != 1 {
+            return Err(Error::InvalidArgument(format!(
+                "item: a tensor with {} elements (shape {:?}) cannot be converted to a \
+                 scalar; only one-element tensors can",
+                self.numel(),
+                self.shape()
+            )));
+        }
+        Ok(self.to_vec::<T>()?[0])
+    }
+
     // ANCHOR: check_same_device
     pub(crate) fn check_same_device(&self, other: &Tensor) -> Result<()> {
         if self.device().id() != other.device().id() {
