@@ -117,13 +117,18 @@ fn unary(op: UnaryOp, alpha: f32, g: &Tensor, saved: &[Tensor]) -> Result<Tensor
         // d |x| = sign(x), 0 at 0 as in PyTorch: step(x) - step(-x).
         UnaryOp::Abs => {
             let x = s(0)?;
-            let sign = x.unary(UnaryOp::Step)?.sub(&x.neg()?.unary(UnaryOp::Step)?)?;
+            let sign = x
+                .unary(UnaryOp::Step)?
+                .sub(&x.neg()?.unary(UnaryOp::Step)?)?;
             g.mul(&sign)
         }
         // d x^a = a x^(a-1).
         UnaryOp::PowScalar => {
             let x = s(0)?;
-            g.mul(&x.unary_with(UnaryOp::PowScalar, alpha - 1.0)?.scale(alpha)?)
+            g.mul(
+                &x.unary_with(UnaryOp::PowScalar, alpha - 1.0)?
+                    .scale(alpha)?,
+            )
         }
         UnaryOp::Gelu => g.mul(&s(0)?.unary(UnaryOp::GeluGrad)?),
         UnaryOp::GeluTanh => g.mul(&s(0)?.unary(UnaryOp::GeluTanhGrad)?),

@@ -154,7 +154,13 @@ fn compare_module(dtype: DType) -> Module {
     let s = name(dtype);
     let mut lines: Vec<_> = CompareOp::ALL
         .iter()
-        .map(|op| ("COMPARE", format!("{}_{s}", op.name()), op.cuda().to_string()))
+        .map(|op| {
+            (
+                "COMPARE",
+                format!("{}_{s}", op.name()),
+                op.cuda().to_string(),
+            )
+        })
         .collect();
     lines.push(("WHERE", format!("where_{s}"), String::new()));
     generated("compare", s, &lines)
@@ -265,12 +271,20 @@ pub fn modules() -> &'static [Module] {
 /// The module and function of a launch.
 pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
     let (wanted, what, dtype) = match *kernel {
-        Kernel::Unary { op, dtype, .. } => (format!("{}_{}", op.name(), name(dtype)), op.name(), dtype),
-        Kernel::Binary { op, dtype, .. } => (format!("{}_{}", op.name(), name(dtype)), op.name(), dtype),
-        Kernel::BinaryStrided { op, dtype, .. } => {
-            (format!("{}_strided_{}", op.name(), name(dtype)), op.name(), dtype)
+        Kernel::Unary { op, dtype, .. } => {
+            (format!("{}_{}", op.name(), name(dtype)), op.name(), dtype)
         }
-        Kernel::Compare { op, dtype, .. } => (format!("{}_{}", op.name(), name(dtype)), op.name(), dtype),
+        Kernel::Binary { op, dtype, .. } => {
+            (format!("{}_{}", op.name(), name(dtype)), op.name(), dtype)
+        }
+        Kernel::BinaryStrided { op, dtype, .. } => (
+            format!("{}_strided_{}", op.name(), name(dtype)),
+            op.name(),
+            dtype,
+        ),
+        Kernel::Compare { op, dtype, .. } => {
+            (format!("{}_{}", op.name(), name(dtype)), op.name(), dtype)
+        }
         Kernel::Where { dtype, .. } => (format!("where_{}", name(dtype)), "where", dtype),
         Kernel::Cast { from, to, .. } => (cast_name(from, to), "cast", from),
         Kernel::Randn { .. } => ("randn_f32".into(), "randn", DType::F32),

@@ -67,6 +67,9 @@ mod tests {
             assert!((erf(-x) + want).abs() < 1e-12);
         }
         assert_eq!(erf(0.0), 0.0);
-        assert!((erf(2.5 - 1e-12) - erf(2.5)).abs() < 1e-12, "continuous at the switch");
+        assert!(
+            (erf(2.5 - 1e-12) - erf(2.5)).abs() < 1e-12,
+            "continuous at the switch"
+        );
     }
 }

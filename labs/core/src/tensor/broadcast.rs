@@ -188,7 +188,10 @@ mod tests {
     #[test]
     fn shapes_align_from_the_right_and_size_one_stretches() {
         assert_eq!(broadcast_shapes("add", &[3, 1], &[4]).unwrap(), [3, 4]);
-        assert_eq!(broadcast_shapes("mul", &[2, 3, 4], &[3, 1]).unwrap(), [2, 3, 4]);
+        assert_eq!(
+            broadcast_shapes("mul", &[2, 3, 4], &[3, 1]).unwrap(),
+            [2, 3, 4]
+        );
         assert_eq!(broadcast_shapes("add", &[], &[2, 2]).unwrap(), [2, 2]);
         assert_eq!(broadcast_shapes("add", &[0], &[1]).unwrap(), [0]);
         let e = broadcast_shapes("add", &[2, 3], &[4]).unwrap_err();

@@ -37,7 +37,9 @@ pub enum GradOp {
     /// weight.
     Matmul,
     /// A cast between float dtypes from `from`: the gradient is cast back.
-    Cast { from: DType },
+    Cast {
+        from: DType,
+    },
     /// A binary op whose operands of shapes `a` and `b` were broadcast: each input's
     /// gradient is summed back to its shape.
     BroadcastBinary {
@@ -46,7 +48,10 @@ pub enum GradOp {
         b: Vec<usize>,
     },
     /// `where(cond, a, b)` with operands of shapes `a` and `b` (the condition saved).
-    Where { a: Vec<usize>, b: Vec<usize> },
+    Where {
+        a: Vec<usize>,
+        b: Vec<usize>,
+    },
 }
 
 impl GradOp {

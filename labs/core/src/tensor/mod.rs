@@ -16,9 +16,9 @@ mod reduce;
 mod views;
 
 pub use crate::dtype::{DType, Element};
+pub use broadcast::broadcast_shapes;
 pub use graph::{is_grad_enabled, no_grad, Edge, GradOp, GradSlot, NoGradGuard, Node};
 pub use layout::Layout;
-pub use broadcast::broadcast_shapes;
 pub use matmul::MatmulOptions;
 pub use promote::{is_floating_point, promote_types, result_type, Scalar};
 

@@ -103,11 +103,9 @@ impl Tensor {
         // What each derivative reads: the output for exp, sqrt, tanh and sigmoid (their
         // derivatives are functions of it), the input for log and relu.
         let saved = match op {
-            UnaryOp::Exp
-            | UnaryOp::Sqrt
-            | UnaryOp::Tanh
-            | UnaryOp::Sigmoid
-            | UnaryOp::Rsqrt => vec![out.clone()],
+            UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Rsqrt => {
+                vec![out.clone()]
+            }
             UnaryOp::Log
             | UnaryOp::Relu
             | UnaryOp::Abs
