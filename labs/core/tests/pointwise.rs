@@ -127,6 +127,11 @@ fn new_unary_ops_match_finite_differences() {
         t[0].clamp(Some((-1.0).into()), Some(0.5.into())).unwrap()
     });
     check_gradients("clamp_min", &[bounded()], |t| t[0].clamp_min(-1.0).unwrap());
+    // Scalar forms: the scalar is a zero-dimensional operand that needs no gradient.
+    check_gradients("add_scalar", &[any()], |t| t[0].add_scalar(1.5).unwrap());
+    check_gradients("sub_scalar", &[any()], |t| t[0].sub_scalar(2).unwrap());
+    check_gradients("mul_scalar", &[any()], |t| t[0].mul_scalar(-0.75).unwrap());
+    check_gradients("div_scalar", &[any()], |t| t[0].div_scalar(4.0).unwrap());
 }
 
 #[test]

@@ -41,17 +41,33 @@ pub(super) fn input_grads(op: &GradOp, grad: &Tensor, saved: &[Tensor]) -> Resul
         GradOp::Identity => vec![grad.clone()],
         GradOp::Matmul => matmul(grad, saved)?,
         GradOp::Cast { from } => vec![grad.to_dtype(*from)?],
-        GradOp::BroadcastBinary { op, a, b } => {
+        GradOp::BroadcastBinary { op, a, b, needs } => {
             let grads = binary(*op, grad, saved)?;
-            vec![grads[0].sum_to_shape(a)?, grads[1].sum_to_shape(b)?]
+            let [ga, gb] = [(0, a), (1, b)].map(|(i, shape)| {
+                // An input that needs no gradient gets a placeholder the engine drops.
+                if needs[i] {
+                    grads[i].sum_to_shape(shape)
+                } else {
+                    Ok(grads[i].clone())
+                }
+            });
+            vec![ga?, gb?]
         }
-        GradOp::Where { a, b } => {
+        GradOp::Where { a, b, needs } => {
             let cond = saved_at(saved, 0, "where")?;
             let zero = Tensor::zeros(&[], grad.dtype(), grad.device())?;
-            vec![
-                Tensor::where_(cond, grad, &zero)?.sum_to_shape(a)?,
-                Tensor::where_(cond, &zero, grad)?.sum_to_shape(b)?,
-            ]
+            let side = |i: usize, shape: &[usize]| -> Result<Tensor> {
+                if !needs[i] {
+                    return Ok(grad.clone());
+                }
+                let g = if i == 0 {
+                    Tensor::where_(cond, grad, &zero)?
+                } else {
+                    Tensor::where_(cond, &zero, grad)?
+                };
+                g.sum_to_shape(shape)
+            };
+            vec![side(0, a)?, side(1, b)?]
         }
     })
 }

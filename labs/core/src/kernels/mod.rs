@@ -3,8 +3,9 @@
 //! declarations (compiled by NVRTC at run time on `cuda`), and [`cpu`] runs the twins
 //! on `sim` and `cpu`.
 //!
-//! A new unary or binary op is one entry in `ops.rs`: its kernel for every float dtype,
-//! its launch arguments and its simulator loop all follow from the entry.
+//! A new unary or binary op is one entry in `ops.rs`: its kernel for every float dtype
+//! (and every integer dtype when the entry has an integer expression), dense and
+//! strided, its launch arguments and its simulator loop all follow from the entry.
 //!
 //! The matrix product, [`Gemm`], is a launch like the others but a library's: cuBLAS on
 //! `cuda`, a CPU GEMM crate on `sim` and `cpu`.

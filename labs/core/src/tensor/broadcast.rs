@@ -102,6 +102,7 @@ impl Tensor {
                 op,
                 a: a.shape().to_vec(),
                 b: b.shape().to_vec(),
+                needs: [a.requires_grad(), b.requires_grad()],
             }
         };
         Ok(Tensor::recorded(out, grad_op, &[&a, &b], saved))

@@ -98,6 +98,7 @@ impl Tensor {
         let op = GradOp::Where {
             a: a.shape().to_vec(),
             b: b.shape().to_vec(),
+            needs: [a.requires_grad(), b.requires_grad()],
         };
         Ok(Tensor::recorded(out, op, &[&a, &b], vec![cond.detach()]))
     }

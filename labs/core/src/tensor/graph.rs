@@ -41,16 +41,20 @@ pub enum GradOp {
         from: DType,
     },
     /// A binary op whose operands of shapes `a` and `b` were broadcast: each input's
-    /// gradient is summed back to its shape.
+    /// gradient is summed back to its shape. `needs` says which inputs need one (the
+    /// scalar of `add_scalar` does not, and its sum over every element is skipped).
     BroadcastBinary {
         op: BinaryOp,
         a: Vec<usize>,
         b: Vec<usize>,
+        needs: [bool; 2],
     },
-    /// `where(cond, a, b)` with operands of shapes `a` and `b` (the condition saved).
+    /// `where(cond, a, b)` with operands of shapes `a` and `b` (the condition saved);
+    /// `needs` as for `BroadcastBinary`.
     Where {
         a: Vec<usize>,
         b: Vec<usize>,
+        needs: [bool; 2],
     },
 }
 
