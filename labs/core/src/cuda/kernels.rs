@@ -216,9 +216,17 @@ impl ModuleCache {
             return Ok(());
         }
         let f = self.function(kernel)?;
-        // Enough blocks to fill every multiprocessor several times; the kernels'
-        // grid-stride loops cover the rest.
-        let blocks = n
+        // One thread per element, or per 16-byte vector for the dense elementwise
+        // kernels (their few tail elements go to the first threads); at most enough
+        // blocks to fill every multiprocessor several times: the kernels' grid-stride
+        // loops cover the rest.
+        let threads = match *kernel {
+            Kernel::Unary { dtype, .. } | Kernel::Binary { dtype, .. } => {
+                n.div_ceil((16 / dtype.size()) as u64)
+            }
+            _ => n,
+        };
+        let blocks = threads
             .div_ceil(BLOCK as u64)
             .min(multiprocessors as u64 * 32)
             .max(1) as u32;
