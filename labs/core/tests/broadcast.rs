@@ -278,6 +278,11 @@ fn comparisons_give_uint8_masks_and_where_selects() {
     assert_eq!(mask(CompareOp::Gt), [0, 0, 1, 0]);
     assert_eq!(mask(CompareOp::Ge), [0, 1, 1, 0]);
     assert_eq!(a.gt(&b).unwrap().dtype(), DType::U8);
+    // maximum and minimum propagate NaN from either side, as torch.maximum does.
+    let nan_left = v::<f32>(&a.maximum(&b).unwrap());
+    assert!(nan_left[..3] == [2.0, 2.0, 3.0] && nan_left[3].is_nan());
+    let nan_right = v::<f32>(&b.minimum(&a).unwrap());
+    assert!(nan_right[..3] == [1.0, 2.0, 2.0] && nan_right[3].is_nan());
     // Integers compare exactly, and promote against floats.
     let big = t(&[(1i64 << 40) + 1, 1 << 40], &[2], &d);
     let edge = t(&[1i64 << 40], &[], &d);

@@ -135,10 +135,14 @@ op_family! {
         Mul: "mul", "a * b", |a, b, _| a * b, int "a * b", |a: i64, b, _| a.wrapping_mul(b);
         /// True division: integers are promoted to float32 first, as in PyTorch.
         Div: "div", "a / b", |a, b, _| a / b;
-        /// As with `fmaxf`, a NaN on one side gives the other side.
-        Maximum: "maximum", "fmaxf(a, b)", |a, b, _| a.max(b),
+        /// The larger element; a NaN on either side gives NaN, as `torch.maximum` does
+        /// (unlike C's `fmaxf`, which returns the other side).
+        Maximum: "maximum", "((a != a || a > b) ? a : b)",
+            |a, b, _| if a.is_nan() || a > b { a } else { b },
             int "(a > b ? a : b)", |a: i64, b, _| a.max(b);
-        Minimum: "minimum", "fminf(a, b)", |a, b, _| a.min(b),
+        /// The smaller element; NaN propagates as in `maximum`.
+        Minimum: "minimum", "((a != a || a < b) ? a : b)",
+            |a, b, _| if a.is_nan() || a < b { a } else { b },
             int "(a < b ? a : b)", |a: i64, b, _| a.min(b);
         /// `alpha * a + b`: the BLAS axpy when `out` is `b`. The explicit roundings keep
         /// the compiler from fusing it into one `fma`, so the GPU gives the twin's bits.
