@@ -26,6 +26,24 @@ __device__ __forceinline__ bool aligned16(const void* p) {
     return ((unsigned long long)p & 15ull) == 0;
 }
 
+// base^exp for an integer math type, by squaring, wrapping as the type does. A negative
+// exponent gives what PyTorch's integer pow gives: 1 for base 1, +-1 for base -1, else 0.
+template <typename T>
+__device__ __forceinline__ T int_pow(T base, T exp) {
+    if (exp < 0) {
+        if (base == 1) return 1;
+        if (base == -1) return (exp & 1) ? -1 : 1;
+        return 0;
+    }
+    T result = 1;
+    while (exp != 0) {
+        if (exp & 1) result *= base;
+        exp >>= 1;
+        base *= base;
+    }
+    return result;
+}
+
 // ANCHOR: unary_template
 // out[i] = EXPR(x[i]); `out` may be `in` (in place). Whole 16-byte vectors first when
 // the pointers allow, then the tail (or everything) one element at a time.

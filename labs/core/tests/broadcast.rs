@@ -337,10 +337,18 @@ fn pointwise_ops_on_integers_and_scalars() {
     assert!(clamped[0] == 2.0 && clamped[1].is_nan() && clamped[2] == -1.0);
     assert!(f.clamp(None, None).is_err());
     assert_eq!(v::<f32>(&f.pow_scalar(2).unwrap())[0], 16.0);
+    // An integer tensor to an integer power stays integer; a float power makes float32.
     let sq = i.pow_scalar(2).unwrap();
+    assert_eq!((sq.dtype(), v::<i32>(&sq)), (DType::I32, vec![9, 0, 16]));
+    let root = i.pow_scalar(0.5).unwrap();
+    assert_eq!(root.dtype(), DType::F32);
+    assert_eq!(v::<f32>(&root)[2], 2.0);
+    let big = t(&[3i64, -1, 2, 5], &[4], &d);
+    let e = t(&[39i64, 3, -1, 0], &[4], &d);
     assert_eq!(
-        (sq.dtype(), v::<f32>(&sq)),
-        (DType::F32, vec![9.0, 0.0, 16.0])
+        v::<i64>(&big.pow(&e).unwrap()),
+        [3i64.pow(39), -1, 0, 1],
+        "int64 powers are exact"
     );
     let r = t(&[4.0f32, 0.25], &[2], &d).rsqrt().unwrap();
     let r = v::<f32>(&r);

@@ -27,6 +27,27 @@ fn int_binary(op: BinaryOp, a: i64, b: i64) -> Option<i64> {
         BinaryOp::Mul => a.wrapping_mul(b),
         BinaryOp::Maximum => a.max(b),
         BinaryOp::Minimum => a.min(b),
+        BinaryOp::Pow => {
+            if b < 0 {
+                match a {
+                    1 => 1,
+                    -1 => 1 - 2 * (b & 1),
+                    _ => 0,
+                }
+            } else {
+                // Repeated multiplication, modulo 2^64 (b may be large: cycle by squaring
+                // would be the kernel's way; this counts bits independently).
+                let mut r = 1i64;
+                let mut p = a;
+                for bit in 0..63 {
+                    if (b >> bit) & 1 == 1 {
+                        r = r.wrapping_mul(p);
+                    }
+                    p = p.wrapping_mul(p);
+                }
+                r
+            }
+        }
         _ => return None,
     })
 }

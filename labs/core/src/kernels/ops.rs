@@ -147,11 +147,34 @@ op_family! {
         /// `alpha * a + b`: the BLAS axpy when `out` is `b`. The explicit roundings keep
         /// the compiler from fusing it into one `fma`, so the GPU gives the twin's bits.
         Axpy: "axpy", "__fadd_rn(__fmul_rn(alpha, a), b)", |a, b, alpha| alpha * a + b;
-        /// `a ^ b`, elementwise (float only here: integer tensors are promoted to float32).
-        Pow: "pow", "powf(a, b)", |a, b, _| a.powf(b);
+        /// `a ^ b`, elementwise; on integers by squaring, wrapping (a negative exponent
+        /// gives 0, or +-1 for a base of +-1, as PyTorch's integer pow).
+        Pow: "pow", "powf(a, b)", |a, b, _| a.powf(b),
+            int "int_pow(a, b)", |a: i64, b, _| int_pow(a, b);
     }
 }
 // ANCHOR_END: binary_ops
+
+/// The twin of `int_pow` in `kernels/elementwise.cu`.
+fn int_pow(mut base: i64, mut exp: i64) -> i64 {
+    if exp < 0 {
+        return match base {
+            1 => 1,
+            -1 if exp & 1 == 1 => -1,
+            -1 => 1,
+            _ => 0,
+        };
+    }
+    let mut result = 1i64;
+    while exp != 0 {
+        if exp & 1 == 1 {
+            result = result.wrapping_mul(base);
+        }
+        exp >>= 1;
+        base = base.wrapping_mul(base);
+    }
+    result
+}
 
 /// A comparison: `out[i] = op(a[i], b[i])` as a uint8 mask of 0 and 1 (the labs' stand-in
 /// for PyTorch's bool), computed in the operands' math type (a NaN compares unequal to

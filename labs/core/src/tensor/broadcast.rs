@@ -158,15 +158,15 @@ impl Tensor {
         self.binary_scalar(BinaryOp::Div, scalar)
     }
 
-    /// `self ^ exponent`; on a float tensor, one dense `pow_scalar` kernel. Integer
-    /// tensors are computed in float32 (PyTorch keeps an integer result for an integer
-    /// exponent; the labs have no integer power kernel).
+    /// `self ^ exponent`; on a float tensor (or an integer one with a float exponent,
+    /// which promotes to float32), one dense `pow_scalar` kernel; an integer tensor with
+    /// an integer exponent stays integer, as in PyTorch.
     pub fn pow_scalar(&self, exponent: impl Into<Scalar>) -> Result<Tensor> {
         let e = exponent.into();
-        let dtype = match result_type(&[self], &[e]) {
-            d if is_floating_point(d) => d,
-            _ => DType::F32,
-        };
+        let dtype = result_type(&[self], &[e]);
+        if !is_floating_point(dtype) {
+            return self.binary_scalar(BinaryOp::Pow, e);
+        }
         self.to_dtype(dtype)?
             .unary_with(UnaryOp::PowScalar, e.as_f64() as f32)
     }
