@@ -32,6 +32,12 @@ echo "building the gemm bench..." >&2
 bench=$(cargo bench -p labs-core --bench gemm --no-run --message-format=json 2>/dev/null |
   grep -o '"executable":"[^"]*"' | sed 's/"executable":"\(.*\)"/\1/' | tail -n 1)
 cp "$bench" "$out/bin/bench-gemm"
+# The elementwise bandwidth bench (labs/core/benches/elementwise.rs): bin/bench-elementwise,
+# beside ci/pytorch-reference.py's "elementwise" key.
+echo "building the elementwise bench..." >&2
+bench=$(cargo bench -p labs-core --bench elementwise --no-run --message-format=json 2>/dev/null |
+  grep -o '"executable":"[^"]*"' | sed 's/"executable":"\(.*\)"/\1/' | tail -n 1)
+cp "$bench" "$out/bin/bench-elementwise"
 # Debug info goes; symbol names stay, so that backtraces (the memory history's, the
 # leak guard's) name their functions on the GPU machine too.
 # lab-09 keeps its line tables: its leak guard names the source line of each leak, and

@@ -60,7 +60,8 @@ pub enum Error {
         supported: &'static str,
     },
 
-    /// Two operands of one operation with different dtypes (no implicit promotion).
+    /// Two operands of one operation with different dtypes, where the operation does
+    /// not promote (matmul); elementwise ops promote instead.
     #[error("{op}: expected both operands to have the same dtype, but found {a} and {b}")]
     DTypeMismatch {
         op: &'static str,

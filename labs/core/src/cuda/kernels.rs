@@ -46,7 +46,8 @@ impl Arg {
 }
 
 /// The arguments in the order of the kernel's C signature: `DEFINE_UNARY` and
-/// `DEFINE_BINARY` in `kernels/elementwise.cu`, then the fixed kernels.
+/// `DEFINE_BINARY` in `kernels/elementwise.cu`, then the fixed kernels, then the
+/// strided families of `elementwise.cu` and `DEFINE_CAST` of `kernels/cast.cu`.
 fn args(kernel: &Kernel) -> Vec<Arg> {
     use Arg::*;
     match *kernel {
@@ -89,6 +90,61 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
             U64(rows as u64),
             U64(cols as u64),
         ],
+        Kernel::BinaryStrided {
+            a,
+            a_layout,
+            b,
+            b_layout,
+            out,
+            n,
+            alpha,
+            ..
+        } => vec![
+            U64(a),
+            Strided(a_layout),
+            U64(b),
+            Strided(b_layout),
+            U64(out),
+            F32(alpha),
+            U64(n as u64),
+        ],
+        Kernel::Compare {
+            a,
+            a_layout,
+            b,
+            b_layout,
+            out,
+            n,
+            ..
+        } => vec![
+            U64(a),
+            Strided(a_layout),
+            U64(b),
+            Strided(b_layout),
+            U64(out),
+            U64(n as u64),
+        ],
+        Kernel::Where {
+            cond,
+            cond_layout,
+            a,
+            a_layout,
+            b,
+            b_layout,
+            out,
+            n,
+            ..
+        } => vec![
+            U64(cond),
+            Strided(cond_layout),
+            U64(a),
+            Strided(a_layout),
+            U64(b),
+            Strided(b_layout),
+            U64(out),
+            U64(n as u64),
+        ],
+        Kernel::Cast { x, out, n, .. } => vec![U64(x), U64(out), U64(n as u64)],
         // `function` refuses it before arguments are built: cuBLAS runs it (blas.rs).
         Kernel::Gemm(_) => unreachable!("a gemm is not launched as a module"),
     }
@@ -160,9 +216,17 @@ impl ModuleCache {
             return Ok(());
         }
         let f = self.function(kernel)?;
-        // Enough blocks to fill every multiprocessor several times; the kernels'
-        // grid-stride loops cover the rest.
-        let blocks = n
+        // One thread per element, or per 16-byte vector for the dense elementwise
+        // kernels (their few tail elements go to the first threads); at most enough
+        // blocks to fill every multiprocessor several times: the kernels' grid-stride
+        // loops cover the rest.
+        let threads = match *kernel {
+            Kernel::Unary { dtype, .. } | Kernel::Binary { dtype, .. } => {
+                n.div_ceil((16 / dtype.size()) as u64)
+            }
+            _ => n,
+        };
+        let blocks = threads
             .div_ceil(BLOCK as u64)
             .min(multiprocessors as u64 * 32)
             .max(1) as u32;

@@ -3,8 +3,9 @@
 //! declarations (compiled by NVRTC at run time on `cuda`), and [`cpu`] runs the twins
 //! on `sim` and `cpu`.
 //!
-//! A new unary or binary op is one entry in `ops.rs`: its kernel for every float dtype,
-//! its launch arguments and its simulator loop all follow from the entry.
+//! A new unary or binary op is one entry in `ops.rs`: its kernel for every float dtype
+//! (and every integer dtype when the entry has an integer expression), dense and
+//! strided, its launch arguments and its simulator loop all follow from the entry.
 //!
 //! The matrix product, [`Gemm`], is a launch like the others but a library's: cuBLAS on
 //! `cuda`, a CPU GEMM crate on `sim` and `cpu`.
@@ -13,10 +14,11 @@ pub mod cpu;
 mod gemm;
 pub mod ops;
 pub mod source;
+pub mod special;
 mod strided;
 
 pub use gemm::{Gemm, Operand};
-pub use ops::{BinaryOp, UnaryOp};
+pub use ops::{BinaryOp, CompareOp, UnaryOp};
 pub use source::Module;
 pub use strided::{Strided, MAX_DIMS};
 
@@ -28,7 +30,8 @@ use crate::error::Result;
 /// elements.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kernel {
-    /// `out[i] = op(x[i])` over `n` contiguous elements of a float dtype.
+    /// `out[i] = op(x[i])` over `n` contiguous elements (a float dtype, or an integer
+    /// dtype for the ops with an integer expression).
     Unary {
         op: UnaryOp,
         dtype: DType,
@@ -38,7 +41,7 @@ pub enum Kernel {
         /// The scalar some ops use (`scale`'s factor); ignored by the others.
         alpha: f32,
     },
-    /// `out[i] = op(a[i], b[i])` over `n` contiguous elements of a float dtype.
+    /// `out[i] = op(a[i], b[i])` over `n` contiguous elements (dtypes as for `Unary`).
     Binary {
         op: BinaryOp,
         dtype: DType,
@@ -89,6 +92,53 @@ pub enum Kernel {
     /// everything above the contract launches it through `Device::launch`. Only its
     /// implementation differs: cuBLAS rather than a generated module.
     Gemm(Gemm),
+    /// `out[i] = op(a[a_layout(i)], b[b_layout(i)])` into `n` dense elements: a binary op
+    /// on operands of any layout, broadcast ones (stride 0) included. `a` and `b` are the
+    /// addresses of each view's first element.
+    BinaryStrided {
+        op: BinaryOp,
+        dtype: DType,
+        a: DevicePtr,
+        a_layout: Strided,
+        b: DevicePtr,
+        b_layout: Strided,
+        out: DevicePtr,
+        n: usize,
+        alpha: f32,
+    },
+    /// `out[i] = op(a[i], b[i]) ? 1 : 0` into `n` dense uint8 elements, operands strided
+    /// as in `BinaryStrided`, of one dtype (any).
+    Compare {
+        op: CompareOp,
+        dtype: DType,
+        a: DevicePtr,
+        a_layout: Strided,
+        b: DevicePtr,
+        b_layout: Strided,
+        out: DevicePtr,
+        n: usize,
+    },
+    /// `out[i] = cond[i] ? a[i] : b[i]` into `n` dense elements of `dtype`; `cond` is
+    /// uint8, every operand strided.
+    Where {
+        dtype: DType,
+        cond: DevicePtr,
+        cond_layout: Strided,
+        a: DevicePtr,
+        a_layout: Strided,
+        b: DevicePtr,
+        b_layout: Strided,
+        out: DevicePtr,
+        n: usize,
+    },
+    /// `n` dense elements of `from` converted to `to` (see `kernels/cast.cu`).
+    Cast {
+        from: DType,
+        to: DType,
+        x: DevicePtr,
+        out: DevicePtr,
+        n: usize,
+    },
 }
 
 impl Kernel {
@@ -131,7 +181,11 @@ impl Kernel {
             | Kernel::Binary { n, .. }
             | Kernel::Randn { n, .. }
             | Kernel::Spin { n, .. }
-            | Kernel::StridedCopy { n, .. } => n,
+            | Kernel::StridedCopy { n, .. }
+            | Kernel::BinaryStrided { n, .. }
+            | Kernel::Compare { n, .. }
+            | Kernel::Where { n, .. }
+            | Kernel::Cast { n, .. } => n,
             // One warp (32 threads) per row.
             Kernel::SumRows { rows, cols, .. } => {
                 if cols == 0 {

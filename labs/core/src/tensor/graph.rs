@@ -11,7 +11,7 @@
 use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
-use super::Tensor;
+use super::{DType, Tensor};
 use crate::kernels::{BinaryOp, UnaryOp};
 
 /// The op a node differentiates, with what its derivative needs besides saved tensors.
@@ -36,6 +36,26 @@ pub enum GradOp {
     /// A matrix product (`matmul`): 2-D, batched, or batched with a shared `[k, n]`
     /// weight.
     Matmul,
+    /// A cast between float dtypes from `from`: the gradient is cast back.
+    Cast {
+        from: DType,
+    },
+    /// A binary op whose operands of shapes `a` and `b` were broadcast: each input's
+    /// gradient is summed back to its shape. `needs` says which inputs need one (the
+    /// scalar of `add_scalar` does not, and its sum over every element is skipped).
+    BroadcastBinary {
+        op: BinaryOp,
+        a: Vec<usize>,
+        b: Vec<usize>,
+        needs: [bool; 2],
+    },
+    /// `where(cond, a, b)` with operands of shapes `a` and `b` (the condition saved);
+    /// `needs` as for `BroadcastBinary`.
+    Where {
+        a: Vec<usize>,
+        b: Vec<usize>,
+        needs: [bool; 2],
+    },
 }
 
 impl GradOp {
@@ -50,6 +70,9 @@ impl GradOp {
             GradOp::Reshape(_) => "ViewBackward".into(),
             GradOp::Identity => "CloneBackward".into(),
             GradOp::Matmul => "MmBackward".into(),
+            GradOp::Cast { .. } => "ToCopyBackward".into(),
+            GradOp::BroadcastBinary { op, .. } => format!("{}Backward", capitalised(op.name())),
+            GradOp::Where { .. } => "WhereBackward".into(),
         }
     }
 }

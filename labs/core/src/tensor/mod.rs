@@ -3,17 +3,24 @@
 //! when it is already there and copies otherwise, and an operation on tensors of two
 //! devices is an error.
 
+mod broadcast;
+mod cast;
+mod compare;
 mod graph;
 mod layout;
 mod matmul;
 mod ops;
+mod pointwise;
+mod promote;
 mod reduce;
 mod views;
 
 pub use crate::dtype::{DType, Element};
+pub use broadcast::broadcast_shapes;
 pub use graph::{is_grad_enabled, no_grad, Edge, GradOp, GradSlot, NoGradGuard, Node};
 pub use layout::Layout;
 pub use matmul::MatmulOptions;
+pub use promote::{is_floating_point, promote_types, result_type, Scalar};
 
 use std::sync::Arc;
 
