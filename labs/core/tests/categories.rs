@@ -82,18 +82,19 @@ fn a_training_step_is_split_into_parameters_activations_and_gradients() {
     assert_eq!(delta(Category::Parameter), w.nbytes() as u64);
     assert_eq!(delta(Category::Input), x.nbytes() as u64);
 
-    // relu saves its input (the product); matmul saves x (an input) and w (a
+    // relu saves its output (as PyTorch does); matmul saves x (an input) and w (a
     // parameter), which keep their categories.
     let h = x.matmul(&w).unwrap();
     assert_eq!(h.category().unwrap(), Category::Temporary);
     let r = h.relu().unwrap();
-    assert_eq!(h.category().unwrap(), Category::Activation);
+    assert_eq!(r.category().unwrap(), Category::Activation);
+    assert_eq!(h.category().unwrap(), Category::Temporary);
     assert_eq!(x.category().unwrap(), Category::Input);
     assert_eq!(w.category().unwrap(), Category::Parameter);
-    assert_eq!(delta(Category::Activation), h.nbytes() as u64);
+    assert_eq!(delta(Category::Activation), r.nbytes() as u64);
     let loss = r.sum_all().unwrap();
     drop((h, r));
-    // The graph still holds the product: it stays counted as an activation.
+    // The graph still holds relu's output: it stays counted as an activation.
     assert_eq!(delta(Category::Activation), (32 * 64 * 4) as u64);
 
     loss.backward().unwrap();

@@ -119,7 +119,7 @@ fn unary(op: UnaryOp, alpha: f32, g: &Tensor, saved: &[Tensor]) -> Result<Tensor
             let one_minus = add_scalar(&y.neg()?, 1.0)?;
             g.mul(&y.mul(&one_minus)?)
         }
-        // d relu(x) = 1 where x > 0: the saved input's step.
+        // d relu(x) = 1 where x > 0, that is where the saved output is > 0.
         UnaryOp::Relu => g.mul(&s(0)?.unary(UnaryOp::Step)?),
         // Steps are flat almost everywhere.
         UnaryOp::Step | UnaryOp::StepGe | UnaryOp::StepLe => {

@@ -100,14 +100,18 @@ impl Tensor {
             n: self.numel(),
             alpha,
         })?;
-        // What each derivative reads: the output for exp, sqrt, tanh and sigmoid (their
-        // derivatives are functions of it), the input for log and relu.
+        // What each derivative reads: the output for exp, sqrt, tanh, sigmoid and rsqrt
+        // (their derivatives are functions of it) and for relu (its output is positive
+        // exactly where its input is, and PyTorch saves the output too: a following
+        // matmul saves the same tensor, so the graph holds one copy); the input for log.
         let saved = match op {
-            UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Rsqrt => {
-                vec![out.clone()]
-            }
+            UnaryOp::Exp
+            | UnaryOp::Sqrt
+            | UnaryOp::Tanh
+            | UnaryOp::Sigmoid
+            | UnaryOp::Rsqrt
+            | UnaryOp::Relu => vec![out.clone()],
             UnaryOp::Log
-            | UnaryOp::Relu
             | UnaryOp::Abs
             | UnaryOp::PowScalar
             | UnaryOp::Gelu
