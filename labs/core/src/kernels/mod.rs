@@ -10,13 +10,16 @@
 //! `cuda`, a CPU GEMM crate on `sim` and `cpu`.
 
 pub mod cpu;
+mod cpu_rows;
 mod gemm;
 pub mod ops;
+pub mod rows;
 pub mod source;
 mod strided;
 
 pub use gemm::{Gemm, Operand};
 pub use ops::{BinaryOp, UnaryOp};
+pub use rows::RowKernel;
 pub use source::Module;
 pub use strided::{Strided, MAX_DIMS};
 
@@ -89,6 +92,9 @@ pub enum Kernel {
     /// everything above the contract launches it through `Device::launch`. Only its
     /// implementation differs: cuBLAS rather than a generated module.
     Gemm(Gemm),
+    /// A row kernel of a training step (softmax, layer norm, dropout, ...: see
+    /// [`RowKernel`]).
+    Rows(RowKernel),
 }
 
 impl Kernel {
@@ -141,6 +147,7 @@ impl Kernel {
                 }
             }
             Kernel::Gemm(g) => g.m * g.n * g.batch,
+            Kernel::Rows(ref k) => k.elements(),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use std::sync::OnceLock;
 
+use super::rows::ROW_FUNCTIONS;
 use super::{BinaryOp, Kernel, UnaryOp};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -15,6 +16,7 @@ const RANDOM_CU: &str = include_str!("../../../../kernels/random.cu");
 const SPIN_CU: &str = include_str!("../../../../kernels/spin.cu");
 const STRIDED_CU: &str = include_str!("../../../../kernels/strided.cu");
 const REDUCE_CU: &str = include_str!("../../../../kernels/reduce.cu");
+const ROWS_CU: &str = include_str!("../../../../kernels/rows.cu");
 
 /// The dtypes the elementwise families are generated for, in module order.
 pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -94,6 +96,23 @@ fn reduce_module(suffix: &str) -> Module {
     }
 }
 
+/// The row kernels for one float dtype: the dtype's section of `kernels/dtypes.cu`, then
+/// `kernels/rows.cu` with each `NAME_DT(` renamed `NAME_{dtype}(`.
+fn rows_module(suffix: &str) -> Module {
+    let mut source =
+        format!("// Generated: the {suffix} section of kernels/dtypes.cu, then kernels/rows.cu.\n");
+    source.push_str(dtype_section(suffix));
+    source.push_str(&ROWS_CU.replace("_DT(", &format!("_{suffix}(")));
+    Module {
+        name: format!("rows_{suffix}"),
+        source,
+        functions: ROW_FUNCTIONS
+            .iter()
+            .map(|f| format!("{f}_{suffix}"))
+            .collect(),
+    }
+}
+
 fn fixed_module(name: &str, source: &str, functions: &[&str]) -> Module {
     Module {
         name: name.into(),
@@ -127,6 +146,9 @@ pub fn modules() -> &'static [Module] {
         modules.push(fixed_module("strided", STRIDED_CU, &copies));
         for dtype in FLOAT_DTYPES {
             modules.push(reduce_module(suffix(dtype).unwrap()));
+        }
+        for dtype in FLOAT_DTYPES {
+            modules.push(rows_module(suffix(dtype).unwrap()));
         }
         modules
     })
@@ -164,6 +186,10 @@ pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
             entry(2 * families + 2, i)
         }
         Kernel::SumRows { dtype, .. } => entry(2 * families + 3 + float_index(dtype, "sum")?, 0),
+        Kernel::Rows(ref k) => entry(
+            3 * families + 3 + float_index(k.dtype(), k.name())?,
+            k.index(),
+        ),
         Kernel::Gemm(_) => {
             return Err(Error::InvalidArgument(
                 "gemm has no generated CUDA module: the cuda backend runs it through cuBLAS".into(),
