@@ -7,6 +7,7 @@
 //! error that says so. Gradients are computed with recording off (no double backward).
 
 mod derivatives;
+mod derivatives_rows;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

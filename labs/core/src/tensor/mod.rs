@@ -3,16 +3,24 @@
 //! when it is already there and copies otherwise, and an operation on tensors of two
 //! devices is an error.
 
+mod concat;
+mod dropout;
 mod graph;
+mod index;
 mod layout;
+mod loss;
 mod matmul;
+mod norm;
 mod ops;
 mod reduce;
+mod softmax;
+mod stats;
 mod views;
 
 pub use crate::dtype::{DType, Element};
 pub use graph::{is_grad_enabled, no_grad, Edge, GradOp, GradSlot, NoGradGuard, Node};
 pub use layout::Layout;
+pub use loss::IGNORE_INDEX;
 pub use matmul::MatmulOptions;
 
 use std::sync::Arc;
