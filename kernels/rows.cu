@@ -293,3 +293,30 @@ extern "C" __global__ void scatter_rows_DT(const ELEM* g, const long long* idx, 
                                            unsigned long long rows, unsigned long long cols) {
     GRID_STRIDE_LOOP(r, rows) { out[r * cols + (unsigned long long)idx[r]] = g[r]; }
 }
+
+// First pass of a split sum: warp w sums span w % chunks of row w / chunks.
+extern "C" __global__ void sum_partials_DT(const ELEM* x, float* partial, unsigned long long rows,
+                                           unsigned long long cols, unsigned long long chunks) {
+    unsigned long long span = (cols + chunks - 1) / chunks;
+    WARP_ROW_LOOP(w, rows * chunks) {
+        unsigned long long r = w / chunks, k = w % chunks;
+        unsigned long long begin = k * span;
+        unsigned long long end = begin + span < cols ? begin + span : cols;
+        const ELEM* xr = x + r * cols;
+        float acc = 0.0f;
+        for (unsigned long long c = begin + lane; c < end; c += 32) acc += to_float(xr[c]);
+        acc = warp_sum(acc);
+        if (lane == 0) partial[w] = acc;
+    }
+}
+
+// Second pass: out[r] = alpha * the sum of row r's partial sums.
+extern "C" __global__ void sum_finish_DT(const float* partial, ELEM* out, unsigned long long rows,
+                                         unsigned long long chunks, float alpha) {
+    WARP_ROW_LOOP(r, rows) {
+        float acc = 0.0f;
+        for (unsigned long long k = lane; k < chunks; k += 32) acc += partial[r * chunks + k];
+        acc = warp_sum(acc);
+        if (lane == 0) out[r] = from_float(alpha * acc);
+    }
+}

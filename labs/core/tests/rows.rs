@@ -795,3 +795,30 @@ fn a_training_step_of_row_ops_returns_memory_to_the_baseline() {
         "memory back to the baseline"
     );
 }
+
+#[test]
+fn sums_of_few_long_rows_split_over_spans_and_stay_deterministic() {
+    let _serial = serial();
+    let device = test_device();
+    // 3 rows of 100003 columns: split into spans of 4096 (25 per row), two passes.
+    assert_eq!(labs_core::kernels::rows::sum_chunks(3, 100_003), 25);
+    assert_eq!(labs_core::kernels::rows::sum_chunks(100_000, 100_003), 1);
+    let (rows, cols) = (3, 100_003);
+    let data = values(rows * cols, 91, -1.0, 1.0);
+    for (dtype, rel) in DTYPES {
+        let x = make(&data, &[rows, cols], dtype, &device);
+        let xr = read(&x);
+        let want: Vec<f64> = xr
+            .chunks(cols)
+            .map(|r| r.iter().map(|&v| v as f64).sum())
+            .collect();
+        let got = read(&x.sum_dims(&[1], false).unwrap());
+        // Sums of ~±300 from 1e5 terms of size 1: absolute error of float32 sums.
+        assert_close(&format!("split sum {dtype}"), &got, &want, rel, 2e-2);
+        let again = read(&x.sum_dims(&[1], false).unwrap());
+        assert_eq!(got, again, "deterministic");
+        let all = read(&x.mean_all().unwrap());
+        let mean = want.iter().sum::<f64>() / (rows * cols) as f64;
+        assert_close(&format!("split mean {dtype}"), &all, &[mean], rel, 1e-6);
+    }
+}

@@ -460,5 +460,42 @@ fn run_typed<E: FloatElement>(kernel: &RowKernel, memory: &dyn HostAccess) -> Re
                 }
             },
         ),
+        RowKernel::SumPartials {
+            x,
+            partial,
+            rows,
+            cols,
+            chunks,
+            ..
+        } => with(
+            memory,
+            [(x, rows * cols, e), (partial, rows * chunks, 4)],
+            |p| {
+                let x = unsafe { Raw::<E>::new(p[0], rows * cols) };
+                let partial = unsafe { Raw::<f32>::new(p[1], rows * chunks) };
+                let span = cols.div_ceil(chunks);
+                for w in 0..rows * chunks {
+                    let (r, k) = (w / chunks, w % chunks);
+                    let (begin, end) = ((k * span).min(cols), ((k + 1) * span).min(cols));
+                    let acc: f32 = (begin..end).map(|c| x.get(r * cols + c).widen()).sum();
+                    partial.set(w, acc);
+                }
+            },
+        ),
+        RowKernel::SumFinish {
+            partial,
+            out,
+            rows,
+            chunks,
+            alpha,
+            ..
+        } => with(memory, [(partial, rows * chunks, 4), (out, rows, e)], |p| {
+            let partial = unsafe { Raw::<f32>::new(p[0], rows * chunks) };
+            let out = unsafe { Raw::<E>::new(p[1], rows) };
+            for r in 0..rows {
+                let acc: f32 = (0..chunks).map(|k| partial.get(r * chunks + k)).sum();
+                out.set(r, E::narrow(alpha * acc));
+            }
+        }),
     }
 }

@@ -166,11 +166,33 @@ pub enum RowKernel {
         rows: usize,
         cols: usize,
     },
+    /// The first pass of a sum over few long rows: each row cut into `chunks` spans of
+    /// `ceil(cols / chunks)` columns, one warp per span, its float32 sum written to
+    /// `partial[r * chunks + k]`. The split is fixed by the shape, so the result is
+    /// deterministic.
+    SumPartials {
+        dtype: DType,
+        x: DevicePtr,
+        partial: DevicePtr,
+        rows: usize,
+        cols: usize,
+        chunks: usize,
+    },
+    /// The second pass: `out[r] = alpha * sum(partial[r * chunks ..][..chunks])`, one
+    /// warp per row, rounded once to `dtype`.
+    SumFinish {
+        dtype: DType,
+        partial: DevicePtr,
+        out: DevicePtr,
+        rows: usize,
+        chunks: usize,
+        alpha: f32,
+    },
 }
 
 /// The functions of each dtype's row module, in module order (the CUDA function is
 /// `{name}_{dtype}`).
-pub const ROW_FUNCTIONS: [&str; 14] = [
+pub const ROW_FUNCTIONS: [&str; 16] = [
     "softmax_rows",
     "softmax_backward",
     "layer_norm",
@@ -185,6 +207,8 @@ pub const ROW_FUNCTIONS: [&str; 14] = [
     "nll_loss_backward",
     "max_rows",
     "scatter_rows",
+    "sum_partials",
+    "sum_finish",
 ];
 
 /// One kernel argument as the CUDA launch passes it.
@@ -221,7 +245,9 @@ impl RowKernel {
             | NllLoss { dtype, .. }
             | NllLossBackward { dtype, .. }
             | MaxRows { dtype, .. }
-            | ScatterRows { dtype, .. } => dtype,
+            | ScatterRows { dtype, .. }
+            | SumPartials { dtype, .. }
+            | SumFinish { dtype, .. } => dtype,
         }
     }
 
@@ -243,6 +269,8 @@ impl RowKernel {
             NllLossBackward { .. } => 11,
             MaxRows { .. } => 12,
             ScatterRows { .. } => 13,
+            SumPartials { .. } => 14,
+            SumFinish { .. } => 15,
         }
     }
 
@@ -272,6 +300,10 @@ impl RowKernel {
             }
             NllLossBackward { rows, cols, .. } => rows * cols,
             ScatterRows { rows, .. } => rows,
+            SumPartials {
+                rows, cols, chunks, ..
+            } => warp_rows(rows * chunks, cols),
+            SumFinish { rows, chunks, .. } => warp_rows(rows, chunks),
         }
     }
 
@@ -467,8 +499,36 @@ impl RowKernel {
                 cols,
                 ..
             } => vec![U64(grad), U64(indices), U64(out), u(rows), u(cols)],
+            SumPartials {
+                x,
+                partial,
+                rows,
+                cols,
+                chunks,
+                ..
+            } => vec![U64(x), U64(partial), u(rows), u(cols), u(chunks)],
+            SumFinish {
+                partial,
+                out,
+                rows,
+                chunks,
+                alpha,
+                ..
+            } => vec![U64(partial), U64(out), u(rows), u(chunks), F32(alpha)],
         }
     }
+}
+
+/// How many spans a sum over `rows` rows of `cols` columns is split into: 1 (one warp
+/// per row, `Kernel::SumRows`) unless the rows are too few to fill a GPU, then enough
+/// spans of at least 4096 columns for about 16384 warps in all.
+pub fn sum_chunks(rows: usize, cols: usize) -> usize {
+    const SPAN: usize = 4096;
+    const WARPS: usize = 16384;
+    if rows == 0 || cols <= SPAN {
+        return 1;
+    }
+    cols.div_ceil(SPAN).min(WARPS / rows).max(1)
 }
 
 /// One Philox4x32-10 block (Salmon et al., "Parallel random numbers: as easy as 1, 2,
