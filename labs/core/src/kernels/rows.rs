@@ -592,6 +592,39 @@ mod tests {
     }
 
     #[test]
+    fn row_kernels_live_in_their_dtype_module_and_refuse_other_dtypes() {
+        use crate::kernels::Kernel;
+        let softmax = |dtype| {
+            Kernel::Rows(RowKernel::Softmax {
+                dtype,
+                x: 0,
+                out: 0,
+                rows: 1,
+                cols: 1,
+                log: false,
+            })
+        };
+        let (m, f) = softmax(DType::BF16).function().unwrap();
+        assert_eq!((m.name.as_str(), f), ("rows_bf16", "softmax_rows_bf16"));
+        assert!(m.source.contains("typedef unsigned short ELEM;"));
+        assert!(!m.source.contains("_DT("), "every function renamed");
+        assert_eq!(m.functions.len(), ROW_FUNCTIONS.len());
+        let (m, f) = softmax(DType::F32).function().unwrap();
+        assert_eq!((m.name.as_str(), f), ("rows_f32", "softmax_rows_f32"));
+        assert!(softmax(DType::I64).function().is_err());
+        let finish = Kernel::Rows(RowKernel::SumFinish {
+            dtype: DType::F16,
+            partial: 0,
+            out: 0,
+            rows: 2,
+            chunks: 3,
+            alpha: 1.0,
+        });
+        assert_eq!(finish.function().unwrap().1, "sum_finish_f16");
+        assert_eq!(finish.elements(), 64);
+    }
+
+    #[test]
     fn every_kernel_has_its_function_and_index() {
         let k = RowKernel::NarrowF32 {
             dtype: DType::F16,
