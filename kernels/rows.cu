@@ -21,7 +21,7 @@
     unsigned int lane = threadIdx.x % 32;                                             \
     for (unsigned long long r = warp_; r < (rows); r += warps_)
 
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+__device__ __forceinline__ float neg_inf() { return __uint_as_float(0xff800000u); }
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);

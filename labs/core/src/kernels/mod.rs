@@ -6,6 +6,10 @@
 //! A new unary or binary op is one entry in `ops.rs`: its kernel for every float dtype,
 //! its launch arguments and its simulator loop all follow from the entry.
 //!
+//! The row kernels of a training step (softmax, layer norm, dropout, embedding, losses,
+//! max, split sums) are [`RowKernel`]s: `kernels/rows.cu` for every float dtype, their
+//! twins in `cpu_rows.rs`.
+//!
 //! The matrix product, [`Gemm`], is a launch like the others but a library's: cuBLAS on
 //! `cuda`, a CPU GEMM crate on `sim` and `cpu`.
 

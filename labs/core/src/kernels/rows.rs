@@ -2,7 +2,7 @@
 //! negative log-likelihood, max over a row. Each works on a dense `[rows, cols]` view
 //! (the tensor layer moves the dimension it works on last first) and exists for every
 //! float dtype, computing in `float` as the elementwise kernels do. The CUDA C is
-//! `kernels/rows.cu`, the twins are in [`super::cpu_rows`].
+//! `kernels/rows.cu`, the twins are in `cpu_rows.rs`.
 
 use crate::device_id::DevicePtr;
 use crate::dtype::DType;
