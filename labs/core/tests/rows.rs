@@ -823,3 +823,72 @@ fn sums_of_few_long_rows_split_over_spans_and_stay_deterministic() {
         assert_close(&format!("split mean {dtype}"), &all, &[mean], rel, 1e-6);
     }
 }
+
+/// The gradients of `f` for half-type inputs against the same computation in float32
+/// (from the same rounded inputs and output gradient): the backward kernels of every
+/// dtype, not only float32's.
+fn check_half_gradients(
+    name: &str,
+    inputs: &[(Vec<f32>, Vec<usize>)],
+    f: impl Fn(&[Tensor]) -> Tensor,
+) {
+    let device = test_device();
+    for (dtype, rel) in &DTYPES[1..] {
+        let leaves: Vec<Tensor> = inputs
+            .iter()
+            .map(|(d, s)| make(d, s, *dtype, &device).requires_grad_(true))
+            .collect();
+        let y = f(&leaves);
+        let g = make(&values(y.numel(), 5, -1.0, 1.0), y.shape(), *dtype, &device);
+        let g32 = f32s(&read(&g), y.shape(), &device);
+        y.backward_with(Some(g), false).unwrap();
+        let leaves32: Vec<Tensor> = leaves
+            .iter()
+            .map(|t| f32s(&read(t), t.shape(), &device).requires_grad_(true))
+            .collect();
+        f(&leaves32).backward_with(Some(g32), false).unwrap();
+        for (k, (half, full)) in leaves.iter().zip(&leaves32).enumerate() {
+            let got = half.grad().unwrap();
+            assert_eq!(got.dtype(), *dtype, "{name}: grad dtype");
+            let want: Vec<f64> = read(&full.grad().unwrap())
+                .iter()
+                .map(|&v| v as f64)
+                .collect();
+            let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+            // Half outputs and gradients round at each step: relative to the largest.
+            assert_close(
+                &format!("{name} {dtype} d/dinput{k}"),
+                &read(&got),
+                &want,
+                0.0,
+                8.0 * rel * scale.max(1e-3),
+            );
+        }
+    }
+}
+
+#[test]
+fn backward_kernels_of_half_types_agree_with_float32() {
+    let _serial = serial();
+    let x = || (values(3 * 33, 101, -3.0, 3.0), vec![3, 33]);
+    check_half_gradients("softmax", &[x()], |t| t[0].softmax(1).unwrap());
+    check_half_gradients("log_softmax", &[x()], |t| t[0].log_softmax(0).unwrap());
+    let w = || (values(33, 102, 0.5, 1.5), vec![33]);
+    let b = || (values(33, 103, -1.0, 1.0), vec![33]);
+    check_half_gradients("layer_norm", &[x(), w(), b()], |t| {
+        t[0].layer_norm(&[33], Some(&t[1]), Some(&t[2]), 1e-5)
+            .unwrap()
+    });
+    check_half_gradients("cross_entropy", &[x()], |t| {
+        let target = i64s(&[32, IGNORE_INDEX, 4], &[3], &test_device());
+        t[0].cross_entropy(&target, IGNORE_INDEX).unwrap()
+    });
+    let spaced: Vec<f32> = (0..99).map(|k| ((k * 37) % 99) as f32 * 0.25).collect();
+    check_half_gradients("max", &[(spaced, vec![3, 33])], |t| {
+        t[0].max_dim(1, false).unwrap().0
+    });
+    check_half_gradients("dropout", &[x()], |t| {
+        test_device().manual_seed(9);
+        t[0].dropout(0.5, true).unwrap()
+    });
+}
