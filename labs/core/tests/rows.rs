@@ -892,3 +892,24 @@ fn backward_kernels_of_half_types_agree_with_float32() {
         t[0].dropout(0.5, true).unwrap()
     });
 }
+
+#[test]
+fn a_half_precision_loss_backpropagates_from_an_implicit_gradient() {
+    let _serial = serial();
+    let device = test_device();
+    let data = values(2 * 5, 111, -2.0, 2.0);
+    for dtype in [DType::F16, DType::BF16] {
+        let x = make(&data, &[2, 5], dtype, &device).requires_grad_(true);
+        let loss = x
+            .cross_entropy(&i64s(&[4, 1], &[2], &device), IGNORE_INDEX)
+            .unwrap();
+        loss.backward().unwrap();
+        let g = x.grad().unwrap();
+        assert_eq!(g.dtype(), dtype);
+        // Each counted row's gradient sums to zero (softmax minus one-hot, halved).
+        for row in read(&g).chunks(5) {
+            assert!(row.iter().sum::<f32>().abs() < 2e-2, "{dtype}: {row:?}");
+            assert!(row.iter().any(|&v| v < -0.1), "{dtype}: {row:?}");
+        }
+    }
+}
