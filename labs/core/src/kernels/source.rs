@@ -186,10 +186,17 @@ pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
             entry(2 * families + 2, i)
         }
         Kernel::SumRows { dtype, .. } => entry(2 * families + 3 + float_index(dtype, "sum")?, 0),
-        Kernel::Rows(ref k) => entry(
-            3 * families + 3 + float_index(k.dtype(), k.name())?,
-            k.index(),
-        ),
+        Kernel::Rows(ref k) => {
+            // Found by name rather than position, so that modules added before it
+            // cannot shift it.
+            let dtype = FLOAT_DTYPES[float_index(k.dtype(), k.name())?];
+            let name = format!("rows_{}", suffix(dtype).unwrap());
+            let module = modules()
+                .iter()
+                .position(|m| m.name == name)
+                .expect("every float dtype has a rows module");
+            entry(module, k.index())
+        }
         Kernel::Gemm(_) => {
             return Err(Error::InvalidArgument(
                 "gemm has no generated CUDA module: the cuda backend runs it through cuBLAS".into(),
