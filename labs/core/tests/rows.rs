@@ -913,3 +913,39 @@ fn a_half_precision_loss_backpropagates_from_an_implicit_gradient() {
         }
     }
 }
+
+#[test]
+fn cross_entropy_over_positions_is_the_mean_over_every_position() {
+    let _serial = serial();
+    let device = test_device();
+    // Logits [N=2, C=3, L=4], targets [2, 4]: the same as [8, 3] rows with C last.
+    let data = values(24, 121, -2.0, 2.0);
+    let target = [0i64, 2, 1, IGNORE_INDEX, 2, 2, 0, 1];
+    let x = f32s(&data, &[2, 3, 4], &device);
+    let loss = x
+        .cross_entropy(&i64s(&target, &[2, 4], &device), IGNORE_INDEX)
+        .unwrap();
+    let rows: Vec<f32> = (0..2)
+        .flat_map(|n| (0..4).flat_map(move |l| (0..3).map(move |c| (n, c, l))))
+        .map(|(n, c, l)| data[n * 12 + c * 4 + l])
+        .collect();
+    let want = cross_entropy_ref(&rows, 3, &target, IGNORE_INDEX);
+    assert_close(
+        "cross_entropy [2, 3, 4]",
+        &loss.to_vec::<f32>().unwrap(),
+        &[want],
+        1e-5,
+        0.0,
+    );
+    let err = x
+        .cross_entropy(&i64s(&target, &[8], &device), IGNORE_INDEX)
+        .unwrap_err();
+    assert!(err.to_string().contains("[2, 3, 4] vs [8]"), "{err}");
+    check_gradients("cross_entropy [2, 3, 4]", &[(data, vec![2, 3, 4])], |t| {
+        let target = i64s(&[0, 2, 1, -100, 2, 2, 0, 1], &[2, 4], &test_device());
+        t[0].cross_entropy(&target, -100)
+            .unwrap()
+            .reshape(&[1])
+            .unwrap()
+    });
+}

@@ -64,15 +64,36 @@ impl Tensor {
     }
 
     /// PyTorch's `cross_entropy(logits, target, ignore_index=..., reduction='mean')`
-    /// for logits `[N, C]` and int64 targets `[N]`.
+    /// for logits `[N, C]` and int64 targets `[N]`, or logits `[N, C, d1, ...]` and
+    /// targets `[N, d1, ...]` (each position a row, the mean over all of them).
     pub fn cross_entropy(&self, target: &Tensor, ignore_index: i64) -> Result<Tensor> {
-        if self.shape().len() != 2 {
+        let rank = self.shape().len();
+        if rank < 2 {
             return Err(Error::InvalidArgument(format!(
-                "cross_entropy: expected 2-D logits [N, C], got shape {:?}",
+                "cross_entropy: expected logits [N, C] or [N, C, d1, ...], got shape {:?}",
                 self.shape()
             )));
         }
-        self.log_softmax(1)?.nll_loss(target, ignore_index)
+        if rank == 2 {
+            return self.log_softmax(1)?.nll_loss(target, ignore_index);
+        }
+        let classes = self.shape()[1];
+        let mut positions = self.shape().to_vec();
+        positions.remove(1);
+        if target.shape() != positions {
+            return Err(Error::Shape {
+                op: "cross_entropy (logits [N, C, d1, ...] vs target [N, d1, ...])",
+                a: self.shape().to_vec(),
+                b: target.shape().to_vec(),
+            });
+        }
+        // The classes last, one row per position.
+        let order: Vec<usize> = (0..rank).filter(|&d| d != 1).chain([1]).collect();
+        let rows = target.numel();
+        let logits = self.permute(&order)?.reshape(&[rows, classes])?;
+        logits
+            .log_softmax(1)?
+            .nll_loss(&target.reshape(&[rows])?, ignore_index)
     }
 
     /// PyTorch's `mse_loss(input, target)` with mean reduction: `mean((input -
