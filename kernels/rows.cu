@@ -136,19 +136,38 @@ extern "C" __global__ void layer_norm_backward_DT(const ELEM* x, const ELEM* w, 
     }
 }
 
-// dw[c] = sum_r g[r, c] * xhat[r, c], db[c] = sum_r g[r, c]: a thread per column, rows
-// in order.
+// First pass of dw[c] = sum_r g[r, c] * xhat[r, c] and db[c] = sum_r g[r, c]: thread
+// (k, c) sums the rows of span k in order into partial[0][k][c] and partial[1][k][c].
 extern "C" __global__ void layer_norm_param_grads_DT(const ELEM* x, const ELEM* g,
                                                      const float* mean, const float* rstd,
-                                                     ELEM* dw, ELEM* db,
-                                                     unsigned long long rows,
-                                                     unsigned long long cols) {
-    GRID_STRIDE_LOOP(c, cols) {
+                                                     float* partial, unsigned long long rows,
+                                                     unsigned long long cols,
+                                                     unsigned long long chunks) {
+    unsigned long long span = (rows + chunks - 1) / chunks;
+    GRID_STRIDE_LOOP(i, chunks * cols) {
+        unsigned long long k = i / cols, c = i % cols;
+        unsigned long long begin = k * span;
+        unsigned long long end = begin + span < rows ? begin + span : rows;
         float sw = 0.0f, sb = 0.0f;
-        for (unsigned long long r = 0; r < rows; ++r) {
+        for (unsigned long long r = begin; r < end; ++r) {
             float gv = to_float(g[r * cols + c]);
             sw += gv * ((to_float(x[r * cols + c]) - mean[r]) * rstd[r]);
             sb += gv;
+        }
+        partial[i] = sw;
+        partial[chunks * cols + i] = sb;
+    }
+}
+
+// Second pass: dw[c], db[c] (either may be null) the sums of column c's partial sums.
+extern "C" __global__ void layer_norm_param_finish_DT(const float* partial, ELEM* dw, ELEM* db,
+                                                      unsigned long long cols,
+                                                      unsigned long long chunks) {
+    GRID_STRIDE_LOOP(c, cols) {
+        float sw = 0.0f, sb = 0.0f;
+        for (unsigned long long k = 0; k < chunks; ++k) {
+            sw += partial[k * cols + c];
+            sb += partial[chunks * cols + k * cols + c];
         }
         if (dw) dw[c] = from_float(sw);
         if (db) db[c] = from_float(sb);

@@ -949,3 +949,51 @@ fn cross_entropy_over_positions_is_the_mean_over_every_position() {
             .unwrap()
     });
 }
+
+#[test]
+fn layer_norm_parameter_gradients_sum_spans_of_many_rows() {
+    let _serial = serial();
+    let device = test_device();
+    // 130 rows: three spans of up to 64 rows in the first pass.
+    let (rows, cols) = (130, 7);
+    let xd = values(rows * cols, 131, -2.0, 2.0);
+    let gd = values(rows * cols, 132, -1.0, 1.0);
+    for (dtype, rel) in DTYPES {
+        let x = make(&xd, &[rows, cols], dtype, &device);
+        let w = make(&values(cols, 133, 0.5, 1.5), &[cols], dtype, &device).requires_grad_(true);
+        let b = make(&[0.0; 7], &[cols], dtype, &device).requires_grad_(true);
+        let g = make(&gd, &[rows, cols], dtype, &device);
+        let (xr, gr) = (read(&x), read(&g));
+        x.layer_norm(&[cols], Some(&w), Some(&b), 1e-5)
+            .unwrap()
+            .backward_with(Some(g), false)
+            .unwrap();
+        let xhat = layer_norm_ref(&xr, cols, None, None, 1e-5);
+        let dw: Vec<f64> = (0..cols)
+            .map(|c| {
+                (0..rows)
+                    .map(|r| gr[r * cols + c] as f64 * xhat[r * cols + c])
+                    .sum()
+            })
+            .collect();
+        let db: Vec<f64> = (0..cols)
+            .map(|c| (0..rows).map(|r| gr[r * cols + c] as f64).sum())
+            .collect();
+        // Sums of 130 terms of size ~1: the half types' error follows their xhat.
+        let abs = 130.0 * rel;
+        assert_close(
+            &format!("layer_norm dweight {dtype}"),
+            &read(&w.grad().unwrap()),
+            &dw,
+            rel,
+            abs,
+        );
+        assert_close(
+            &format!("layer_norm dbias {dtype}"),
+            &read(&b.grad().unwrap()),
+            &db,
+            rel,
+            abs,
+        );
+    }
+}

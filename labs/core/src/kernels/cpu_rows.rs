@@ -209,36 +209,65 @@ fn run_typed<E: FloatElement>(kernel: &RowKernel, memory: &dyn HostAccess) -> Re
             grad,
             mean,
             rstd,
-            dweight,
-            dbias,
+            partial,
             rows,
             cols,
+            chunks,
             ..
         } => {
             let n = rows * cols;
-            let (wn, bn) = (dweight.map_or(0, |_| cols), dbias.map_or(0, |_| cols));
             let ranges = [
                 (x, n, e),
                 (grad, n, e),
                 (mean, rows, 4),
                 (rstd, rows, 4),
-                (dweight.unwrap_or(0), wn, e),
-                (dbias.unwrap_or(0), bn, e),
+                (partial, 2 * chunks * cols, 4),
             ];
             with(memory, ranges, |p| {
                 let x = unsafe { Raw::<E>::new(p[0], n) };
                 let g = unsafe { Raw::<E>::new(p[1], n) };
                 let (mean, rstd) =
                     unsafe { (Raw::<f32>::new(p[2], rows), Raw::<f32>::new(p[3], rows)) };
-                let dw = unsafe { Raw::<E>::new(p[4], wn) };
-                let db = unsafe { Raw::<E>::new(p[5], bn) };
-                for c in 0..cols {
-                    let (mut sw, mut sb) = (0f32, 0f32);
-                    for r in 0..rows {
-                        let gv = g.get(r * cols + c).widen();
-                        sw += gv * ((x.get(r * cols + c).widen() - mean.get(r)) * rstd.get(r));
-                        sb += gv;
+                let partial = unsafe { Raw::<f32>::new(p[4], 2 * chunks * cols) };
+                let span = rows.div_ceil(chunks);
+                for k in 0..chunks {
+                    let (begin, end) = ((k * span).min(rows), ((k + 1) * span).min(rows));
+                    for c in 0..cols {
+                        let (mut sw, mut sb) = (0f32, 0f32);
+                        for r in begin..end {
+                            let gv = g.get(r * cols + c).widen();
+                            sw += gv * ((x.get(r * cols + c).widen() - mean.get(r)) * rstd.get(r));
+                            sb += gv;
+                        }
+                        partial.set(k * cols + c, sw);
+                        partial.set(chunks * cols + k * cols + c, sb);
                     }
+                }
+            })
+        }
+        RowKernel::LayerNormParamFinish {
+            partial,
+            dweight,
+            dbias,
+            cols,
+            chunks,
+            ..
+        } => {
+            let (wn, bn) = (dweight.map_or(0, |_| cols), dbias.map_or(0, |_| cols));
+            let ranges = [
+                (partial, 2 * chunks * cols, 4),
+                (dweight.unwrap_or(0), wn, e),
+                (dbias.unwrap_or(0), bn, e),
+            ];
+            with(memory, ranges, |p| {
+                let partial = unsafe { Raw::<f32>::new(p[0], 2 * chunks * cols) };
+                let dw = unsafe { Raw::<E>::new(p[1], wn) };
+                let db = unsafe { Raw::<E>::new(p[2], bn) };
+                for c in 0..cols {
+                    let sw: f32 = (0..chunks).map(|k| partial.get(k * cols + c)).sum();
+                    let sb: f32 = (0..chunks)
+                        .map(|k| partial.get(chunks * cols + k * cols + c))
+                        .sum();
                     if wn > 0 {
                         dw.set(c, E::narrow(sw));
                     }

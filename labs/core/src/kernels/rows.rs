@@ -57,18 +57,30 @@ pub enum RowKernel {
         rows: usize,
         cols: usize,
     },
-    /// The weight's and bias's gradients of a layer norm: one thread per column summing
-    /// its rows in order (deterministic).
+    /// The first pass of the weight's and bias's gradients of a layer norm: the rows
+    /// cut into `chunks` spans of `ceil(rows / chunks)`, one thread per (span, column)
+    /// writing float32 `partial[0][k][c] = sum g * xhat` and `partial[1][k][c] = sum g`
+    /// over its span's rows, in order (deterministic).
     LayerNormParamGrads {
         dtype: DType,
         x: DevicePtr,
         grad: DevicePtr,
         mean: DevicePtr,
         rstd: DevicePtr,
-        dweight: Option<DevicePtr>,
-        dbias: Option<DevicePtr>,
+        partial: DevicePtr,
         rows: usize,
         cols: usize,
+        chunks: usize,
+    },
+    /// The second pass: `dweight[c]` and `dbias[c]` (each optional) the sums of the
+    /// column's partial sums, a thread per column, rounded once to `dtype`.
+    LayerNormParamFinish {
+        dtype: DType,
+        partial: DevicePtr,
+        dweight: Option<DevicePtr>,
+        dbias: Option<DevicePtr>,
+        cols: usize,
+        chunks: usize,
     },
     /// Element `i` is kept when the Philox4x32-10 uniform of counter `offset + i` under
     /// key `seed` is below `keep`; kept elements are scaled by `scale`, the mask (one
@@ -192,7 +204,7 @@ pub enum RowKernel {
 
 /// The functions of each dtype's row module, in module order (the CUDA function is
 /// `{name}_{dtype}`).
-pub const ROW_FUNCTIONS: [&str; 16] = [
+pub const ROW_FUNCTIONS: [&str; 17] = [
     "softmax_rows",
     "softmax_backward",
     "layer_norm",
@@ -209,6 +221,7 @@ pub const ROW_FUNCTIONS: [&str; 16] = [
     "scatter_rows",
     "sum_partials",
     "sum_finish",
+    "layer_norm_param_finish",
 ];
 
 /// One kernel argument as the CUDA launch passes it.
@@ -247,7 +260,8 @@ impl RowKernel {
             | MaxRows { dtype, .. }
             | ScatterRows { dtype, .. }
             | SumPartials { dtype, .. }
-            | SumFinish { dtype, .. } => dtype,
+            | SumFinish { dtype, .. }
+            | LayerNormParamFinish { dtype, .. } => dtype,
         }
     }
 
@@ -271,6 +285,7 @@ impl RowKernel {
             ScatterRows { .. } => 13,
             SumPartials { .. } => 14,
             SumFinish { .. } => 15,
+            LayerNormParamFinish { .. } => 16,
         }
     }
 
@@ -287,7 +302,8 @@ impl RowKernel {
             | LayerNorm { rows, cols, .. }
             | LayerNormBackward { rows, cols, .. }
             | MaxRows { rows, cols, .. } => warp_rows(rows, cols),
-            LayerNormParamGrads { cols, .. } => cols,
+            LayerNormParamGrads { cols, chunks, .. } => chunks * cols,
+            LayerNormParamFinish { cols, .. } => cols,
             Dropout { n, .. } | MaskedScale { n, .. } | NarrowF32 { n, .. } => n,
             Embedding { n, dim, .. } | EmbeddingBackward { n, dim, .. } => n * dim,
             // One warp for the whole batch: the rows of a loss are few.
@@ -385,21 +401,29 @@ impl RowKernel {
                 grad,
                 mean,
                 rstd,
-                dweight,
-                dbias,
+                partial,
                 rows,
                 cols,
+                chunks,
                 ..
             } => vec![
                 U64(x),
                 U64(grad),
                 U64(mean),
                 U64(rstd),
-                opt(dweight),
-                opt(dbias),
+                U64(partial),
                 u(rows),
                 u(cols),
+                u(chunks),
             ],
+            LayerNormParamFinish {
+                partial,
+                dweight,
+                dbias,
+                cols,
+                chunks,
+                ..
+            } => vec![U64(partial), opt(dweight), opt(dbias), u(cols), u(chunks)],
             Dropout {
                 x,
                 out,
@@ -529,6 +553,13 @@ pub fn sum_chunks(rows: usize, cols: usize) -> usize {
         return 1;
     }
     cols.div_ceil(SPAN).min(WARPS / rows).max(1)
+}
+
+/// How many spans of rows the weight and bias gradients of a layer norm over `rows`
+/// rows are cut into: spans of 64 rows, so that a long batch still gives every column
+/// many threads.
+pub fn layer_norm_chunks(rows: usize) -> usize {
+    rows.div_ceil(64).max(1)
 }
 
 /// One Philox4x32-10 block (Salmon et al., "Parallel random numbers: as easy as 1, 2,

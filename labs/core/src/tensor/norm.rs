@@ -5,6 +5,7 @@
 use super::graph::GradOp;
 use super::{DType, Tensor};
 use crate::error::{Error, Result};
+use crate::kernels::rows::layer_norm_chunks;
 use crate::kernels::{Kernel, RowKernel};
 
 impl Tensor {
@@ -118,16 +119,27 @@ impl Tensor {
             .then(|| Tensor::empty(normalized_shape, x.dtype, device))
             .transpose()?;
         if dw.is_some() || db.is_some() {
+            // Two deterministic passes: partial sums over spans of rows, then per column.
+            let chunks = layer_norm_chunks(rows);
+            let partial = Tensor::empty(&[2, chunks, cols], DType::F32, device)?;
             device.launch(&Kernel::Rows(RowKernel::LayerNormParamGrads {
                 dtype: x.dtype,
                 x: x.ptr(),
                 grad: g.ptr(),
                 mean: mean.ptr(),
                 rstd: rstd.ptr(),
-                dweight: dw.as_ref().map(Tensor::ptr),
-                dbias: db.as_ref().map(Tensor::ptr),
+                partial: partial.ptr(),
                 rows,
                 cols,
+                chunks,
+            }))?;
+            device.launch(&Kernel::Rows(RowKernel::LayerNormParamFinish {
+                dtype: x.dtype,
+                partial: partial.ptr(),
+                dweight: dw.as_ref().map(Tensor::ptr),
+                dbias: db.as_ref().map(Tensor::ptr),
+                cols,
+                chunks,
             }))?;
         }
         let mut grads = vec![dx];
