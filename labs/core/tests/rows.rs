@@ -997,3 +997,36 @@ fn layer_norm_parameter_gradients_sum_spans_of_many_rows() {
         );
     }
 }
+
+#[test]
+fn cat_allocates_only_its_output() {
+    let _serial = serial();
+    let device = test_device();
+    let alloc = device.allocator().unwrap();
+    let a = f32s(&values(64 * 64, 141, -1.0, 1.0), &[64, 64], &device);
+    let b = f32s(&values(64 * 32, 142, -1.0, 1.0), &[64, 32], &device);
+    let before = alloc.memory_allocated();
+    alloc.reset_peak_memory_stats();
+    // Along the last dimension, where each input's part of the output is strided.
+    let c = Tensor::cat(&[&a, &b], 1).unwrap();
+    assert_eq!(alloc.max_memory_allocated() - before, c.nbytes() as u64);
+    let (av, bv, cv) = (
+        a.to_vec::<f32>().unwrap(),
+        b.to_vec::<f32>().unwrap(),
+        c.to_vec::<f32>().unwrap(),
+    );
+    for r in 0..64 {
+        assert_eq!(&cv[r * 96..r * 96 + 64], &av[r * 64..r * 64 + 64]);
+        assert_eq!(&cv[r * 96 + 64..r * 96 + 96], &bv[r * 32..r * 32 + 32]);
+    }
+    // int64 and uint8 tensors join too (the scatter only moves bytes).
+    let i = Tensor::cat(
+        &[
+            &i64s(&[1, 2], &[2, 1], &device),
+            &i64s(&[3, 4], &[2, 1], &device),
+        ],
+        1,
+    )
+    .unwrap();
+    assert_eq!(i.to_vec::<i64>().unwrap(), [1, 3, 2, 4]);
+}

@@ -75,6 +75,13 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
             layout,
             n,
             ..
+        }
+        | Kernel::StridedScatter {
+            src,
+            dst,
+            layout,
+            n,
+            ..
         } => vec![U64(src), U64(dst), Strided(layout), U64(n as u64)],
         Kernel::SumRows {
             x,

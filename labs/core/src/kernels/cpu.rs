@@ -104,6 +104,13 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
             Float::F16 => sum_rows::<f16>([x, out], rows, cols, alpha, memory),
             Float::BF16 => sum_rows::<bf16>([x, out], rows, cols, alpha, memory),
         },
+        Kernel::StridedScatter {
+            width,
+            src,
+            dst,
+            layout,
+            n,
+        } => super::cpu_rows::strided_scatter(width, src, dst, &layout, n, memory),
         Kernel::Rows(ref k) => super::cpu_rows::run(k, memory),
         Kernel::Gemm(g) => {
             g.validate()?;

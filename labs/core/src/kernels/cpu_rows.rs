@@ -6,8 +6,9 @@ use half::{bf16, f16};
 
 use super::cpu::{access, float, Float, FloatElement, HostAccess, Raw};
 use super::rows::{dropout_uniform, RowKernel};
+use super::Strided;
 use crate::device_id::DevicePtr;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Runs the twin of a row kernel.
 pub(super) fn run(kernel: &RowKernel, memory: &dyn HostAccess) -> Result<()> {
@@ -16,6 +17,41 @@ pub(super) fn run(kernel: &RowKernel, memory: &dyn HostAccess) -> Result<()> {
         Float::F16 => run_typed::<f16>(kernel, memory),
         Float::BF16 => run_typed::<bf16>(kernel, memory),
     }
+}
+
+/// The twin of `strided_scatter_b*` in `kernels/scatter.cu`: contiguous `src` written
+/// into the strided view at `dst`.
+pub(super) fn strided_scatter(
+    width: usize,
+    src: DevicePtr,
+    dst: DevicePtr,
+    layout: &Strided,
+    n: usize,
+    memory: &dyn HostAccess,
+) -> Result<()> {
+    if ![1, 2, 4, 8].contains(&width) {
+        return Err(Error::InvalidArgument(format!(
+            "no strided scatter for {width}-byte elements"
+        )));
+    }
+    if layout.numel() != n {
+        return Err(Error::InvalidArgument(format!(
+            "strided scatter of {n} elements into a view of {}",
+            layout.numel()
+        )));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let (low, count) = layout.extent();
+    let start = dst.wrapping_add_signed(low * width as i64);
+    access(memory, &[(src, n * width), (start, count * width)], |p| {
+        for i in 0..n {
+            let at = (layout.offset(i as u64) - low) as usize;
+            // SAFETY: `i < n` and `at < count`: inside the two ranges asked for.
+            unsafe { std::ptr::copy(p[0].add(i * width), p[1].add(at * width), width) };
+        }
+    })
 }
 
 /// Views of the ranges `ranges` asked for, as typed slices: `(ptr, elements, width)`.

@@ -96,6 +96,16 @@ pub enum Kernel {
     /// everything above the contract launches it through `Device::launch`. Only its
     /// implementation differs: cuBLAS rather than a generated module.
     Gemm(Gemm),
+    /// Writes `n` contiguous elements of `width` bytes at `src` into the strided view at
+    /// `dst` (the address of its first element): the inverse of [`Kernel::StridedCopy`].
+    /// The view must not overlap itself (no stride 0), or writes would race.
+    StridedScatter {
+        width: usize,
+        src: DevicePtr,
+        dst: DevicePtr,
+        layout: Strided,
+        n: usize,
+    },
     /// A row kernel of a training step (softmax, layer norm, dropout, ...: see
     /// [`RowKernel`]).
     Rows(RowKernel),
@@ -141,7 +151,8 @@ impl Kernel {
             | Kernel::Binary { n, .. }
             | Kernel::Randn { n, .. }
             | Kernel::Spin { n, .. }
-            | Kernel::StridedCopy { n, .. } => n,
+            | Kernel::StridedCopy { n, .. }
+            | Kernel::StridedScatter { n, .. } => n,
             // One warp (32 threads) per row.
             Kernel::SumRows { rows, cols, .. } => {
                 if cols == 0 {

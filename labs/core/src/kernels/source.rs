@@ -17,6 +17,7 @@ const SPIN_CU: &str = include_str!("../../../../kernels/spin.cu");
 const STRIDED_CU: &str = include_str!("../../../../kernels/strided.cu");
 const REDUCE_CU: &str = include_str!("../../../../kernels/reduce.cu");
 const ROWS_CU: &str = include_str!("../../../../kernels/rows.cu");
+const SCATTER_CU: &str = include_str!("../../../../kernels/scatter.cu");
 
 /// The dtypes the elementwise families are generated for, in module order.
 pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -150,6 +151,16 @@ pub fn modules() -> &'static [Module] {
         for dtype in FLOAT_DTYPES {
             modules.push(rows_module(suffix(dtype).unwrap()));
         }
+        let scatters: Vec<String> = COPY_WIDTHS
+            .iter()
+            .map(|w| format!("strided_scatter_b{w}"))
+            .collect();
+        let scatters: Vec<&str> = scatters.iter().map(String::as_str).collect();
+        modules.push(fixed_module(
+            "scatter",
+            &format!("{STRIDED_CU}\n{SCATTER_CU}"),
+            &scatters,
+        ));
         modules
     })
 }
@@ -186,6 +197,19 @@ pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
             entry(2 * families + 2, i)
         }
         Kernel::SumRows { dtype, .. } => entry(2 * families + 3 + float_index(dtype, "sum")?, 0),
+        Kernel::StridedScatter { width, .. } => {
+            let i = COPY_WIDTHS
+                .iter()
+                .position(|&w| w == width)
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!("no strided scatter for {width}-byte elements"))
+                })?;
+            let module = modules()
+                .iter()
+                .position(|m| m.name == "scatter")
+                .expect("the scatter module is built");
+            entry(module, i)
+        }
         Kernel::Rows(ref k) => {
             // Found by name rather than position, so that modules added before it
             // cannot shift it.
@@ -217,7 +241,8 @@ mod tests {
                 let defined = m.source.contains(&format!("void {f}("))
                     || m.source.contains(&format!("DEFINE_UNARY({f}, "))
                     || m.source.contains(&format!("DEFINE_BINARY({f}, "))
-                    || m.source.contains(&format!("DEFINE_STRIDED_COPY({f}, "));
+                    || m.source.contains(&format!("DEFINE_STRIDED_COPY({f}, "))
+                    || m.source.contains(&format!("DEFINE_STRIDED_SCATTER({f}, "));
                 assert!(defined, "module {} does not define {f}", m.name);
             }
         }

@@ -1,11 +1,9 @@
-//! `cat` and `stack`. The output is allocated with the joined dimension first, where
-//! each input's part is one contiguous run, so each input is one strided-copy launch
-//! (the existing gather kernel) into its run; the result is that buffer viewed back in
-//! the original order (a further copy only when the dimension is not already first).
-//! Backward hands each input its `narrow`ed part of the gradient.
+//! `cat` and `stack`. The output is allocated once and each input is written into its
+//! `narrow`ed part of it by one strided-scatter launch (the inverse of the strided
+//! copy), so the only memory is the output, as in PyTorch. Backward hands each input
+//! its `narrow`ed part of the gradient.
 
 use super::graph::GradOp;
-use super::softmax::inverse;
 use super::Tensor;
 use crate::error::{Error, Result};
 use crate::kernels::Kernel;
@@ -41,31 +39,24 @@ impl Tensor {
             }
         }
         let sizes: Vec<usize> = tensors.iter().map(|t| t.shape()[dim]).collect();
-        // `dim` first, the others in order.
-        let order: Vec<usize> = [dim]
-            .into_iter()
-            .chain((0..rank).filter(|&d| d != dim))
-            .collect();
-        let mut joined: Vec<usize> = order.iter().map(|&d| first.shape()[d]).collect();
-        joined[0] = sizes.iter().sum();
-        let buffer = Tensor::empty(&joined, first.dtype, first.device())?;
-        let width = first.dtype.size();
+        let mut shape = first.shape().to_vec();
+        shape[dim] = sizes.iter().sum();
+        let out = Tensor::empty(&shape, first.dtype, first.device())?;
         let mut start = 0;
-        for t in tensors {
-            let part = t.detach().permute(&order)?;
-            let n = part.numel();
-            if n > 0 {
-                first.device().launch(&Kernel::StridedCopy {
-                    width,
-                    src: part.ptr(),
-                    dst: buffer.ptr() + (start * width) as u64,
+        for (t, &len) in tensors.iter().zip(&sizes) {
+            let part = out.narrow(dim, start, len)?;
+            let src = t.detach().contiguous()?;
+            if src.numel() > 0 {
+                first.device().launch(&Kernel::StridedScatter {
+                    width: first.dtype.size(),
+                    src: src.ptr(),
+                    dst: part.ptr(),
                     layout: part.layout.strided()?,
-                    n,
+                    n: src.numel(),
                 })?;
             }
-            start += n;
+            start += len;
         }
-        let out = buffer.permute(&inverse(&order))?.contiguous()?;
         Ok(Tensor::recorded(
             out,
             GradOp::Cat { dim, sizes },
