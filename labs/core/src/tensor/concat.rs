@@ -1,7 +1,8 @@
 //! `cat` and `stack`. The output is allocated once and each input is written into its
 //! `narrow`ed part of it by one strided-scatter launch (the inverse of the strided
-//! copy), so the only memory is the output, as in PyTorch. Backward hands each input
-//! its `narrow`ed part of the gradient.
+//! copy), so dense inputs cost no memory beyond the output, as in PyTorch (an input
+//! that is a strided view is made dense first). Backward hands each input its
+//! `narrow`ed part of the gradient.
 
 use super::graph::GradOp;
 use super::Tensor;
