@@ -69,6 +69,14 @@ pub(super) fn input_grads(op: &GradOp, grad: &Tensor, saved: &[Tensor]) -> Resul
             };
             vec![side(0, a)?, side(1, b)?]
         }
+        GradOp::Softmax { .. }
+        | GradOp::LayerNorm { .. }
+        | GradOp::Dropout { .. }
+        | GradOp::Embedding { .. }
+        | GradOp::Cat { .. }
+        | GradOp::NllLoss { .. }
+        | GradOp::MaxDim { .. }
+        | GradOp::Var { .. } => super::derivatives_rows::input_grads(op, grad, saved)?,
     })
 }
 
@@ -91,7 +99,7 @@ fn matmul(g: &Tensor, saved: &[Tensor]) -> Result<Vec<Tensor>> {
     Ok(vec![da, db])
 }
 
-fn saved_at<'a>(saved: &'a [Tensor], i: usize, op: &str) -> Result<&'a Tensor> {
+pub(super) fn saved_at<'a>(saved: &'a [Tensor], i: usize, op: &str) -> Result<&'a Tensor> {
     saved
         .get(i)
         .ok_or_else(|| Error::InvalidArgument(format!("{op}: the graph saved no tensor {i}")))

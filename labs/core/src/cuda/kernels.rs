@@ -10,6 +10,7 @@ use cudarc::driver::{result, sys, CudaContext};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 
 use crate::error::{Error, Result};
+use crate::kernels::rows::Param;
 use crate::kernels::{Kernel, Module, Strided};
 
 /// A loaded function; raw driver handles are plain pointers valid in any thread.
@@ -70,6 +71,13 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
         } => vec![U64(out), U64(n as u64), U64(seed), U64(offset)],
         Kernel::Spin { x, n, iterations } => vec![U64(x), U64(n as u64), U32(iterations)],
         Kernel::StridedCopy {
+            src,
+            dst,
+            layout,
+            n,
+            ..
+        }
+        | Kernel::StridedScatter {
             src,
             dst,
             layout,
@@ -145,6 +153,15 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
             U64(n as u64),
         ],
         Kernel::Cast { x, out, n, .. } => vec![U64(x), U64(out), U64(n as u64)],
+        Kernel::Rows(ref k) => k
+            .params()
+            .into_iter()
+            .map(|p| match p {
+                Param::U64(v) => U64(v),
+                Param::U32(v) => U32(v),
+                Param::F32(v) => F32(v),
+            })
+            .collect(),
         // `function` refuses it before arguments are built: cuBLAS runs it (blas.rs).
         Kernel::Gemm(_) => unreachable!("a gemm is not launched as a module"),
     }

@@ -158,6 +158,14 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
             Float::F16 => sum_rows::<f16>([x, out], rows, cols, alpha, memory),
             Float::BF16 => sum_rows::<bf16>([x, out], rows, cols, alpha, memory),
         },
+        Kernel::StridedScatter {
+            width,
+            src,
+            dst,
+            layout,
+            n,
+        } => super::cpu_rows::strided_scatter(width, src, dst, &layout, n, memory),
+        Kernel::Rows(ref k) => super::cpu_rows::run(k, memory),
         Kernel::Gemm(g) => {
             g.validate()?;
             match float(g.dtype, "gemm")? {
@@ -195,7 +203,7 @@ fn sum_rows<E: FloatElement>(
 
 /// `len` elements of `E` at a host pointer that may be unaligned and may alias
 /// another view of the same launch.
-struct Raw<E> {
+pub(super) struct Raw<E> {
     ptr: *mut u8,
     len: usize,
     _element: PhantomData<E>,
@@ -206,26 +214,26 @@ impl<E: Copy> Raw<E> {
     /// `ptr` must be valid for reads and writes of `len` elements while the view is
     /// used: a pointer [`HostAccess`] gave for a range of `len` elements, used inside
     /// its call.
-    unsafe fn new(ptr: *mut u8, len: usize) -> Self {
+    pub(super) unsafe fn new(ptr: *mut u8, len: usize) -> Self {
         Raw {
             ptr,
             len,
             _element: PhantomData,
         }
     }
-    fn get(&self, i: usize) -> E {
+    pub(super) fn get(&self, i: usize) -> E {
         assert!(i < self.len, "element {i} of {}", self.len);
         // SAFETY: `i < len`, and `new`'s contract makes `len` elements valid.
         unsafe { (self.ptr as *const E).add(i).read_unaligned() }
     }
-    fn set(&self, i: usize, v: E) {
+    pub(super) fn set(&self, i: usize, v: E) {
         assert!(i < self.len, "element {i} of {}", self.len);
         // SAFETY: as in `get`.
         unsafe { (self.ptr as *mut E).add(i).write_unaligned(v) }
     }
 }
 
-fn access(
+pub(super) fn access(
     memory: &dyn HostAccess,
     ranges: &[(DevicePtr, usize)],
     mut f: impl FnMut(&[*mut u8]),
@@ -235,7 +243,7 @@ fn access(
 
 /// A float element type the elementwise kernels compute on: widened to `f32` for the
 /// op, rounded back to nearest even after, as the GPU kernels do.
-trait FloatElement: Copy {
+pub(super) trait FloatElement: Copy {
     fn widen(self) -> f32;
     fn narrow(v: f32) -> Self;
 }
@@ -264,14 +272,14 @@ impl FloatElement for bf16 {
     }
 }
 
-enum Float {
+pub(super) enum Float {
     F32,
     F16,
     BF16,
 }
 
 /// The float type of `dtype`; other dtypes are the error the GPU's lookup gives too.
-fn float(dtype: DType, op: &str) -> Result<Float> {
+pub(super) fn float(dtype: DType, op: &str) -> Result<Float> {
     match dtype {
         DType::F32 => Ok(Float::F32),
         DType::F16 => Ok(Float::F16),

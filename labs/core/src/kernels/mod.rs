@@ -7,18 +7,25 @@
 //! (and every integer dtype when the entry has an integer expression), dense and
 //! strided, its launch arguments and its simulator loop all follow from the entry.
 //!
+//! The row kernels of a training step (softmax, layer norm, dropout, embedding, losses,
+//! max, split sums) are [`RowKernel`]s: `kernels/rows.cu` for every float dtype, their
+//! twins in `cpu_rows.rs`.
+//!
 //! The matrix product, [`Gemm`], is a launch like the others but a library's: cuBLAS on
 //! `cuda`, a CPU GEMM crate on `sim` and `cpu`.
 
 pub mod cpu;
+mod cpu_rows;
 mod gemm;
 pub mod ops;
+pub mod rows;
 pub mod source;
 pub mod special;
 mod strided;
 
 pub use gemm::{Gemm, Operand};
 pub use ops::{BinaryOp, CompareOp, UnaryOp};
+pub use rows::RowKernel;
 pub use source::Module;
 pub use strided::{Strided, MAX_DIMS};
 
@@ -139,6 +146,19 @@ pub enum Kernel {
         out: DevicePtr,
         n: usize,
     },
+    /// Writes `n` contiguous elements of `width` bytes at `src` into the strided view at
+    /// `dst` (the address of its first element): the inverse of [`Kernel::StridedCopy`].
+    /// The view must not overlap itself (no stride 0), or writes would race.
+    StridedScatter {
+        width: usize,
+        src: DevicePtr,
+        dst: DevicePtr,
+        layout: Strided,
+        n: usize,
+    },
+    /// A row kernel of a training step (softmax, layer norm, dropout, ...: see
+    /// [`RowKernel`]).
+    Rows(RowKernel),
 }
 
 impl Kernel {
@@ -185,7 +205,8 @@ impl Kernel {
             | Kernel::BinaryStrided { n, .. }
             | Kernel::Compare { n, .. }
             | Kernel::Where { n, .. }
-            | Kernel::Cast { n, .. } => n,
+            | Kernel::Cast { n, .. }
+            | Kernel::StridedScatter { n, .. } => n,
             // One warp (32 threads) per row.
             Kernel::SumRows { rows, cols, .. } => {
                 if cols == 0 {
@@ -195,6 +216,7 @@ impl Kernel {
                 }
             }
             Kernel::Gemm(g) => g.m * g.n * g.batch,
+            Kernel::Rows(ref k) => k.elements(),
         }
     }
 }

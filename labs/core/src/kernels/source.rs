@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use super::rows::ROW_FUNCTIONS;
 use super::{BinaryOp, CompareOp, Kernel, UnaryOp};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -22,6 +23,8 @@ const RANDOM_CU: &str = include_str!("../../../../kernels/random.cu");
 const SPIN_CU: &str = include_str!("../../../../kernels/spin.cu");
 const STRIDED_CU: &str = include_str!("../../../../kernels/strided.cu");
 const REDUCE_CU: &str = include_str!("../../../../kernels/reduce.cu");
+const ROWS_CU: &str = include_str!("../../../../kernels/rows.cu");
+const SCATTER_CU: &str = include_str!("../../../../kernels/scatter.cu");
 
 /// The float dtypes (every elementwise op and the reductions have kernels for them).
 pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -214,6 +217,24 @@ fn reduce_module(suffix: &str) -> Module {
     }
 }
 
+/// The row kernels (softmax, layer norm, dropout, ...) for one float dtype: the dtype's
+/// section of `kernels/dtypes.cu`, then `kernels/rows.cu` with every `NAME_DT` renamed
+/// `NAME_{dtype}`.
+fn rows_module(suffix: &str) -> Module {
+    let mut source =
+        format!("// Generated: the {suffix} section of kernels/dtypes.cu, then kernels/rows.cu.\n");
+    source.push_str(dtype_section(suffix));
+    source.push_str(&ROWS_CU.replace("_DT(", &format!("_{suffix}(")));
+    Module {
+        name: format!("rows_{suffix}"),
+        source,
+        functions: ROW_FUNCTIONS
+            .iter()
+            .map(|f| format!("{f}_{suffix}"))
+            .collect(),
+    }
+}
+
 fn fixed_module(name: &str, source: &str, functions: &[&str]) -> Module {
     Module {
         name: name.into(),
@@ -253,6 +274,19 @@ fn registry() -> &'static Registry {
         for dtype in FLOAT_DTYPES {
             modules.push(reduce_module(name(dtype)));
         }
+        for dtype in FLOAT_DTYPES {
+            modules.push(rows_module(name(dtype)));
+        }
+        let scatters: Vec<String> = COPY_WIDTHS
+            .iter()
+            .map(|w| format!("strided_scatter_b{w}"))
+            .collect();
+        let scatters: Vec<&str> = scatters.iter().map(String::as_str).collect();
+        modules.push(fixed_module(
+            "scatter",
+            &format!("{STRIDED_CU}\n{SCATTER_CU}"),
+            &scatters,
+        ));
         let mut by_name = HashMap::new();
         for (m, module) in modules.iter().enumerate() {
             for (f, function) in module.functions.iter().enumerate() {
@@ -298,6 +332,23 @@ pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
             (format!("strided_copy_b{width}"), "strided copy", DType::U8)
         }
         Kernel::SumRows { dtype, .. } => (format!("sum_rows_{}", name(dtype)), "sum", dtype),
+        Kernel::StridedScatter { width, .. } => {
+            if !COPY_WIDTHS.contains(&width) {
+                return Err(Error::InvalidArgument(format!(
+                    "no strided scatter for {width}-byte elements"
+                )));
+            }
+            (
+                format!("strided_scatter_b{width}"),
+                "strided scatter",
+                DType::U8,
+            )
+        }
+        Kernel::Rows(ref k) => (
+            format!("{}_{}", k.name(), name(k.dtype())),
+            k.name(),
+            k.dtype(),
+        ),
         Kernel::Gemm(_) => {
             return Err(Error::InvalidArgument(
                 "gemm has no generated CUDA module: the cuda backend runs it through cuBLAS".into(),
@@ -335,7 +386,8 @@ mod tests {
                     || m.source.contains(&format!("DEFINE_COMPARE({f}, "))
                     || m.source.contains(&format!("DEFINE_WHERE({f})"))
                     || m.source.contains(&format!("DEFINE_CAST({f}, "))
-                    || m.source.contains(&format!("DEFINE_STRIDED_COPY({f}, "));
+                    || m.source.contains(&format!("DEFINE_STRIDED_COPY({f}, "))
+                    || m.source.contains(&format!("DEFINE_STRIDED_SCATTER({f}, "));
                 assert!(defined, "module {} does not define {f}", m.name);
             }
         }

@@ -56,6 +56,49 @@ pub enum GradOp {
         b: Vec<usize>,
         needs: [bool; 2],
     },
+    /// `softmax` (or with `log`, `log_softmax`) over `dim`; saved: the output.
+    Softmax {
+        dim: usize,
+        log: bool,
+    },
+    /// `layer_norm` over the trailing `normalized_shape`; inputs: x, then the weight and
+    /// the bias when given; saved: x (dense), mean, rstd, then the weight if any.
+    LayerNorm {
+        normalized_shape: Vec<usize>,
+        has_weight: bool,
+        has_bias: bool,
+    },
+    /// `dropout` with its `1 / (1 - p)` scale; saved: the uint8 mask.
+    Dropout {
+        scale: f32,
+    },
+    /// `embedding` into a weight of `vocab` rows; input: the weight; saved: the indices.
+    Embedding {
+        vocab: usize,
+    },
+    /// `cat` along `dim` of inputs of these sizes along it.
+    Cat {
+        dim: usize,
+        sizes: Vec<usize>,
+    },
+    /// `nll_loss` (mean) over `[N, classes]` log-probabilities; saved: the targets and
+    /// the count of rows not ignored.
+    NllLoss {
+        ignore_index: i64,
+        classes: usize,
+    },
+    /// `max` over `dim` of an input of shape `input`; saved: the int64 indices.
+    MaxDim {
+        dim: usize,
+        keepdim: bool,
+        input: Vec<usize>,
+    },
+    /// `var` over `dims` with `correction`; saved: the input.
+    Var {
+        dims: Vec<usize>,
+        correction: usize,
+        keepdim: bool,
+    },
 }
 
 impl GradOp {
@@ -73,6 +116,15 @@ impl GradOp {
             GradOp::Cast { .. } => "ToCopyBackward".into(),
             GradOp::BroadcastBinary { op, .. } => format!("{}Backward", capitalised(op.name())),
             GradOp::Where { .. } => "WhereBackward".into(),
+            GradOp::Softmax { log: false, .. } => "SoftmaxBackward".into(),
+            GradOp::Softmax { log: true, .. } => "LogSoftmaxBackward".into(),
+            GradOp::LayerNorm { .. } => "NativeLayerNormBackward".into(),
+            GradOp::Dropout { .. } => "NativeDropoutBackward".into(),
+            GradOp::Embedding { .. } => "EmbeddingBackward".into(),
+            GradOp::Cat { .. } => "CatBackward".into(),
+            GradOp::NllLoss { .. } => "NllLossBackward".into(),
+            GradOp::MaxDim { .. } => "MaxBackward".into(),
+            GradOp::Var { .. } => "VarBackward".into(),
         }
     }
 }

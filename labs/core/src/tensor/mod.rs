@@ -6,19 +6,27 @@
 mod broadcast;
 mod cast;
 mod compare;
+mod concat;
+mod dropout;
 mod graph;
+mod index;
 mod layout;
+mod loss;
 mod matmul;
+mod norm;
 mod ops;
 mod pointwise;
 mod promote;
 mod reduce;
+mod softmax;
+mod stats;
 mod views;
 
 pub use crate::dtype::{DType, Element};
 pub use broadcast::broadcast_shapes;
 pub use graph::{is_grad_enabled, no_grad, Edge, GradOp, GradSlot, NoGradGuard, Node};
 pub use layout::Layout;
+pub use loss::IGNORE_INDEX;
 pub use matmul::MatmulOptions;
 pub use promote::{is_floating_point, promote_types, result_type, Scalar};
 
