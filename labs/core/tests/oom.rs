@@ -168,7 +168,7 @@ fn live_allocations_carry_their_category_and_site() {
     let stream = d.default_stream().unwrap();
     let big = {
         let _c = Category::Activation.scope();
-        a.malloc(64 * MIB as usize, &stream).unwrap()
+        allocate_here(&a, 64 * MIB, &stream)
     };
     let err = a.malloc(100 * MIB as usize, &stream).unwrap_err();
     let r = report_of(&err);
@@ -178,7 +178,11 @@ fn live_allocations_carry_their_category_and_site() {
         .site
         .as_deref()
         .expect("the history records backtraces");
-    assert!(site.contains("oom"), "site {site:?} is not in this test");
+    // The line where it was made, or (a binary without line tables) the function.
+    assert!(
+        site.contains("tests/oom.rs:") || site.contains("allocate_here"),
+        "site {site:?} is not this test's"
+    );
     a.free(big).unwrap();
 }
 
@@ -210,4 +214,11 @@ fn observers_run_before_the_error_returns_and_a_snapshot_is_written() {
     assert_eq!(seen.load(Ordering::SeqCst), 1);
     a.free(again).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An allocation made in a function of its own, which a release build keeps as a frame
+/// (a test's body may be inlined into the test harness).
+#[inline(never)]
+fn allocate_here(a: &Allocator, bytes: u64, stream: &labs_core::Stream) -> Allocation {
+    a.malloc(bytes as usize, stream).unwrap()
 }

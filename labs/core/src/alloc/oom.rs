@@ -5,6 +5,7 @@ use super::allocator::Allocation;
 use super::caching::State;
 use super::category::Category;
 use super::history::frames_of;
+use super::origin::origin_of;
 use super::pool::BlockState;
 use super::pool::PoolKey;
 use crate::backend::Backend;
@@ -165,18 +166,13 @@ impl State {
     }
 }
 
-/// The first frame of the program's own code: the caller of the runtime.
+/// Where a block was made, as the leak guard says it: the op, and the program's line
+/// that called it.
 fn call_site(frames: &[Frame]) -> Option<String> {
-    let runtime = |name: &str| {
-        ["labs_core::", "std::", "core::", "alloc::", "<", "__"]
-            .iter()
-            .any(|p| name.starts_with(p))
-    };
-    frames
-        .iter()
-        .find(|f| !runtime(&f.name))
-        .map(|f| match f.line {
-            0 => f.name.clone(),
-            line => format!("{} ({}:{line})", f.name, f.filename),
-        })
+    let origin = origin_of(frames);
+    match (&origin.op, &origin.at) {
+        (None, None) => None,
+        (None, Some(at)) => Some(at.clone()),
+        _ => Some(origin.to_string()),
+    }
 }
