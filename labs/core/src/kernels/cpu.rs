@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 
 use half::{bf16, f16};
 
-use super::{Gemm, Kernel, Strided};
+use super::{optim_cpu, Gemm, Kernel, Strided};
 use crate::device_id::DevicePtr;
 use crate::dtype::DType;
 use crate::dtype::FillPattern;
@@ -104,6 +104,16 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
             Float::F16 => sum_rows::<f16>([x, out], rows, cols, alpha, memory),
             Float::BF16 => sum_rows::<bf16>([x, out], rows, cols, alpha, memory),
         },
+        Kernel::SgdStep(s) => match float(s.dtype, "sgd_step")? {
+            Float::F32 => optim_cpu::sgd::<f32>(&s, memory),
+            Float::F16 => optim_cpu::sgd::<f16>(&s, memory),
+            Float::BF16 => optim_cpu::sgd::<bf16>(&s, memory),
+        },
+        Kernel::AdamStep(s) => match float(s.dtype, "adam_step")? {
+            Float::F32 => optim_cpu::adam::<f32>(&s, memory),
+            Float::F16 => optim_cpu::adam::<f16>(&s, memory),
+            Float::BF16 => optim_cpu::adam::<bf16>(&s, memory),
+        },
         Kernel::Gemm(g) => {
             g.validate()?;
             match float(g.dtype, "gemm")? {
@@ -141,7 +151,7 @@ fn sum_rows<E: FloatElement>(
 
 /// `len` elements of `E` at a host pointer that may be unaligned and may alias
 /// another view of the same launch.
-struct Raw<E> {
+pub(super) struct Raw<E> {
     ptr: *mut u8,
     len: usize,
     _element: PhantomData<E>,
@@ -152,26 +162,26 @@ impl<E: Copy> Raw<E> {
     /// `ptr` must be valid for reads and writes of `len` elements while the view is
     /// used: a pointer [`HostAccess`] gave for a range of `len` elements, used inside
     /// its call.
-    unsafe fn new(ptr: *mut u8, len: usize) -> Self {
+    pub(super) unsafe fn new(ptr: *mut u8, len: usize) -> Self {
         Raw {
             ptr,
             len,
             _element: PhantomData,
         }
     }
-    fn get(&self, i: usize) -> E {
+    pub(super) fn get(&self, i: usize) -> E {
         assert!(i < self.len, "element {i} of {}", self.len);
         // SAFETY: `i < len`, and `new`'s contract makes `len` elements valid.
         unsafe { (self.ptr as *const E).add(i).read_unaligned() }
     }
-    fn set(&self, i: usize, v: E) {
+    pub(super) fn set(&self, i: usize, v: E) {
         assert!(i < self.len, "element {i} of {}", self.len);
         // SAFETY: as in `get`.
         unsafe { (self.ptr as *mut E).add(i).write_unaligned(v) }
     }
 }
 
-fn access(
+pub(super) fn access(
     memory: &dyn HostAccess,
     ranges: &[(DevicePtr, usize)],
     mut f: impl FnMut(&[*mut u8]),
@@ -181,7 +191,7 @@ fn access(
 
 /// A float element type the elementwise kernels compute on: widened to `f32` for the
 /// op, rounded back to nearest even after, as the GPU kernels do.
-trait FloatElement: Copy {
+pub(super) trait FloatElement: Copy {
     fn widen(self) -> f32;
     fn narrow(v: f32) -> Self;
 }

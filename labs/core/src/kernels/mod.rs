@@ -12,11 +12,14 @@
 pub mod cpu;
 mod gemm;
 pub mod ops;
+mod optim;
+mod optim_cpu;
 pub mod source;
 mod strided;
 
 pub use gemm::{Gemm, Operand};
 pub use ops::{BinaryOp, UnaryOp};
+pub use optim::{AdamStep, SgdStep};
 pub use source::Module;
 pub use strided::{Strided, MAX_DIMS};
 
@@ -89,6 +92,10 @@ pub enum Kernel {
     /// everything above the contract launches it through `Device::launch`. Only its
     /// implementation differs: cuBLAS rather than a generated module.
     Gemm(Gemm),
+    /// One fused SGD step of a parameter (see [`SgdStep`]).
+    SgdStep(SgdStep),
+    /// One fused Adam or AdamW step of a parameter (see [`AdamStep`]).
+    AdamStep(AdamStep),
 }
 
 impl Kernel {
@@ -141,6 +148,8 @@ impl Kernel {
                 }
             }
             Kernel::Gemm(g) => g.m * g.n * g.batch,
+            Kernel::SgdStep(s) => s.n,
+            Kernel::AdamStep(s) => s.n,
         }
     }
 }

@@ -15,6 +15,7 @@ const RANDOM_CU: &str = include_str!("../../../../kernels/random.cu");
 const SPIN_CU: &str = include_str!("../../../../kernels/spin.cu");
 const STRIDED_CU: &str = include_str!("../../../../kernels/strided.cu");
 const REDUCE_CU: &str = include_str!("../../../../kernels/reduce.cu");
+const OPTIM_CU: &str = include_str!("../../../../kernels/optim.cu");
 
 /// The dtypes the elementwise families are generated for, in module order.
 pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -94,6 +95,26 @@ fn reduce_module(suffix: &str) -> Module {
     }
 }
 
+/// The optimizer steps for one parameter dtype: the dtype's section of
+/// `kernels/dtypes.cu`, then `kernels/optim.cu` with each function renamed
+/// `{name}_{dtype}`.
+fn optim_module(suffix: &str) -> Module {
+    let mut source = format!(
+        "// Generated: the {suffix} section of kernels/dtypes.cu, then kernels/optim.cu.\n"
+    );
+    source.push_str(dtype_section(suffix));
+    source.push_str(
+        &OPTIM_CU
+            .replace("void sgd_step(", &format!("void sgd_step_{suffix}("))
+            .replace("void adam_step(", &format!("void adam_step_{suffix}(")),
+    );
+    Module {
+        name: format!("optim_{suffix}"),
+        source,
+        functions: vec![format!("sgd_step_{suffix}"), format!("adam_step_{suffix}")],
+    }
+}
+
 fn fixed_module(name: &str, source: &str, functions: &[&str]) -> Module {
     Module {
         name: name.into(),
@@ -103,7 +124,8 @@ fn fixed_module(name: &str, source: &str, functions: &[&str]) -> Module {
 }
 
 /// Every module, built once. Order: unary per float dtype, binary per float dtype,
-/// then the fixed modules (see [`function`]).
+/// the fixed modules, reductions per float dtype, optimizer steps per float dtype (see
+/// [`function`]).
 pub fn modules() -> &'static [Module] {
     static MODULES: OnceLock<Vec<Module>> = OnceLock::new();
     MODULES.get_or_init(|| {
@@ -127,6 +149,9 @@ pub fn modules() -> &'static [Module] {
         modules.push(fixed_module("strided", STRIDED_CU, &copies));
         for dtype in FLOAT_DTYPES {
             modules.push(reduce_module(suffix(dtype).unwrap()));
+        }
+        for dtype in FLOAT_DTYPES {
+            modules.push(optim_module(suffix(dtype).unwrap()));
         }
         modules
     })
@@ -164,6 +189,8 @@ pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
             entry(2 * families + 2, i)
         }
         Kernel::SumRows { dtype, .. } => entry(2 * families + 3 + float_index(dtype, "sum")?, 0),
+        Kernel::SgdStep(s) => entry(3 * families + 3 + float_index(s.dtype, "sgd_step")?, 0),
+        Kernel::AdamStep(s) => entry(3 * families + 3 + float_index(s.dtype, "adam_step")?, 1),
         Kernel::Gemm(_) => {
             return Err(Error::InvalidArgument(
                 "gemm has no generated CUDA module: the cuda backend runs it through cuBLAS".into(),
@@ -255,6 +282,25 @@ mod tests {
             alpha: 0.0,
         };
         assert!(function(&int_neg).is_err());
+        let adam = Kernel::AdamStep(crate::kernels::AdamStep {
+            dtype: DType::BF16,
+            param: 0,
+            grad: 0,
+            exp_avg: 0,
+            exp_avg_sq: 0,
+            n: 1,
+            one_minus_beta1: 0.1,
+            beta2: 0.999,
+            one_minus_beta2: 0.001,
+            step_size: 1.0,
+            bias_correction2_sqrt: 1.0,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            param_decay: 1.0,
+        });
+        let (m, f) = function(&adam).unwrap();
+        assert_eq!((m.name.as_str(), f), ("optim_bf16", "adam_step_bf16"));
+        assert!(m.source.contains("void sgd_step_bf16("));
         let gemm = Kernel::Gemm(crate::kernels::Gemm::dense(DType::F32, 1, 1, 1, [0, 0, 0]));
         assert!(function(&gemm).is_err());
     }

@@ -1,0 +1,136 @@
+//! `nn.Linear`: `y = x Wᵀ + b` with PyTorch's layout (`weight` is `[out, in]`) and
+//! initialisation (`kaiming_uniform_(a=sqrt(5))`, which bounds the weight by
+//! `1/sqrt(in)`, and the bias by the same).
+
+use super::{join, Module, Rng};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::tensor::{DType, Tensor};
+
+pub struct Linear {
+    /// `[out_features, in_features]`.
+    pub weight: Tensor,
+    /// `[out_features]`, if the layer has a bias.
+    pub bias: Option<Tensor>,
+    training: bool,
+}
+
+impl Linear {
+    /// A layer with PyTorch's initialisation drawn from `rng`, in float32 on `device`.
+    pub fn new(
+        in_features: usize,
+        out_features: usize,
+        bias: bool,
+        rng: &mut Rng,
+        device: &Device,
+    ) -> Result<Linear> {
+        let bound = if in_features == 0 {
+            0.0
+        } else {
+            1.0 / (in_features as f32).sqrt()
+        };
+        let weight = Tensor::from_slice(
+            &rng.uniform(out_features * in_features, bound),
+            &[out_features, in_features],
+            device,
+        )?;
+        let bias = bias
+            .then(|| Tensor::from_slice(&rng.uniform(out_features, bound), &[out_features], device))
+            .transpose()?;
+        Linear::from_parameters(weight, bias)
+    }
+
+    /// A layer over given tensors (`weight [out, in]`, `bias [out]`), made leaves that
+    /// require grad.
+    pub fn from_parameters(weight: Tensor, bias: Option<Tensor>) -> Result<Linear> {
+        let [out, _] = weight.shape() else {
+            return Err(Error::InvalidArgument(format!(
+                "Linear: weight must be [out_features, in_features], got {:?}",
+                weight.shape()
+            )));
+        };
+        if let Some(b) = &bias {
+            if b.shape() != [*out] || b.dtype() != weight.dtype() {
+                return Err(Error::Shape {
+                    op: "Linear (bias against weight)",
+                    a: b.shape().to_vec(),
+                    b: weight.shape().to_vec(),
+                });
+            }
+        }
+        Ok(Linear {
+            weight: weight.detach().requires_grad_(true),
+            bias: bias.map(|b| b.detach().requires_grad_(true)),
+            training: true,
+        })
+    }
+
+    pub fn in_features(&self) -> usize {
+        self.weight.shape()[1]
+    }
+    pub fn out_features(&self) -> usize {
+        self.weight.shape()[0]
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let rank = x.shape().len();
+        if rank == 0 || x.shape()[rank - 1] != self.in_features() {
+            return Err(Error::Shape {
+                op: "Linear (input [.., in_features] against weight [out, in])",
+                a: x.shape().to_vec(),
+                b: self.weight.shape().to_vec(),
+            });
+        }
+        // A 1-D input is one row, as in PyTorch.
+        let rows = x.numel() / self.in_features().max(1);
+        let x2 = if rank == 2 {
+            x.clone()
+        } else {
+            x.reshape(&[rows, self.in_features()])?
+        };
+        let mut y = x2.matmul(&self.weight.transpose(0, 1)?)?;
+        if let Some(b) = &self.bias {
+            // The bias added to every row. TODO(broadcast): switch to the broadcasting
+            // `y.add(b)` when it lands. Until then `b.expand(..)` cannot be used
+            // (expand has no gradient yet), so the rows of `b` are made by a product
+            // with a column of ones, `ones[rows, 1] @ b[1, out]`, whose backward sums
+            // the rows' gradients into `b`'s as broadcasting would.
+            let ones = ones_column(rows, b.dtype(), x.device())?;
+            let rows_of_b = ones.matmul(&b.view(&[1, self.out_features()])?)?;
+            y = y.add(&rows_of_b)?;
+        }
+        let mut out_shape = x.shape().to_vec();
+        out_shape[rank - 1] = self.out_features();
+        if rank == 2 {
+            Ok(y)
+        } else {
+            y.reshape(&out_shape)
+        }
+    }
+
+    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(String, &Tensor)) {
+        f(join(prefix, "weight"), &self.weight);
+        if let Some(b) = &self.bias {
+            f(join(prefix, "bias"), b);
+        }
+    }
+
+    fn train(&mut self, mode: bool) {
+        self.training = mode;
+    }
+
+    fn training(&self) -> bool {
+        self.training
+    }
+}
+
+/// A `[rows, 1]` column of ones in `dtype`.
+fn ones_column(rows: usize, dtype: DType, device: &Device) -> Result<Tensor> {
+    match dtype {
+        DType::F16 => Tensor::full(&[rows, 1], half::f16::ONE, device),
+        DType::BF16 => Tensor::full(&[rows, 1], half::bf16::ONE, device),
+        _ => Tensor::full(&[rows, 1], 1.0f32, device),
+    }
+}
