@@ -50,7 +50,10 @@ pub trait Module {
 
     /// Every parameter (`parameters()`), in `named_parameters` order.
     fn parameters(&self) -> Vec<Tensor> {
-        self.named_parameters().into_iter().map(|(_, t)| t).collect()
+        self.named_parameters()
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect()
     }
 
     /// Drops every parameter's `.grad` (PyTorch's `zero_grad()`, whose default is

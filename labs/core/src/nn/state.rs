@@ -83,8 +83,7 @@ pub fn save(path: impl AsRef<Path>, tensors: &[(String, Tensor)]) -> Result<()> 
     let views = host
         .iter()
         .map(|(name, dtype, shape, bytes)| {
-            TensorView::new(to_safetensors(*dtype), shape.clone(), bytes)
-                .map(|v| (name.clone(), v))
+            TensorView::new(to_safetensors(*dtype), shape.clone(), bytes).map(|v| (name.clone(), v))
         })
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| Error::InvalidArgument(format!("save {}: {e}", path.display())))?;
