@@ -1,0 +1,430 @@
+//! PyTorch parity: every case of `data/parity/manifest.json` (written by
+//! `ci/pytorch-fixtures.py` with PyTorch on the CPU) whose op the runtime has is run on
+//! the device under test, and its output, its gradients (of `(output * g).sum()` with
+//! the fixture's `g`) and, for optimizers, the parameters after each step are compared
+//! within the case's tolerance. Cases the runtime cannot run yet are listed, not failed;
+//! the ops that exist must be covered in full. A missing manifest is a failure that
+//! names the command that writes it.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use half::{bf16, f16};
+use labs_core::kernels::{BinaryOp, UnaryOp};
+use labs_core::nn::{Linear, Module, Relu, Sequential};
+use labs_core::optim::{Adam, AdamW, Optimizer, Sgd};
+use labs_core::testing::{parity_manifest, test_device, ParityCase};
+use labs_core::{DType, Device, Tensor};
+
+type Tensors = HashMap<String, Tensor>;
+
+/// Ops whose cases must all run (those with inputs of one shape; broadcasting comes
+/// with the broadcasting ops): what the runtime has, plus Linear, the MLP and the
+/// optimizers.
+const REQUIRED: &[&str] = &[
+    "neg",
+    "exp",
+    "log",
+    "sqrt",
+    "tanh",
+    "relu",
+    "sigmoid",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "maximum",
+    "minimum",
+    "sum",
+    "mean",
+    "matmul",
+    "transpose",
+    "permute",
+    "reshape",
+    "linear",
+    "mlp",
+    "sgd",
+    "adam",
+    "adamw",
+];
+
+/// Why a case (or part of it) did not run.
+struct NotCovered(String);
+
+fn not_covered<T>(why: impl Into<String>) -> Result<T, NotCovered> {
+    Err(NotCovered(why.into()))
+}
+
+/// What a case computed: tensors to compare with the fixture's of the same key, and
+/// the keys it could not compute (with why).
+#[derive(Default)]
+struct Computed {
+    tensors: Vec<(String, Tensor)>,
+    partial: Vec<String>,
+}
+
+fn values(t: &Tensor) -> Vec<f64> {
+    match t.dtype() {
+        DType::F32 => t
+            .to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|&v| v as f64)
+            .collect(),
+        DType::F16 => t
+            .to_vec::<f16>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_f64())
+            .collect(),
+        DType::BF16 => t
+            .to_vec::<bf16>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_f64())
+            .collect(),
+        DType::I32 => t
+            .to_vec::<i32>()
+            .unwrap()
+            .iter()
+            .map(|&v| v as f64)
+            .collect(),
+        DType::I64 => t
+            .to_vec::<i64>()
+            .unwrap()
+            .iter()
+            .map(|&v| v as f64)
+            .collect(),
+        DType::U8 => t
+            .to_vec::<u8>()
+            .unwrap()
+            .iter()
+            .map(|&v| v as f64)
+            .collect(),
+    }
+}
+
+/// Compares `got` with the fixture's `want`; the first difference, if any.
+fn compare(case: &ParityCase, key: &str, got: &Tensor, want: &Tensor) -> Option<String> {
+    if got.shape() != want.shape() || got.dtype() != want.dtype() {
+        return Some(format!(
+            "{}: {key}: got {:?} {}, PyTorch {:?} {}",
+            case.name,
+            got.shape(),
+            got.dtype(),
+            want.shape(),
+            want.dtype()
+        ));
+    }
+    let (g, w) = (values(got), values(want));
+    let worst = g
+        .iter()
+        .zip(&w)
+        .enumerate()
+        .map(|(i, (g, w))| (i, (g - w).abs() - (case.atol + case.rtol * w.abs())))
+        // A NaN on either side is a difference.
+        .filter(|(_, excess)| excess.is_nan() || *excess > 0.0)
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    worst.map(|(i, _)| {
+        format!(
+            "{}: {key}[{i}]: got {}, PyTorch {} (atol {}, rtol {})",
+            case.name, g[i], w[i], case.atol, case.rtol
+        )
+    })
+}
+
+fn get<'a>(t: &'a Tensors, key: &str) -> &'a Tensor {
+    t.get(key)
+        .unwrap_or_else(|| panic!("the fixture has no tensor `{key}`"))
+}
+
+/// The fixture's `prefix0`, `prefix1`, ... in order.
+fn numbered(t: &Tensors, prefix: &str) -> Vec<Tensor> {
+    (0..)
+        .map_while(|i| t.get(&format!("{prefix}{i}")).cloned())
+        .collect()
+}
+
+fn is_float(t: &Tensor) -> bool {
+    matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16)
+}
+
+fn usizes(v: &serde_json::Value) -> Vec<usize> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_u64())
+                .map(|x| x as usize)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The forward of a functional case over its inputs (leaves that require grad where
+/// they are floats).
+fn functional(case: &ParityCase, x: &[Tensor]) -> Result<Tensor, NotCovered> {
+    let args = &case.args;
+    let no_args = args.as_object().is_none_or(|o| o.is_empty());
+    let op = case.op.as_str();
+    let shapes_differ = x.len() == 2 && x[0].shape() != x[1].shape();
+    if let Some(u) = UnaryOp::ALL.iter().find(|u| u.name() == op) {
+        if no_args && x.len() == 1 {
+            return Ok(x[0].unary(*u).expect(op));
+        }
+    }
+    if op == "gelu" {
+        let name = match args["approximate"].as_str() {
+            Some("tanh") => "gelu_tanh",
+            _ => "gelu",
+        };
+        return match UnaryOp::ALL.iter().find(|u| u.name() == name) {
+            Some(u) => Ok(x[0].unary(*u).expect(name)),
+            None => not_covered(format!("no {name} op yet")),
+        };
+    }
+    if let Some(b) = BinaryOp::ALL.iter().find(|b| b.name() == op) {
+        if no_args && x.len() == 2 {
+            return match x[0].binary(*b, &x[1]) {
+                Ok(y) => Ok(y),
+                Err(e) if shapes_differ => not_covered(format!("broadcasting: {e}")),
+                Err(e) => panic!("{}: {e}", case.name),
+            };
+        }
+    }
+    let dims = usizes(&args["dim"]);
+    let keepdim = args["keepdim"].as_bool().unwrap_or(false);
+    Ok(match op {
+        "sum" => x[0].sum_dims(&dims, keepdim).expect("sum"),
+        "mean" => x[0].mean_dims(&dims, keepdim).expect("mean"),
+        "matmul" => x[0].matmul(&x[1]).expect("matmul"),
+        "transpose" => {
+            let (a, b) = (args["dim0"].as_u64(), args["dim1"].as_u64());
+            x[0].transpose(a.unwrap() as usize, b.unwrap() as usize)
+                .expect("transpose")
+        }
+        "permute" => x[0].permute(&usizes(&args["dims"])).expect("permute"),
+        "reshape" => x[0].reshape(&usizes(&args["shape"])).expect("reshape"),
+        _ => return not_covered(format!("no `{op}` in the runtime yet")),
+    })
+}
+
+/// A module case's model from the fixture's parameters.
+fn module(case: &ParityCase, t: &Tensors) -> Result<Box<dyn Module>, NotCovered> {
+    let param = |k: &str| {
+        t.get(&format!("param.{k}"))
+            .map(Tensor::deep_clone)
+            .map(|r| r.unwrap())
+    };
+    Ok(match case.op.as_str() {
+        "linear" => {
+            Box::new(Linear::from_parameters(param("weight").unwrap(), param("bias")).unwrap())
+        }
+        "mlp" => {
+            let mut model = Sequential::new();
+            let mut i = 0;
+            while let Some(w) = param(&format!("{i}.weight")) {
+                if i > 0 {
+                    model = model.push(Relu::new());
+                }
+                let b = param(&format!("{i}.bias"));
+                model = model.push(Linear::from_parameters(w, b).unwrap());
+                i += 2;
+            }
+            Box::new(model)
+        }
+        op => return not_covered(format!("no `{op}` module in the runtime yet")),
+    })
+}
+
+/// The output's backward with the fixture's `g`, then the gradients of `leaves` (key,
+/// leaf) as `grad.KEY`.
+fn backward(t: &Tensors, out: &Tensor, leaves: &[(String, Tensor)], computed: &mut Computed) {
+    let Some(g) = t.get("grad_output") else {
+        return;
+    };
+    if let Err(e) = out.backward_with(Some(g.clone()), false) {
+        computed.partial.push(format!("gradients ({e})"));
+        return;
+    }
+    for (key, leaf) in leaves {
+        let grad = match leaf.grad() {
+            Some(g) => g,
+            None => Tensor::zeros(leaf.shape(), leaf.dtype(), leaf.device()).unwrap(),
+        };
+        computed.tensors.push((format!("grad.{key}"), grad));
+    }
+}
+
+fn run_optimizer(case: &ParityCase, t: &Tensors) -> Result<Computed, NotCovered> {
+    let params: Vec<Tensor> = (0..)
+        .map_while(|i| t.get(&format!("param.{i}.0")))
+        .map(|p| p.deep_clone().unwrap().requires_grad_(true))
+        .collect();
+    let lr = case.arg_f64("lr").expect("lr");
+    let betas = |c: &ParityCase| {
+        let b = c.args["betas"].as_array().expect("betas");
+        (b[0].as_f64().unwrap(), b[1].as_f64().unwrap())
+    };
+    let mut opt: Box<dyn Optimizer> = match case.op.as_str() {
+        "sgd" => {
+            let mut o =
+                Sgd::new(params.clone(), lr).momentum(case.arg_f64("momentum").unwrap_or(0.0));
+            o.dampening = case.arg_f64("dampening").unwrap_or(0.0);
+            o.weight_decay = case.arg_f64("weight_decay").unwrap_or(0.0);
+            o.nesterov = case.args["nesterov"].as_bool().unwrap_or(false);
+            Box::new(o)
+        }
+        "adam" | "adamw" => {
+            let mut o = if case.op == "adam" {
+                Adam::new(params.clone(), lr)
+            } else {
+                AdamW::new(params.clone(), lr)
+            };
+            o.betas = betas(case);
+            o.eps = case.arg_f64("eps").expect("eps");
+            o.weight_decay = case.arg_f64("weight_decay").expect("weight_decay");
+            Box::new(o)
+        }
+        op => return not_covered(format!("no `{op}` optimizer yet")),
+    };
+    let mut computed = Computed::default();
+    for k in 1..=case.steps {
+        for (i, p) in params.iter().enumerate() {
+            p.clear_grad();
+            // A leaf's backward with a given gradient makes that gradient its `.grad`.
+            p.backward_with(Some(get(t, &format!("grad.{i}.{k}")).clone()), false)
+                .unwrap();
+        }
+        opt.step().unwrap();
+        for (i, p) in params.iter().enumerate() {
+            computed
+                .tensors
+                .push((format!("param.{i}.{k}"), p.detach().deep_clone().unwrap()));
+        }
+    }
+    Ok(computed)
+}
+
+fn run(case: &ParityCase, t: &Tensors) -> Result<Computed, NotCovered> {
+    if case.steps > 0 {
+        return run_optimizer(case, t);
+    }
+    let inputs: Vec<Tensor> = numbered(t, "input.")
+        .into_iter()
+        .map(|x| {
+            let x = x.deep_clone().unwrap();
+            if is_float(&x) {
+                x.requires_grad_(true)
+            } else {
+                x
+            }
+        })
+        .collect();
+    let input_leaves = || -> Vec<(String, Tensor)> {
+        inputs
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| x.requires_grad())
+            .map(|(i, x)| (format!("input.{i}"), x.clone()))
+            .collect()
+    };
+    let mut computed = Computed::default();
+    if t.keys().any(|k| k.starts_with("param.")) {
+        let model = module(case, t)?;
+        let out = model.forward(&inputs[0]).expect(&case.name);
+        computed.tensors.push(("output".into(), out.clone()));
+        let mut leaves = input_leaves();
+        leaves.extend(
+            model
+                .named_parameters()
+                .into_iter()
+                .map(|(k, p)| (format!("param.{k}"), p)),
+        );
+        backward(t, &out, &leaves, &mut computed);
+    } else {
+        let out = functional(case, &inputs)?;
+        computed.tensors.push(("output".into(), out.clone()));
+        if t.contains_key("output.1") {
+            computed.partial.push("output.1".into());
+        }
+        backward(t, &out, &input_leaves(), &mut computed);
+    }
+    Ok(computed)
+}
+
+fn report(line: &str) {
+    // Straight to stderr, past the test harness's capture: the coverage list is wanted
+    // on every run, not only on a failure.
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+#[test]
+fn pytorch_parity() {
+    let manifest = parity_manifest().unwrap_or_else(|e| panic!("{e}"));
+    let device: Device = test_device();
+    let (mut passed, mut failures, mut skipped, mut partial) = (0, vec![], vec![], vec![]);
+    for case in &manifest.cases {
+        let t = case
+            .tensors(&device)
+            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let same_shapes = numbered(&t, "input.")
+            .windows(2)
+            .all(|w| w[0].shape() == w[1].shape() || w[0].dtype() != w[1].dtype());
+        let required = REQUIRED.contains(&case.op.as_str()) && same_shapes;
+        match run(case, &t) {
+            Err(NotCovered(why)) => {
+                if required {
+                    failures.push(format!("{}: required but not run: {why}", case.name));
+                }
+                skipped.push(format!("{} ({}): {why}", case.name, case.op));
+            }
+            Ok(computed) => {
+                let mut ok = true;
+                for (key, got) in &computed.tensors {
+                    let want = get(&t, key);
+                    if let Some(diff) = compare(case, key, got, want) {
+                        failures.push(diff);
+                        ok = false;
+                    }
+                }
+                let compared: Vec<&str> =
+                    computed.tensors.iter().map(|(k, _)| k.as_str()).collect();
+                let expected_grads: Vec<&String> = t
+                    .keys()
+                    .filter(|k| k.starts_with("grad.") && case.steps == 0)
+                    .filter(|k| !compared.contains(&k.as_str()))
+                    .collect();
+                if !expected_grads.is_empty() && computed.partial.is_empty() {
+                    failures.push(format!("{}: not compared: {expected_grads:?}", case.name));
+                }
+                if !computed.partial.is_empty() {
+                    let what = format!("{}: {}", case.name, computed.partial.join(", "));
+                    // Maximum and minimum have no derivative yet: their outputs count.
+                    let allowed = ["maximum", "minimum"].contains(&case.op.as_str());
+                    if required && !allowed {
+                        failures.push(format!("required in full: {what}"));
+                    }
+                    partial.push(what);
+                }
+                if ok {
+                    passed += 1;
+                }
+            }
+        }
+    }
+    report(&format!(
+        "PyTorch parity ({} cases from PyTorch {}, on {}): {passed} passed, {} failed, {} not covered yet",
+        manifest.cases.len(),
+        manifest.torch,
+        device,
+        failures.len(),
+        skipped.len()
+    ));
+    for s in &skipped {
+        report(&format!("  not covered: {s}"));
+    }
+    for p in &partial {
+        report(&format!("  partly covered: {p}"));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
