@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use labs_core::alloc::{Allocator, BlockState, Config, Pool};
+use labs_core::alloc::{Allocator, BlockState, Category, Config, Pool};
 use labs_core::device::FillPattern;
 use labs_core::testing::test_device;
 use labs_core::{Device, Stream, Tensor};
@@ -43,10 +43,21 @@ fn assert_no_overlap(blocks: &[labs_core::alloc::Allocation]) {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Alloc { size: u64, stream: usize },
+    Alloc {
+        size: u64,
+        stream: usize,
+    },
     Free(usize),
-    RecordStream { block: usize, stream: usize },
+    RecordStream {
+        block: usize,
+        stream: usize,
+    },
     EmptyCache,
+    /// Counts a live block under another category.
+    Categorise {
+        block: usize,
+        category: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -64,6 +75,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0usize..64).prop_map(Op::Free),
         1 => (0usize..64, 0usize..3).prop_map(|(block, stream)| Op::RecordStream { block, stream }),
         1 => Just(Op::EmptyCache),
+        1 => (0usize..64, 0usize..7).prop_map(|(block, category)| Op::Categorise { block, category }),
     ]
 }
 
@@ -105,6 +117,12 @@ fn run_ops_limited(conf: &str, limit: Option<u64>, ops: &[Op]) {
             }
             Op::EmptyCache => {
                 a.empty_cache().unwrap();
+            }
+            Op::Categorise { block, category } if !live.is_empty() => {
+                let b = live[block % live.len()];
+                let c = Category::ALL[category];
+                a.set_category(&b, c).unwrap();
+                assert_eq!(a.category(&b).unwrap(), c);
             }
             _ => {}
         }
@@ -649,7 +667,14 @@ fn memory_stats_have_pytorch_keys_and_meanings() {
     ] {
         assert!(keys.contains_key(key), "{key}");
     }
-    assert_eq!(keys.len(), 9 * 3 * 4 + 8);
+    // Not PyTorch's: allocated bytes by what they hold (see `Category`).
+    for c in Category::ALL {
+        for field in ["current", "peak", "allocated", "freed"] {
+            let key = format!("allocated_bytes.category.{}.{field}", c.name());
+            assert_eq!(keys.get(&key), Some(&0), "{key}");
+        }
+    }
+    assert_eq!(keys.len(), 9 * 3 * 4 + 8 + 7 * 4);
 
     // Two small blocks split one 2 MiB segment; freeing the first leaves a free
     // fragment between live neighbours.

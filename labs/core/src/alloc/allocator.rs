@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::caching::State;
+use super::category::Category;
 use super::config::Config;
 use super::lock::{Guard, Lock};
 use crate::backend::{Backend, DeviceId, DevicePtr, Stream};
@@ -76,18 +77,47 @@ impl Allocator {
         self.state.lock()
     }
 
-    /// A block of at least `size` bytes for work on `stream`.
+    /// A block of at least `size` bytes for work on `stream`, counted under the thread's
+    /// [`Category`] scope (`Other` outside any).
     pub fn malloc(&self, size: usize, stream: &Stream) -> Result<Allocation> {
+        let category = Category::current().unwrap_or(Category::Other);
+        self.malloc_as(size, stream, category)
+    }
+
+    /// As [`malloc`](Self::malloc), counted under `category`.
+    pub fn malloc_as(
+        &self,
+        size: usize,
+        stream: &Stream,
+        category: Category,
+    ) -> Result<Allocation> {
         stream.check_device(self.device)?;
         let mut st = self.lock();
-        st.malloc(&*self.backend, size as u64, stream.handle(), Some(stream))
+        st.malloc(
+            &*self.backend,
+            size as u64,
+            stream.handle(),
+            Some(stream),
+            category,
+        )
     }
 
     /// As [`malloc`](Self::malloc), naming the stream by its handle (trace replay uses
     /// the trace's stream ids).
     pub fn malloc_on(&self, size: u64, stream: u64) -> Result<Allocation> {
         let mut st = self.lock();
-        st.malloc(&*self.backend, size, stream, None)
+        st.malloc(&*self.backend, size, stream, None, Category::Other)
+    }
+
+    /// Counts `block` under another category from now on (autograd marks what it
+    /// saves as activations, and stored gradients as gradients).
+    pub fn set_category(&self, block: &Allocation, category: Category) -> Result<()> {
+        self.lock().recategorise(block, category)
+    }
+
+    /// The category `block` is counted under.
+    pub fn category(&self, block: &Allocation) -> Result<Category> {
+        self.lock().category_of(block)
     }
 
     /// Gives a block back to the cache. When other streams used it

@@ -15,6 +15,7 @@
 //! memory, so that a training loop's steady state moves no pages and calls no driver.
 
 use super::allocator::Allocation;
+use super::category::Category;
 use super::config::Config;
 use super::deferred::Deferred;
 use super::history::History;
@@ -116,7 +117,41 @@ impl State {
         self.streams[key.stream as usize]
     }
 
+    /// A block of at least `size` bytes on `stream`, counted under `category`.
+    #[inline]
     pub fn malloc(
+        &mut self,
+        be: &dyn Backend,
+        size: u64,
+        stream: u64,
+        object: Option<&Stream>,
+        category: Category,
+    ) -> Result<Allocation> {
+        let a = self.malloc_block(be, size, stream, object)?;
+        self.blocks[a.id].category = category;
+        self.stats.by_category[category.index()].add(a.size);
+        Ok(a)
+    }
+
+    /// Gives block `a` another category, moving its bytes between the statistics.
+    pub fn recategorise(&mut self, a: &Allocation, category: Category) -> Result<()> {
+        self.check_handle(a)?;
+        let b = &mut self.blocks[a.id];
+        let old = std::mem::replace(&mut b.category, category);
+        if old != category {
+            self.stats.by_category[old.index()].sub(a.size);
+            self.stats.by_category[category.index()].add(a.size);
+        }
+        Ok(())
+    }
+
+    /// The category block `a` is counted under.
+    pub fn category_of(&self, a: &Allocation) -> Result<Category> {
+        self.check_handle(a)?;
+        Ok(self.blocks[a.id].category)
+    }
+
+    fn malloc_block(
         &mut self,
         be: &dyn Backend,
         size: u64,
@@ -355,6 +390,7 @@ impl State {
         s.requested.sub(pool, b.requested);
         s.allocated.sub(pool, b.size);
         s.allocations.sub(pool, 1);
+        s.by_category[b.category.index()].sub(b.size);
         if !b.stream_uses.is_empty() {
             // Other streams' work may still use it (`deferred.rs`).
             return self.defer_free(be, id);

@@ -25,6 +25,8 @@ pub struct LiveBlock {
     pub stream: u64,
     /// The allocator's count of allocations when this one was made (1 for the first).
     pub serial: u64,
+    /// What it holds.
+    pub category: super::Category,
     /// Where it was allocated, when the history records backtraces.
     pub backtrace: Option<Arc<Backtrace>>,
 }

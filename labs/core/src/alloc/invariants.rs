@@ -3,6 +3,7 @@
 //! every step.
 
 use super::caching::State;
+use super::category::Category;
 use super::parked::Parked;
 use super::pool::{BlockState, NONE};
 use super::size::{round_size, Pool};
@@ -183,6 +184,26 @@ impl State {
                         "stats: {name} ({pool:?}) is {stat}, recount {recount}"
                     ));
                 }
+            }
+        }
+        let mut by_category = [0u64; 7];
+        for b in self
+            .segments
+            .iter()
+            .filter(|s| s.alive)
+            .flat_map(|s| self.blocks_of(s))
+            .filter(|b| b.state == BlockState::Allocated)
+        {
+            by_category[b.category.index()] += b.size;
+        }
+        for c in Category::ALL {
+            let stat = &s.by_category[c.index()];
+            if stat.current != by_category[c.index()] || stat.allocated - stat.freed != stat.current
+            {
+                return Err(format!(
+                    "stats: {c} bytes are {stat:?}, recount {}",
+                    by_category[c.index()]
+                ));
             }
         }
         for (name, ps) in s.named() {

@@ -4,6 +4,7 @@
 
 mod allocator;
 mod caching;
+mod category;
 mod config;
 mod deferred;
 mod export;
@@ -22,6 +23,7 @@ mod size;
 mod stats;
 
 pub use allocator::{Allocation, Allocator};
+pub use category::{Category, CategoryScope};
 pub use config::{Config, Divisions, ENV_ALLOC_CONF};
 pub use export::LiveBlock;
 pub use history::{frames_of, HistoryEvent};

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use super::category::Category;
 use super::pages::Page;
 use super::size::Pool;
 use crate::backend::{DevicePtr, Stream};
@@ -105,6 +106,8 @@ pub(crate) struct BlockRecord {
     pub serial: u64,
     /// Streams other than the allocation stream that used the block (`record_stream`).
     pub stream_uses: Vec<Stream>,
+    /// While allocated: what the block holds (`category.rs`).
+    pub category: Category,
 }
 
 /// Slots of blocks; a slot is reused after its block merges away, so steady-state
@@ -154,6 +157,7 @@ impl Blocks {
                     parked_next: NONE,
                     serial: 0,
                     stream_uses: Vec::new(),
+                    category: Category::Other,
                 });
                 (self.slots.len() - 1) as u32
             }

@@ -46,7 +46,7 @@ impl SegmentInfo {
 
 impl State {
     /// The blocks of a segment, in address order.
-    fn blocks_of<'a>(&'a self, seg: &Segment) -> impl Iterator<Item = &'a BlockRecord> {
+    pub(super) fn blocks_of<'a>(&'a self, seg: &Segment) -> impl Iterator<Item = &'a BlockRecord> {
         std::iter::successors((seg.first != NONE).then(|| &self.blocks[seg.first]), |b| {
             (b.next != NONE).then(|| &self.blocks[b.next])
         })
@@ -85,6 +85,16 @@ impl Allocator {
     /// The most bytes held from the driver since the last peak reset.
     pub fn max_memory_reserved(&self) -> u64 {
         self.lock().stats.reserved.peak
+    }
+
+    /// Bytes allocated now and at their peak, by what they hold, in
+    /// [`Category::ALL`](super::Category::ALL) order.
+    pub fn memory_by_category(&self) -> Vec<(super::Category, super::Stat)> {
+        let st = self.lock();
+        super::Category::ALL
+            .iter()
+            .map(|&c| (c, st.stats.by_category[c.index()]))
+            .collect()
     }
 
     /// PyTorch's name for [`reset_peak_stats`](Self::reset_peak_stats).
@@ -175,6 +185,7 @@ impl Allocator {
                 requested: b.requested,
                 stream: st.stream_of(b.key),
                 serial: b.serial,
+                category: b.category,
                 backtrace: st.history.as_ref().and_then(|h| h.alloc_site(b.addr)),
             })
             .collect();

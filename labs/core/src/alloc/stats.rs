@@ -233,6 +233,11 @@ pub struct Stats {
     /// whole for a request of its size, without searching the free set. Not a PyTorch
     /// statistic; it shows how much of a program the fastest path serves.
     pub num_parked_hits: u64,
+    /// Bytes allocated (after rounding) by what they hold, indexed by
+    /// [`Category::index`](super::Category::index): the split of `allocated` a training
+    /// step is read by (not a PyTorch statistic; its memory profiler gives the same
+    /// split after the fact).
+    pub by_category: [Stat; 7],
 }
 // ANCHOR_END: stats
 
@@ -240,6 +245,9 @@ impl Stats {
     /// Starts the peaks again from the current values.
     pub fn reset_peaks(&mut self) {
         for s in self.pool_stats_mut() {
+            s.reset_peak();
+        }
+        for s in &mut self.by_category {
             s.reset_peak();
         }
     }
@@ -305,7 +313,33 @@ impl Stats {
         ] {
             m.insert(name.to_string(), v);
         }
+        for c in super::Category::ALL {
+            let s = &self.by_category[c.index()];
+            for (field, v) in [
+                ("current", s.current),
+                ("peak", s.peak),
+                ("allocated", s.allocated),
+                ("freed", s.freed),
+            ] {
+                m.insert(format!("allocated_bytes.category.{}.{field}", c.name()), v);
+            }
+        }
         m
+    }
+
+    /// Allocated bytes by category, one line each: what a training step's memory holds.
+    pub fn category_summary(&self) -> String {
+        let mut out = format!("{:<16} {:>12} {:>12}\n", "category", "current", "peak");
+        for c in super::Category::ALL {
+            let s = &self.by_category[c.index()];
+            out += &format!(
+                "{:<16} {:>12} {:>12}\n",
+                c.name(),
+                crate::format::bytes(s.current),
+                crate::format::bytes(s.peak)
+            );
+        }
+        out
     }
 
     /// PyTorch's `memory_summary()` table for these statistics.

@@ -11,6 +11,7 @@ mod derivatives;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::alloc::Category;
 use crate::error::{Error, Result};
 use crate::tensor::{no_grad, Edge, GradSlot, Node, Tensor};
 
@@ -100,10 +101,12 @@ impl Tensor {
 /// Adds `g` into a leaf's `.grad` (a new dense tensor the first time, as PyTorch).
 fn accumulate(slot: &GradSlot, g: Tensor) -> Result<()> {
     let mut grad = slot.lock().unwrap();
-    *grad = Some(match grad.take() {
+    let sum = match grad.take() {
         None => g.contiguous()?,
         Some(prev) => prev.add(&g.contiguous()?)?,
-    });
+    };
+    sum.set_category(Category::Gradient)?;
+    *grad = Some(sum);
     Ok(())
 }
 

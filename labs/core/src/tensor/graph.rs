@@ -12,6 +12,7 @@ use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
 use super::Tensor;
+use crate::alloc::Category;
 use crate::kernels::{BinaryOp, UnaryOp};
 
 /// The op a node differentiates, with what its derivative needs besides saved tensors.
@@ -197,6 +198,13 @@ impl Tensor {
     ) -> Tensor {
         if !is_grad_enabled() || !inputs.iter().any(|t| t.requires_grad()) {
             return out;
+        }
+        // What autograd keeps for backward is an activation from now on, unless it was
+        // already something more specific (a parameter, an input).
+        for t in &saved {
+            if let Ok(Category::Temporary | Category::Other) = t.category() {
+                let _ = t.set_category(Category::Activation);
+            }
         }
         let node = Node {
             op,

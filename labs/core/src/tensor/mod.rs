@@ -17,7 +17,7 @@ pub use matmul::MatmulOptions;
 
 use std::sync::Arc;
 
-use crate::alloc::Allocation;
+use crate::alloc::{Allocation, Category};
 use crate::device::{Device, DevicePtr};
 use crate::error::{Error, Result};
 
@@ -64,9 +64,12 @@ impl Tensor {
         let bytes = numel(shape)?
             .checked_mul(dtype.size())
             .ok_or_else(|| Error::InvalidArgument(format!("shape {shape:?} is too large")))?;
+        // A tensor made outside any category scope is an op's temporary until autograd
+        // saves it or the program says otherwise (`set_category`).
+        let category = Category::current().unwrap_or(Category::Temporary);
         let block = device
             .allocator()?
-            .malloc(bytes, &device.default_stream()?)?;
+            .malloc_as(bytes, &device.default_stream()?, category)?;
         Ok(Tensor {
             storage: Arc::new(Storage {
                 device: device.clone(),
@@ -78,6 +81,18 @@ impl Tensor {
         })
     }
     // ANCHOR_END: tensor_empty
+
+    /// What the tensor's storage is counted as in the allocator's statistics.
+    pub fn category(&self) -> Result<Category> {
+        self.device().allocator()?.category(&self.storage.block)
+    }
+
+    /// Counts the tensor's storage (shared by its views) as `category` from now on.
+    pub fn set_category(&self, category: Category) -> Result<()> {
+        self.device()
+            .allocator()?
+            .set_category(&self.storage.block, category)
+    }
 
     /// Another layout over the same storage (the views' constructor).
     fn with_layout(&self, layout: Layout) -> Tensor {

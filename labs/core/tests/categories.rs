@@ -1,0 +1,138 @@
+//! Allocation categories: what each byte of a training step holds (parameters,
+//! gradients, activations saved for backward, temporaries …), kept by the allocator as
+//! the step runs. Runs on the simulated GPU by default and on the GPU with
+//! `LABS_DEVICE=cuda`.
+
+use labs_core::alloc::Category;
+use labs_core::testing::test_device;
+use labs_core::{Device, Tensor};
+
+/// The tests share one device and measure its memory: one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Bytes allocated now in each category.
+fn by_category(device: &Device) -> [u64; 7] {
+    let mut out = [0; 7];
+    for (c, stat) in device.allocator().unwrap().memory_by_category() {
+        out[c.index()] = stat.current;
+    }
+    out
+}
+
+fn bytes(device: &Device, c: Category) -> u64 {
+    by_category(device)[c.index()]
+}
+
+#[test]
+fn raw_allocations_take_the_scope_and_default_to_other() {
+    let _s = serial();
+    let d = test_device();
+    let a = d.allocator().unwrap();
+    let stream = d.default_stream().unwrap();
+    let before = by_category(&d);
+    let other = a.malloc(1 << 20, &stream).unwrap();
+    let state = {
+        let _scope = Category::OptimizerState.scope();
+        a.malloc(3 << 20, &stream).unwrap()
+    };
+    assert_eq!(a.category(&other).unwrap(), Category::Other);
+    assert_eq!(a.category(&state).unwrap(), Category::OptimizerState);
+    let after = by_category(&d);
+    assert_eq!(
+        after[Category::Other.index()] - before[Category::Other.index()],
+        other.size()
+    );
+    assert_eq!(
+        after[Category::OptimizerState.index()] - before[Category::OptimizerState.index()],
+        state.size()
+    );
+    // Moving a block moves its bytes, and freeing takes them from its last category.
+    a.set_category(&other, Category::Input).unwrap();
+    assert_eq!(
+        bytes(&d, Category::Input) - before[Category::Input.index()],
+        other.size()
+    );
+    assert_eq!(bytes(&d, Category::Other), before[Category::Other.index()]);
+    a.free(other).unwrap();
+    a.free(state).unwrap();
+    assert_eq!(by_category(&d), before);
+    a.check_invariants().unwrap();
+    // A freed handle has no category any more.
+    assert!(a.category(&other).is_err());
+}
+
+#[test]
+fn a_training_step_is_split_into_parameters_activations_and_gradients() {
+    let _s = serial();
+    let d = test_device();
+    let base = by_category(&d);
+    let delta = |c: Category| bytes(&d, c) - base[c.index()];
+    let w = {
+        let _p = Category::Parameter.scope();
+        Tensor::full(&[64, 64], 0.01f32, &d)
+            .unwrap()
+            .requires_grad_(true)
+    };
+    let x = Tensor::full(&[32, 64], 1.0f32, &d).unwrap();
+    x.set_category(Category::Input).unwrap();
+    assert_eq!(w.category().unwrap(), Category::Parameter);
+    assert_eq!(delta(Category::Parameter), w.nbytes() as u64);
+    assert_eq!(delta(Category::Input), x.nbytes() as u64);
+
+    // relu saves its input (the product); matmul saves x (an input) and w (a
+    // parameter), which keep their categories.
+    let h = x.matmul(&w).unwrap();
+    assert_eq!(h.category().unwrap(), Category::Temporary);
+    let r = h.relu().unwrap();
+    assert_eq!(h.category().unwrap(), Category::Activation);
+    assert_eq!(x.category().unwrap(), Category::Input);
+    assert_eq!(w.category().unwrap(), Category::Parameter);
+    assert_eq!(delta(Category::Activation), h.nbytes() as u64);
+    let loss = r.sum_all().unwrap();
+    drop((h, r));
+    // The graph still holds the product: it stays counted as an activation.
+    assert_eq!(delta(Category::Activation), (32 * 64 * 4) as u64);
+
+    loss.backward().unwrap();
+    let g = w.grad().expect("w has a gradient");
+    assert_eq!(g.category().unwrap(), Category::Gradient);
+    assert_eq!(delta(Category::Gradient), g.nbytes() as u64);
+    // Backward released what the graph saved.
+    assert_eq!(delta(Category::Activation), 0);
+    drop((g, loss));
+    w.clear_grad();
+    assert_eq!(delta(Category::Gradient), 0);
+    drop((w, x));
+    assert_eq!(by_category(&d), base);
+    let total: u64 = by_category(&d).iter().sum();
+    assert_eq!(total, d.allocator().unwrap().memory_allocated());
+}
+
+#[test]
+fn categories_appear_in_memory_stats_and_live_blocks() {
+    let _s = serial();
+    let d = test_device();
+    let a = d.allocator().unwrap();
+    let t = {
+        let _scope = Category::Parameter.scope();
+        Tensor::zeros(&[1000], labs_core::DType::F32, &d).unwrap()
+    };
+    let stats = a.memory_stats();
+    assert!(stats["allocated_bytes.category.parameter.current"] >= t.nbytes() as u64);
+    assert!(
+        stats["allocated_bytes.category.parameter.peak"]
+            >= stats["allocated_bytes.category.parameter.current"]
+    );
+    let table = a.stats().category_summary();
+    assert_eq!(table.lines().count(), 8, "{table}");
+    assert!(
+        table.lines().any(|l| l.starts_with("parameter ")),
+        "{table}"
+    );
+    let live = a.live_blocks();
+    let mine = live.iter().find(|b| b.addr == t.ptr()).expect("t is live");
+    assert_eq!(mine.category, Category::Parameter);
+}
