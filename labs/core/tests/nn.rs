@@ -98,6 +98,7 @@ fn parameter_names_and_counts_are_pytorchs() {
     assert_eq!(nested.num_parameters(), 6 + 38);
     for p in nested.parameters() {
         assert!(p.requires_grad() && p.is_leaf());
+        assert_eq!(p.category().unwrap(), labs_core::alloc::Category::Parameter);
     }
 }
 

@@ -201,6 +201,11 @@ fn state_appears_at_the_first_step_and_skips_parameters_without_grad() {
     );
     let s = opt.state(0).expect("a's state");
     assert_eq!(s.step, 1);
+    // Counted as optimizer state, as PyTorch's memory profiler would.
+    use labs_core::alloc::Category;
+    assert_eq!(s.exp_avg.category().unwrap(), Category::OptimizerState);
+    assert_eq!(s.exp_avg_sq.category().unwrap(), Category::OptimizerState);
+    assert_eq!(a.grad().unwrap().category().unwrap(), Category::Gradient);
     assert!(opt.state(1).is_none(), "b had no gradient: no state");
     assert_eq!(b.to_vec::<f32>().unwrap(), [2.0; 16], "b untouched");
     // The first Adam step moves every element by lr (m̂ / sqrt(v̂) = ±1).

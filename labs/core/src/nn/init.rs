@@ -32,4 +32,16 @@ impl Rng {
             .map(|_| -bound + 2.0 * bound * self.next_f32())
             .collect()
     }
+
+    /// `n` standard-normal samples (Box-Muller; `nn.init.normal_`).
+    pub fn normal(&mut self, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                // u1 in (0, 1]: its logarithm is finite.
+                let u1 = 1.0 - self.next_f32() as f64;
+                let u2 = self.next_f32() as f64;
+                ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+            })
+            .collect()
+    }
 }

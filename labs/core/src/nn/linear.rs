@@ -3,6 +3,7 @@
 //! `1/sqrt(in)`, and the bias by the same).
 
 use super::{join, Module, Rng};
+use crate::alloc::Category;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -24,6 +25,7 @@ impl Linear {
         rng: &mut Rng,
         device: &Device,
     ) -> Result<Linear> {
+        let _parameters = Category::Parameter.scope();
         let bound = if in_features == 0 {
             0.0
         } else {
@@ -41,7 +43,7 @@ impl Linear {
     }
 
     /// A layer over given tensors (`weight [out, in]`, `bias [out]`), made leaves that
-    /// require grad.
+    /// require grad and counted as parameters by the allocator.
     pub fn from_parameters(weight: Tensor, bias: Option<Tensor>) -> Result<Linear> {
         let [out, _] = weight.shape() else {
             return Err(Error::InvalidArgument(format!(
@@ -57,6 +59,12 @@ impl Linear {
                     b: weight.shape().to_vec(),
                 });
             }
+        }
+        // The allocator counts them as parameters from now on (PyTorch's profiler
+        // category), whoever made them.
+        weight.set_category(Category::Parameter)?;
+        if let Some(b) = &bias {
+            b.set_category(Category::Parameter)?;
         }
         Ok(Linear {
             weight: weight.detach().requires_grad_(true),

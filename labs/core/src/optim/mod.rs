@@ -82,7 +82,9 @@ fn gradient_of(p: &Tensor, op: &'static str) -> Result<Option<Tensor>> {
     Ok(Some(g.contiguous()?))
 }
 
-/// Float32 zeros shaped like `p`, on its device: one piece of optimizer state.
+/// Float32 zeros shaped like `p`, on its device: one piece of optimizer state (so
+/// counted by the allocator).
 fn state_like(p: &Tensor) -> Result<Tensor> {
+    let _state = crate::alloc::Category::OptimizerState.scope();
     Tensor::zeros(p.shape(), crate::dtype::DType::F32, p.device())
 }
