@@ -63,7 +63,15 @@ LAB08_PARTS=(
   "non-blocking=to("
   "mapped=A kernel reading"
   "loop=Training-like loop on"
-  "pinned-pool=The pinned-memory pool of"
+  "pinned-pool=The training loop's pinned-memory pool"
+)
+LAB09_PARTS=(
+  "running-loss=1. The graph a running loss keeps alive"
+  "eval=2a. An evaluation pass"
+  "logged=2b. "
+  "drops=3. What dropping frees"
+  "unused-result=4. c = a @ b"
+  "leak-guard=5. The leak guard"
 )
 LAB08_BENCH_PARTS=(
   "bench-bandwidth=Copy bandwidth between host memory"
@@ -77,6 +85,7 @@ header() {
   local bin=${1%% *} args=
   [ "$1" != "$bin" ] && args=${1#* }
   args=${args//\{data\}/data}
+  args=${args//\{pytorch\}/pytorch-reference.json}
   if [ -n "$args" ]; then
     echo "\$ cargo run --release -p $bin -- $args$note"
   else
@@ -189,7 +198,18 @@ gpu)
   parts lab-06 "lab-06 --device cuda" "${LAB06_PARTS[@]}"
   whole lab-08/all-gpu "lab-08 --device cuda"
   parts lab-08 "lab-08 --device cuda" "${LAB08_PARTS[@]}"
-  whole lab-08/bench-gpu "lab-08 bench --device cuda --json"
+  whole lab-08/bench-gpu "lab-08 bench --device cuda --json --pytorch {pytorch}"
+
+  # PyTorch's figures from the same run (run.sh wrote them before the labs ran).
+  if [ -f "$logs/pytorch-reference.json" ]; then
+    { echo "\$ python3 ci/pytorch-reference.py > pytorch-reference.json$note"; cat "$logs/pytorch-reference.json"; } \
+      >"$out/pytorch-reference-gpu.txt"
+    echo "wrote $out/pytorch-reference-gpu.txt"
+  else
+    echo "no pytorch-reference.json in $logs: $out/pytorch-reference-gpu.txt left as it was" >&2
+  fi
+  whole lab-09/all-gpu "lab-09 --device cuda"
+  parts lab-09 "lab-09 --device cuda" "${LAB09_PARTS[@]}"
 
   # What each PyTorch snippet printed (ci/check-snippets.py, run by run.sh).
   if [ -d "$logs/snippets" ]; then
@@ -214,7 +234,7 @@ sim)
   # The labs' defaults: no device, allocator or capacity override from the caller.
   unset LABS_DEVICE LABS_ALLOC_CONF LABS_SIM_CAPACITY LABS_DATA_DIR LABS_SHARED_DIR
   echo "building the labs..." >&2
-  cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-06 -p lab-08
+  cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-06 -p lab-08 -p lab-09
   bin_dir=${CARGO_TARGET_DIR:-$root/target}/release
   # Commands run in an empty folder that sees the repository's data/ as ./data, so that
   # files they write (an exported trace) stay out of the checkout while paths read as
@@ -256,6 +276,8 @@ sim)
   parts lab-08 "lab-08 --device sim" "${LAB08_PARTS[@]}"
   whole lab-08/bench-sim "lab-08 bench --device sim"
   parts lab-08 "lab-08 bench --device sim" "${LAB08_BENCH_PARTS[@]}"
+  whole lab-09/all-sim "lab-09 --device sim"
+  parts lab-09 "lab-09 --device sim" "${LAB09_PARTS[@]}"
   ;;
 *)
   echo "usage: $0 gpu LOGS_DIR RUN_LOG | $0 sim" >&2

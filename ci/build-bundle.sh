@@ -32,9 +32,22 @@ echo "building the gemm bench..." >&2
 bench=$(cargo bench -p labs-core --bench gemm --no-run --message-format=json 2>/dev/null |
   grep -o '"executable":"[^"]*"' | sed 's/"executable":"\(.*\)"/\1/' | tail -n 1)
 cp "$bench" "$out/bin/bench-gemm"
+# The elementwise bandwidth bench (labs/core/benches/elementwise.rs): bin/bench-elementwise,
+# beside ci/pytorch-reference.py's "elementwise" key.
+echo "building the elementwise bench..." >&2
+bench=$(cargo bench -p labs-core --bench elementwise --no-run --message-format=json 2>/dev/null |
+  grep -o '"executable":"[^"]*"' | sed 's/"executable":"\(.*\)"/\1/' | tail -n 1)
+cp "$bench" "$out/bin/bench-elementwise"
 # Debug info goes; symbol names stay, so that backtraces (the memory history's, the
 # leak guard's) name their functions on the GPU machine too.
-strip --strip-debug "$out"/bin/* "$out"/tests/* 2>/dev/null || true
+# lab-09 keeps its line tables: its leak guard names the source line of each leak, and
+# its tests check that line (the release profile keeps line tables for this reason).
+for f in "$out"/bin/* "$out"/tests/*; do
+  case "$(basename "$f")" in
+    lab-09 | lab09-*) ;;
+    *) strip --strip-debug "$f" 2>/dev/null || true ;;
+  esac
+done
 
 # The test data the suites and labs read (traces, snapshots): the repository's data/,
 # which run.sh points LABS_DATA_DIR at.
@@ -43,6 +56,8 @@ cp ci/gpu-commands.txt "$out/commands.txt"
 # The PyTorch snippets the chapters show, and their runner (run.sh runs them last).
 mkdir -p "$out/ci" "$out/book"
 cp ci/check-snippets.py "$out/ci/"
+# PyTorch's figures, measured by run.sh before the labs so that every bench prints them.
+cp ci/pytorch-reference.py "$out/ci/"
 cp -r book/snippets "$out/book/snippets"
 cp ci/run.sh "$out/run.sh"
 chmod +x "$out/run.sh"

@@ -11,7 +11,14 @@ with torch.utils.cpp_extension, the path the labs' own pair compares with; skipp
 a note when no compiler is found); and matrix-product throughput, the twin of
 labs/core/benches/gemm.rs (`bench-gemm --json` in the bundle): TFLOP/s of one 8192^3
 `a @ b` in bfloat16 and in float32 with TF32 off, median of 10 after 3 warm-up runs,
-each timed by CUDA events."""
+each timed by CUDA events; elementwise bandwidth, the twin of
+labs/core/benches/elementwise.rs (`bench-elementwise --json`): GB/s (bytes read plus
+written) of `torch.add(a, b, out=c)` on two 1 GiB float32 tensors and of `c.copy_(a)`,
+median of 10 after 3 warm-up runs, CUDA events, and the ratio add/copy; and a small
+training step, the twin of labs/core/benches/
+train_step.rs: forward, backward and an Adam step of an MLP and of one
+TransformerEncoderLayer in float32, median milliseconds per step (CUDA events) and the
+step's peak allocated memory."""
 
 import json
 import time
@@ -112,6 +119,101 @@ def gemm(n=8192, warmup=3, runs=10):
     return out
 
 
+# The training steps the runtime's bench runs too (labs/core/benches/train_step.rs):
+# float32, TF32 off, Adam(lr=1e-3), loss = mse_loss(model(x), target).
+TRAIN_STEPS = {
+    "mlp": {"batch": 512, "in": 1024, "hidden": 4096, "out": 1024},
+    "encoder_layer": {"batch": 16, "seq": 128, "d_model": 512, "nhead": 8,
+                      "dim_feedforward": 2048, "dropout": 0.1},
+}
+
+
+def train_step(warmup=10, runs=50):
+    """Median milliseconds of one training step (zero_grad, forward, loss, backward,
+    optimizer step) between two CUDA events, and the peak memory allocated during a
+    step once the optimizer state exists (PyTorch's max_memory_allocated)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.manual_seed(0)
+    out = {}
+    for name, cfg in TRAIN_STEPS.items():
+        if name == "mlp":
+            model = torch.nn.Sequential(
+                torch.nn.Linear(cfg["in"], cfg["hidden"]),
+                torch.nn.ReLU(),
+                torch.nn.Linear(cfg["hidden"], cfg["out"]),
+            ).cuda()
+            x = torch.randn(cfg["batch"], cfg["in"], device="cuda")
+            target = torch.randn(cfg["batch"], cfg["out"], device="cuda")
+        else:
+            model = torch.nn.TransformerEncoderLayer(
+                cfg["d_model"], cfg["nhead"], dim_feedforward=cfg["dim_feedforward"],
+                dropout=cfg["dropout"], batch_first=True,
+            ).cuda()
+            x = torch.randn(cfg["batch"], cfg["seq"], cfg["d_model"], device="cuda")
+            target = torch.randn_like(x)
+        model.train()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        times, peak = [], 0
+        for i in range(warmup + runs):
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), target)
+            loss.backward()
+            opt.step()
+            end.record()
+            end.synchronize()
+            if i >= warmup:
+                times.append(start.elapsed_time(end))
+                peak = max(peak, torch.cuda.max_memory_allocated())
+        out[name] = dict(cfg, median_ms=median(times), peak_allocated_bytes=peak,
+                         warmup=warmup, runs=runs,
+                         parameters=sum(p.numel() for p in model.parameters()))
+        del model, opt, x, target, loss
+        torch.cuda.empty_cache()
+    return out
+
+
+def elementwise(size=1 << 30, warmup=3, runs=10):
+    """Median milliseconds and GB/s (bytes read + written) of an out-of-place float32 add
+    of two `size`-byte tensors (3 x size moved) and of a device copy (2 x size), as the
+    bench times ours: one operation between two CUDA events."""
+    n = size // 4
+    a = torch.full((n,), 1.0, device="cuda")
+    b = torch.full((n,), 2.0, device="cuda")
+    c = torch.empty(n, device="cuda")
+
+    def timed(work):
+        times = []
+        for i in range(warmup + runs):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            work()
+            end.record()
+            end.synchronize()
+            if i >= warmup:
+                times.append(start.elapsed_time(end))
+        return median(times)
+
+    add_ms = timed(lambda: torch.add(a, b, out=c))
+    copy_ms = timed(lambda: c.copy_(a))
+    add_gbps = 3 * size / (add_ms * 1e-3) / 1e9
+    copy_gbps = 2 * size / (copy_ms * 1e-3) / 1e9
+    del a, b, c
+    torch.cuda.empty_cache()
+    return {
+        "bytes_per_tensor": size, "dtype": "float32", "warmup": warmup, "runs": runs,
+        "timing": "CUDA events",
+        "add": {"median_ms": add_ms, "gbps": add_gbps, "bytes_moved": 3 * size},
+        "copy": {"median_ms": copy_ms, "gbps": copy_gbps, "bytes_moved": 2 * size},
+        "add_over_copy": add_gbps / copy_gbps,
+    }
+
+
 def main():
     size = 1 << 30
     dev = torch.empty(size, dtype=torch.uint8, device="cuda")
@@ -131,6 +233,8 @@ def main():
         "python_alloc_free_pair_ns": {str(s): alloc_pair_ns(s) for s in (512, 1 << 20, 20 << 20)},
         "cpp_alloc_free_pair_ns": cpp_pairs(),
         "gemm": gemm(),
+        "elementwise": elementwise(),
+        "train_step": train_step(),
     }))
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs a bundle made by ci/build-bundle.sh on a GPU machine: every test binary with
-# LABS_DEVICE=cuda, then every command in commands.txt. Prints a pass/fail summary and
+# LABS_DEVICE=cuda, then ci/pytorch-reference.py (where python3 has torch), then every
+# command in commands.txt. Prints a pass/fail summary and
 # exits non-zero on any failure, or when no GPU is found. Logs go to $LOG_DIR
 # (default: ./logs beside this script). Commands run in that folder, so that files
 # they write (pictures, snapshots) come back with the logs.
@@ -67,11 +68,38 @@ for t in "$here"/tests/*; do
   printf '%-40s %-7s %4d passed %4d failed\n' "$name" "$status" "$p" "$f"
 done
 
+# PyTorch's own figures for what the labs measure, on this machine, before the labs run:
+# the benches read them through commands.txt's {pytorch} (lab-08 bench --pytorch FILE)
+# and print them beside their own. Skipped, with a note, where python3 has no torch.
+pytorch_json=
+if [ -f "$here/ci/pytorch-reference.py" ]; then
+  echo "== PyTorch reference"
+  if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+    echo "python3 cannot import torch with CUDA: PyTorch's figures are not measured in this run"
+  elif python3 "$here/ci/pytorch-reference.py" >"$logs/pytorch-reference.json" 2>"$logs/pytorch-reference.log"; then
+    cat "$logs/pytorch-reference.json"
+    pytorch_json=$logs/pytorch-reference.json
+    passed=$((passed + 1))
+  else
+    cat "$logs/pytorch-reference.log"
+    rm -f "$logs/pytorch-reference.json"
+    failed=$((failed + 1))
+    failures+=("PyTorch reference")
+  fi
+fi
+
 while read -r line; do
   case "$line" in ''|'#'*) continue ;; esac
   bin=${line%% *}
   args=${line#"$bin"}
   args=${args//\{data\}/$here/data}
+  # `--pytorch {pytorch}`: the reference's file, or nothing where it was not measured
+  # (the bench then says so).
+  if [ -n "$pytorch_json" ]; then
+    args=${args//\{pytorch\}/$pytorch_json}
+  else
+    args=${args//--pytorch \{pytorch\}/}
+  fi
   log="$logs/$(echo "$line" | tr -c 'A-Za-z0-9._-' '_').log"
   echo "== $line"
   # shellcheck disable=SC2086

@@ -2,6 +2,7 @@
 // element of the view at the i-th index in row-major order. One kernel per element
 // width, because a copy does not care what the bytes mean.
 
+// BEGIN layout (source.rs also puts this part in the elementwise modules)
 // Mirrors `Strided` in labs/core/src/kernels/strided.rs (passed by value).
 struct Strided {
     unsigned long long rank;
@@ -21,6 +22,7 @@ __device__ __forceinline__ long long strided_offset(const Strided& s, unsigned l
     return offset;
 }
 // ANCHOR_END: strided_offset
+// END layout
 
 #define DEFINE_STRIDED_COPY(NAME, T)                                                  \
     extern "C" __global__ void NAME(const T* src, T* dst, Strided layout,             \

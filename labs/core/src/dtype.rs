@@ -1,5 +1,8 @@
-//! Element types, at the bottom of the crate: everything above may name them. `f16` and `bf16` come from the `half` crate; every dtype can be
-//! stored, filled, copied and read back, while arithmetic kernels start with `f32`.
+//! Element types, at the bottom of the crate: everything above may name them. `f16` and
+//! `bf16` come from the `half` crate. Every dtype can be stored, filled, copied, cast and
+//! compared; elementwise arithmetic runs on every dtype (integers for the ops PyTorch
+//! runs on them), reductions and matrix products on the float ones. `U8` also stands for
+//! PyTorch's `bool`: comparisons give uint8 masks of 0 and 1.
 
 use std::fmt;
 

@@ -4,23 +4,26 @@
 use crate::device_id::{DeviceId, ParseDeviceError};
 use crate::dtype::DType;
 use crate::format::bytes;
+use crate::oom_report::{self, OomReport};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Error {
     // ANCHOR: out_of_memory
-    /// The device could not satisfy an allocation. The message mirrors PyTorch's
-    /// `torch.cuda.OutOfMemoryError` so that readers recognise it.
-    #[error(
-        "out of memory on {device}: tried to allocate {} ({} total capacity, {} free)",
-        bytes(*requested), bytes(*total), bytes(*free)
-    )]
+    /// The device could not satisfy an allocation. From the caching allocator, the
+    /// error carries its [`OomReport`] and the message follows PyTorch's
+    /// `torch.cuda.OutOfMemoryError`, then says more; from a backend alone (a driver
+    /// call refused), it gives the figures the driver knows.
+    #[error("{}", OomMessage { device, requested: *requested, free: *free, total: *total, report })]
     OutOfMemory {
         device: DeviceId,
         requested: u64,
+        /// Bytes free on the device (the driver's figure).
         free: u64,
+        /// The device's memory.
         total: u64,
+        report: Option<Box<OomReport>>,
     },
 
     // ANCHOR_END: out_of_memory
@@ -57,7 +60,8 @@ pub enum Error {
         supported: &'static str,
     },
 
-    /// Two operands of one operation with different dtypes (no implicit promotion).
+    /// Two operands of one operation with different dtypes, where the operation does
+    /// not promote (matmul); elementwise ops promote instead.
     #[error("{op}: expected both operands to have the same dtype, but found {a} and {b}")]
     DTypeMismatch {
         op: &'static str,
@@ -107,5 +111,32 @@ impl Error {
 
     pub fn is_out_of_memory(&self) -> bool {
         matches!(self, Error::OutOfMemory { .. })
+    }
+}
+
+/// Formats [`Error::OutOfMemory`]: the report's message when there is one.
+struct OomMessage<'a> {
+    device: &'a DeviceId,
+    requested: u64,
+    free: u64,
+    total: u64,
+    report: &'a Option<Box<OomReport>>,
+}
+
+impl std::fmt::Display for OomMessage<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.report {
+            Some(r) => {
+                oom_report::message(f, self.device, self.requested, self.free, self.total, r)
+            }
+            None => write!(
+                f,
+                "out of memory on {}: tried to allocate {} ({} total capacity, {} free)",
+                self.device,
+                bytes(self.requested),
+                bytes(self.total),
+                bytes(self.free)
+            ),
+        }
     }
 }

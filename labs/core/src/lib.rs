@@ -1,8 +1,8 @@
 //! The shared runtime of the labs, in layers that import only downwards
 //! (`ci/check-layers.py` fails the build on a cycle):
 //!
-//! - `dtype`, `device_id`, `error`, `format`: element types, device names and
-//!   addresses, the one error type, text helpers;
+//! - `dtype`, `device_id`, `error`, `oom_report`, `format`: element types, device names
+//!   and addresses, the one error type and its out-of-memory report, text helpers;
 //! - `backend`: the contract every device fulfils, as small traits; `cuda` (the real
 //!   GPU) and `sim` (a simulated GPU in host memory) implement it;
 //! - `kernels`: the op layer, each op declared once with its CUDA source and CPU twin,
@@ -30,6 +30,7 @@ pub mod format;
 pub mod host;
 pub mod kernels;
 pub mod nn;
+pub mod oom_report;
 pub mod optim;
 pub mod sim;
 pub mod snapshot;

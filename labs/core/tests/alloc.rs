@@ -674,7 +674,7 @@ fn memory_stats_have_pytorch_keys_and_meanings() {
             assert_eq!(keys.get(&key), Some(&0), "{key}");
         }
     }
-    assert_eq!(keys.len(), 9 * 3 * 4 + 8 + 7 * 4);
+    assert_eq!(keys.len(), 9 * 3 * 4 + 8 + Category::COUNT * 4);
 
     // Two small blocks split one 2 MiB segment; freeing the first leaves a free
     // fragment between live neighbours.

@@ -14,8 +14,8 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Bytes allocated now in each category.
-fn by_category(device: &Device) -> [u64; 7] {
-    let mut out = [0; 7];
+fn by_category(device: &Device) -> [u64; Category::COUNT] {
+    let mut out = [0; Category::COUNT];
     for (c, stat) in device.allocator().unwrap().memory_by_category() {
         out[c.index()] = stat.current;
     }
@@ -82,18 +82,19 @@ fn a_training_step_is_split_into_parameters_activations_and_gradients() {
     assert_eq!(delta(Category::Parameter), w.nbytes() as u64);
     assert_eq!(delta(Category::Input), x.nbytes() as u64);
 
-    // relu saves its input (the product); matmul saves x (an input) and w (a
+    // relu saves its output (as PyTorch does); matmul saves x (an input) and w (a
     // parameter), which keep their categories.
     let h = x.matmul(&w).unwrap();
     assert_eq!(h.category().unwrap(), Category::Temporary);
     let r = h.relu().unwrap();
-    assert_eq!(h.category().unwrap(), Category::Activation);
+    assert_eq!(r.category().unwrap(), Category::Activation);
+    assert_eq!(h.category().unwrap(), Category::Temporary);
     assert_eq!(x.category().unwrap(), Category::Input);
     assert_eq!(w.category().unwrap(), Category::Parameter);
-    assert_eq!(delta(Category::Activation), h.nbytes() as u64);
+    assert_eq!(delta(Category::Activation), r.nbytes() as u64);
     let loss = r.sum_all().unwrap();
     drop((h, r));
-    // The graph still holds the product: it stays counted as an activation.
+    // The graph still holds relu's output: it stays counted as an activation.
     assert_eq!(delta(Category::Activation), (32 * 64 * 4) as u64);
 
     loss.backward().unwrap();
@@ -135,4 +136,32 @@ fn categories_appear_in_memory_stats_and_live_blocks() {
     let live = a.live_blocks();
     let mine = live.iter().find(|b| b.addr == t.ptr()).expect("t is live");
     assert_eq!(mine.category, Category::Parameter);
+}
+
+#[test]
+fn the_memory_history_names_the_op_that_saved_a_tensor() {
+    let _s = serial();
+    let d = test_device();
+    let a = d.allocator().unwrap();
+    a.record_memory_history(10_000, false);
+    let w = Tensor::full(&[8, 8], 0.5f32, &d)
+        .unwrap()
+        .requires_grad_(true);
+    let x = Tensor::full(&[4, 8], 1.0f32, &d).unwrap();
+    let h = x.matmul(&w).unwrap();
+    let y = h.exp().unwrap();
+    let live = a.live_blocks();
+    let saved_by = |t: &Tensor| {
+        live.iter()
+            .find(|b| b.addr == t.ptr())
+            .and_then(|b| b.saved_by.clone())
+    };
+    // matmul saved x and w; exp saved its output.
+    assert_eq!(saved_by(&x).as_deref(), Some("MmBackward"));
+    assert_eq!(saved_by(&w).as_deref(), Some("MmBackward"));
+    assert_eq!(saved_by(&y).as_deref(), Some("ExpBackward"));
+    // h is an input of exp, which needs only its output: nothing saved it.
+    assert_eq!(saved_by(&h), None);
+    drop((w, x, h, y));
+    a.record_memory_history(0, false);
 }

@@ -1,18 +1,64 @@
 //! `lab-08 bench`: bandwidth and the training loop side by side in one run, as a table
-//! or as one JSON object.
+//! or as one JSON object; with `--pytorch FILE`, PyTorch's bandwidth beside ours, read
+//! from the JSON object `ci/pytorch-reference.py` printed on the same machine (the GPU
+//! bundle runs it before the labs and passes its file to every bench).
 
+use std::path::Path;
+
+use anyhow::Context;
 use labs_core::table::Table;
 use labs_core::{Device, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::bandwidth::{self, Bandwidth};
 use crate::driver_work::DriverWork;
 use crate::loader::{Fill, LoaderConfig};
 use crate::training::{self, StepTimes};
 
-/// PyTorch's figures on the H100 of the project's reference measurements (GB/s).
-pub const PYTORCH_PINNED_HTOD: f64 = 55.1;
-pub const PYTORCH_PINNED_DTOH: f64 = 55.2;
+/// PyTorch's copy bandwidth (GB/s, 1 GiB copies), as `ci/pytorch-reference.py` prints
+/// it (its other keys are left out here), and the GPU it ran on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PyTorchFigures {
+    pub device_name: String,
+    /// `torch.__version__`, when the file has it.
+    #[serde(default)]
+    pub torch: Option<String>,
+    pub pinned_htod_gbps: f64,
+    pub pinned_dtoh_gbps: f64,
+    pub pageable_htod_gbps: f64,
+    pub pageable_dtoh_gbps: f64,
+}
+
+/// What `bench` prints where no `--pytorch FILE` was given.
+pub const PYTORCH_NOT_MEASURED: &str = "PyTorch: not measured in this run (pass --pytorch FILE)";
+
+/// Reads PyTorch's figures from the JSON object `ci/pytorch-reference.py` printed. The
+/// error names the file and says what is wrong with it: missing, not JSON, or a key
+/// missing or not a number.
+pub fn read_pytorch(path: &Path) -> anyhow::Result<PyTorchFigures> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading PyTorch's figures from {}", path.display()))?;
+    let figures: PyTorchFigures = serde_json::from_str(text.trim()).with_context(|| {
+        format!(
+            "{} is not the JSON object ci/pytorch-reference.py prints (device_name, \
+             pinned_htod_gbps, pinned_dtoh_gbps, pageable_htod_gbps, pageable_dtoh_gbps)",
+            path.display()
+        )
+    })?;
+    for (key, v) in [
+        ("pinned_htod_gbps", figures.pinned_htod_gbps),
+        ("pinned_dtoh_gbps", figures.pinned_dtoh_gbps),
+        ("pageable_htod_gbps", figures.pageable_htod_gbps),
+        ("pageable_dtoh_gbps", figures.pageable_dtoh_gbps),
+    ] {
+        anyhow::ensure!(
+            v.is_finite() && v > 0.0,
+            "{}: {key} is {v}, not a bandwidth in GB/s",
+            path.display()
+        );
+    }
+    Ok(figures)
+}
 
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -34,8 +80,8 @@ pub struct Report {
     pub pinned_dtoh_gbps: f64,
     pub pageable_htod_gbps: f64,
     pub pageable_dtoh_gbps: f64,
-    pub pytorch_pinned_htod_gbps: f64,
-    pub pytorch_pinned_dtoh_gbps: f64,
+    /// PyTorch's figures from `--pytorch FILE`, or null when not measured in this run.
+    pub pytorch: Option<PyTorchFigures>,
     pub bandwidth: Vec<Bandwidth>,
 }
 
@@ -59,7 +105,12 @@ pub fn loader_config(device: &Device, quick: bool) -> LoaderConfig {
     }
 }
 
-pub fn run(device: &Device, quick: bool, progress: bool) -> Result<Report> {
+pub fn run(
+    device: &Device,
+    quick: bool,
+    progress: bool,
+    pytorch: Option<PyTorchFigures>,
+) -> Result<Report> {
     let rows = bandwidth::measure(device, &bandwidth::sizes(device, quick))?;
     let steps: StepTimes = training::measure(device, loader_config(device, quick), progress)?;
     let best = |f: fn(&Bandwidth) -> f64| rows.iter().map(f).fold(0.0, f64::max);
@@ -78,8 +129,7 @@ pub fn run(device: &Device, quick: bool, progress: bool) -> Result<Report> {
         pinned_dtoh_gbps: best(|r| r.pinned_dtoh_gbps),
         pageable_htod_gbps: best(|r| r.pageable_htod_gbps),
         pageable_dtoh_gbps: best(|r| r.pageable_dtoh_gbps),
-        pytorch_pinned_htod_gbps: PYTORCH_PINNED_HTOD,
-        pytorch_pinned_dtoh_gbps: PYTORCH_PINNED_DTOH,
+        pytorch,
         bandwidth: rows,
     })
 }
@@ -115,23 +165,94 @@ pub fn tables(device: &Device, r: &Report) -> Vec<Table> {
         "driver calls in the timed steps".to_string(),
         driver_work_summary(&r.timed_driver_work),
     ]);
-    let mut peak = Table::new(
-        "Best bandwidth over all sizes (GB/s), beside PyTorch's on an H100",
-        &["direction", "pageable", "pinned", "PyTorch pinned"],
-    );
-    peak.row([
-        "host->device".to_string(),
-        format!("{:.1}", r.pageable_htod_gbps),
-        format!("{:.1}", r.pinned_htod_gbps),
-        format!("{:.1}", r.pytorch_pinned_htod_gbps),
-    ]);
-    peak.row([
-        "device->host".to_string(),
-        format!("{:.1}", r.pageable_dtoh_gbps),
-        format!("{:.1}", r.pinned_dtoh_gbps),
-        format!("{:.1}", r.pytorch_pinned_dtoh_gbps),
-    ]);
-    vec![bandwidth::table(device, &r.bandwidth), peak, steps]
+    vec![bandwidth::table(device, &r.bandwidth), peak_table(r), steps]
+}
+
+/// The tables as `bench` prints them, one blank line after each, with
+/// [`pytorch_note`] under the bandwidth comparison.
+pub fn text(device: &Device, r: &Report) -> String {
+    let mut out = String::new();
+    for (i, t) in tables(device, r).iter().enumerate() {
+        out.push_str(&format!("{t}\n"));
+        if i == 1 {
+            if let Some(note) = pytorch_note(r) {
+                out.push_str(&format!("{note}\n\n"));
+            }
+        }
+    }
+    out
+}
+
+/// Our best bandwidth over all sizes and, when given, PyTorch's (1 GiB copies) beside
+/// it, the GPU it ran on named in the title.
+pub fn peak_table(r: &Report) -> Table {
+    let rows = [
+        (
+            "host->device",
+            r.pageable_htod_gbps,
+            r.pinned_htod_gbps,
+            r.pytorch
+                .as_ref()
+                .map(|p| (p.pageable_htod_gbps, p.pinned_htod_gbps)),
+        ),
+        (
+            "device->host",
+            r.pageable_dtoh_gbps,
+            r.pinned_dtoh_gbps,
+            r.pytorch
+                .as_ref()
+                .map(|p| (p.pageable_dtoh_gbps, p.pinned_dtoh_gbps)),
+        ),
+    ];
+    let mut peak = match &r.pytorch {
+        Some(p) => Table::new(
+            format!(
+                "Best bandwidth over all sizes (GB/s), beside PyTorch's 1 GiB copies on {}{}",
+                p.device_name,
+                p.torch
+                    .as_ref()
+                    .map(|v| format!(" (torch {v})"))
+                    .unwrap_or_default()
+            ),
+            &[
+                "direction",
+                "pageable",
+                "pinned",
+                "PyTorch pageable",
+                "PyTorch pinned",
+            ],
+        ),
+        None => Table::new(
+            "Best bandwidth over all sizes (GB/s)",
+            &["direction", "pageable", "pinned"],
+        ),
+    };
+    for (direction, pageable, pinned, theirs) in rows {
+        let mut row = vec![
+            direction.to_string(),
+            format!("{pageable:.1}"),
+            format!("{pinned:.1}"),
+        ];
+        if let Some((t_pageable, t_pinned)) = theirs {
+            row.push(format!("{t_pageable:.1}"));
+            row.push(format!("{t_pinned:.1}"));
+        }
+        peak.row(row);
+    }
+    peak
+}
+
+/// The line printed under the bandwidth table: that PyTorch was not measured, or, when
+/// its figures come from another GPU than ours, which.
+pub fn pytorch_note(r: &Report) -> Option<String> {
+    match &r.pytorch {
+        None => Some(PYTORCH_NOT_MEASURED.to_string()),
+        Some(p) if p.device_name != r.device_name => Some(format!(
+            "(PyTorch's figures are from {}, this run's from {}: not the same GPU)",
+            p.device_name, r.device_name
+        )),
+        Some(_) => None,
+    }
 }
 
 /// `none`, or which driver calls the timed steps made (pinned allocs and frees, device

@@ -1,5 +1,6 @@
 //! `cargo run --release -p lab-08 [-- --device cuda|sim|cpu]`: the experiments of
-//! chapter 8 as tables. `bench [--json]`: bandwidth and the prefetching loop side by side.
+//! chapter 8 as tables. `bench [--json] [--pytorch FILE]`: bandwidth and the prefetching
+//! loop side by side, and PyTorch's bandwidth from `ci/pytorch-reference.py`'s JSON.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -32,6 +33,10 @@ enum Command {
         /// One JSON object instead of tables.
         #[arg(long)]
         json: bool,
+        /// PyTorch's figures to print beside ours: the JSON object that
+        /// `python3 ci/pytorch-reference.py` printed on the same machine.
+        #[arg(long, value_name = "FILE")]
+        pytorch: Option<std::path::PathBuf>,
     },
 }
 
@@ -43,14 +48,19 @@ fn main() -> ExitCode {
 fn run(args: Args) -> anyhow::Result<()> {
     let device = args.device.open().context("choosing a device")?;
     match args.command {
-        Some(Command::Bench { json }) => {
-            let report = bench::run(&device, args.quick, std::io::stderr().is_terminal())?;
+        Some(Command::Bench { json, pytorch }) => {
+            // Read first, so that a bad file stops the bench before it measures.
+            let pytorch = pytorch.as_deref().map(bench::read_pytorch).transpose()?;
+            let report = bench::run(
+                &device,
+                args.quick,
+                std::io::stderr().is_terminal(),
+                pytorch,
+            )?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
-                for t in bench::tables(&device, &report) {
-                    println!("{t}");
-                }
+                print!("{}", bench::text(&device, &report));
             }
         }
         None => experiments(&device, args.quick)?,

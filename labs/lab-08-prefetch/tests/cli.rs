@@ -41,6 +41,10 @@ fn bench_json_is_one_object_with_the_documented_keys() {
         assert!(v["timed_driver_work"][key].is_u64(), "{key}: {v}");
     }
     assert!(!v["bandwidth"].as_array().unwrap().is_empty());
+    assert!(
+        v["pytorch"].is_null(),
+        "no --pytorch, no PyTorch figures: {v}"
+    );
 }
 
 #[test]
@@ -65,4 +69,120 @@ fn the_default_command_prints_every_experiment() {
     ] {
         assert!(text.contains(title), "missing {title}:\n{text}");
     }
+}
+
+/// A file under the system's temporary folder, unique to this process and `name`.
+fn temp_file(name: &str, contents: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("lab-08-{}-{name}", std::process::id()));
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+/// What `python3 ci/pytorch-reference.py` prints, cut to a few of its keys plus the ones
+/// `bench` reads.
+const REFERENCE: &str = r#"{"torch": "2.11.0+cu130", "device_name": "NVIDIA Test GPU", "pinned_htod_gbps": 55.46, "pinned_dtoh_gbps": 55.32, "pageable_htod_gbps": 9.53, "pageable_dtoh_gbps": 16.65, "python_alloc_free_pair_ns": {"512": 2202.0}}
+"#;
+
+#[test]
+fn pytorch_figures_are_read_from_the_reference_json() {
+    let good = temp_file("good.json", REFERENCE);
+    let p = lab_08::bench::read_pytorch(&good).unwrap();
+    assert_eq!(p.device_name, "NVIDIA Test GPU");
+    assert_eq!(p.torch.as_deref(), Some("2.11.0+cu130"));
+    assert_eq!(
+        (
+            p.pinned_htod_gbps,
+            p.pinned_dtoh_gbps,
+            p.pageable_htod_gbps,
+            p.pageable_dtoh_gbps
+        ),
+        (55.46, 55.32, 9.53, 16.65)
+    );
+    std::fs::remove_file(good).unwrap();
+}
+
+#[test]
+fn bad_pytorch_files_give_errors_that_name_the_file_and_the_problem() {
+    let message =
+        |path: &std::path::Path| format!("{:#}", lab_08::bench::read_pytorch(path).unwrap_err());
+    let missing = std::env::temp_dir().join("lab-08-no-such-reference.json");
+    let m = message(&missing);
+    assert!(
+        m.contains("reading PyTorch's figures from") && m.contains("no-such-reference"),
+        "{m}"
+    );
+
+    let malformed = temp_file("malformed.json", "{\"device_name\": \"NVIDIA H100\", ");
+    let m = message(&malformed);
+    assert!(
+        m.contains("is not the JSON object ci/pytorch-reference.py prints"),
+        "{m}"
+    );
+
+    let short = temp_file(
+        "short.json",
+        r#"{"device_name": "NVIDIA H100", "pinned_htod_gbps": 55.0}"#,
+    );
+    let m = message(&short);
+    assert!(
+        m.contains("pinned_dtoh_gbps"),
+        "a missing key is named: {m}"
+    );
+
+    let zero = temp_file("zero.json", &REFERENCE.replace("9.53", "0.0"));
+    let m = message(&zero);
+    assert!(m.contains("pageable_htod_gbps is 0"), "{m}");
+    for f in [malformed, short, zero] {
+        std::fs::remove_file(f).unwrap();
+    }
+}
+
+#[test]
+fn bench_prints_pytorch_figures_only_when_given_a_file() {
+    let good = temp_file("bench.json", REFERENCE);
+    let out = lab()
+        .args(["bench", "--pytorch"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("beside PyTorch's 1 GiB copies on NVIDIA Test GPU (torch 2.11.0+cu130)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(" 9.5 |") && text.contains(" 55.5 |"),
+        "PyTorch's figures: {text}"
+    );
+    assert!(
+        text.contains("not the same GPU"),
+        "another GPU's figures are said to be: {text}"
+    );
+    assert!(
+        !text.contains(lab_08::bench::PYTORCH_NOT_MEASURED),
+        "{text}"
+    );
+    std::fs::remove_file(good).unwrap();
+
+    let out = lab().arg("bench").output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains(lab_08::bench::PYTORCH_NOT_MEASURED), "{text}");
+    assert!(!text.contains("PyTorch pinned"), "{text}");
+}
+
+#[test]
+fn bench_stops_before_measuring_on_a_bad_pytorch_file() {
+    let out = lab()
+        .args(["bench", "--json", "--pytorch", "no-such-reference.json"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "nothing measured or printed");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no-such-reference.json"), "{err}");
 }

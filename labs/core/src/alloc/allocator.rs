@@ -43,10 +43,16 @@ impl Allocation {
     }
 }
 
+/// A function run when an allocation fails for good, before the error returns (PyTorch's
+/// `torch._C._cuda_attach_out_of_memory_observer`). It runs without the allocator's lock
+/// held, so it may read statistics or dump a snapshot.
+pub type OomObserver = Arc<dyn Fn(&Allocator, &Error) + Send + Sync>;
+
 pub struct Allocator {
     pub(super) backend: Arc<dyn Backend>,
     pub(super) device: DeviceId,
     state: Lock<State>,
+    observers: std::sync::Mutex<Vec<OomObserver>>,
 }
 
 impl Allocator {
@@ -57,10 +63,15 @@ impl Allocator {
         } else {
             0
         };
+        let observers: Vec<OomObserver> = match &conf.oom_snapshot {
+            Some(path) => vec![snapshot_observer(path.clone())],
+            None => Vec::new(),
+        };
         Ok(Allocator {
             device: backend.id(),
             state: Lock::new(State::new(conf, backend.id(), total, page)),
             backend,
+            observers: std::sync::Mutex::new(observers),
         })
     }
 
@@ -92,27 +103,82 @@ impl Allocator {
         category: Category,
     ) -> Result<Allocation> {
         stream.check_device(self.device)?;
-        let mut st = self.lock();
-        st.malloc(
-            &*self.backend,
-            size as u64,
-            stream.handle(),
-            Some(stream),
-            category,
-        )
+        let result = {
+            let mut st = self.lock();
+            st.malloc(
+                &*self.backend,
+                size as u64,
+                stream.handle(),
+                Some(stream),
+                category,
+            )
+        };
+        self.observe(result)
     }
 
     /// As [`malloc`](Self::malloc), naming the stream by its handle (trace replay uses
     /// the trace's stream ids).
     pub fn malloc_on(&self, size: u64, stream: u64) -> Result<Allocation> {
-        let mut st = self.lock();
-        st.malloc(&*self.backend, size, stream, None, Category::Other)
+        let result = {
+            let mut st = self.lock();
+            st.malloc(&*self.backend, size, stream, None, Category::Other)
+        };
+        self.observe(result)
     }
+
+    // ANCHOR: oom_observer
+    /// Runs `observer` whenever an allocation fails for good, before the error
+    /// returns.
+    pub fn attach_out_of_memory_observer(
+        &self,
+        observer: impl Fn(&Allocator, &Error) + Send + Sync + 'static,
+    ) {
+        self.observers.lock().unwrap().push(Arc::new(observer));
+    }
+
+    /// Writes a memory snapshot to `path` whenever an allocation fails for good (as the
+    /// `oom_snapshot:PATH` setting does).
+    pub fn dump_snapshot_on_oom(&self, path: impl Into<String>) {
+        self.observers
+            .lock()
+            .unwrap()
+            .push(snapshot_observer(path.into()));
+    }
+
+    /// Hands an out-of-memory result to the observers, outside the allocator's lock.
+    #[inline]
+    fn observe(&self, result: Result<Allocation>) -> Result<Allocation> {
+        if let Err(e) = &result {
+            if e.is_out_of_memory() {
+                let observers = self.observers.lock().unwrap().clone();
+                for observer in observers {
+                    observer(self, e);
+                }
+            }
+        }
+        result
+    }
+    // ANCHOR_END: oom_observer
 
     /// Counts `block` under another category from now on (autograd marks what it
     /// saves as activations, and stored gradients as gradients).
     pub fn set_category(&self, block: &Allocation, category: Category) -> Result<()> {
         self.lock().recategorise(block, category)
+    }
+
+    /// Autograd saved `block` for backward: it becomes an activation unless it already
+    /// holds something more specific (a parameter, an input), and, when the memory
+    /// history is recorded, the history notes which op saved it (`op` is called only
+    /// then). One lock for both.
+    pub fn mark_saved(&self, block: &Allocation, op: impl FnOnce() -> String) -> Result<()> {
+        let mut st = self.lock();
+        if let Category::Temporary | Category::Other = st.category_of(block)? {
+            st.recategorise(block, Category::Activation)?;
+        }
+        if let Some(h) = st.history.as_mut() {
+            h.note_saved(block.ptr, op());
+        }
+        Ok(())
     }
 
     /// The category `block` is counted under.
@@ -186,4 +252,13 @@ impl Drop for Allocator {
             eprintln!("warning: releasing the cache of {}: {e}", self.device);
         }
     }
+}
+
+/// The observer of `oom_snapshot:PATH`: the snapshot at the failure, for `lab-03`.
+fn snapshot_observer(path: String) -> OomObserver {
+    Arc::new(move |a: &Allocator, _: &Error| {
+        if let Err(e) = a.dump_snapshot(&path) {
+            eprintln!("warning: writing the out-of-memory snapshot to {path}: {e}");
+        }
+    })
 }

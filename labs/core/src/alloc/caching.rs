@@ -167,7 +167,7 @@ impl State {
         let Some(rounded) = checked_round_size(size, divisions, self.limit) else {
             self.stats.num_ooms += 1;
             self.note(TraceAction::Oom, 0, size, stream);
-            return Err(self.out_of_memory(size));
+            return Err(self.out_of_memory_report(be, size));
         };
         let pool = pool_of(rounded);
         let key = self.key_of(stream, object, pool)?;

@@ -38,7 +38,10 @@ pub enum Category {
 // ANCHOR_END: category
 
 impl Category {
-    pub const ALL: [Category; 7] = [
+    /// How many categories there are.
+    pub const COUNT: usize = 7;
+
+    pub const ALL: [Category; Category::COUNT] = [
         Category::Parameter,
         Category::Gradient,
         Category::OptimizerState,

@@ -30,6 +30,10 @@ pub struct Config {
     /// Freed blocks are kept whole for the next request of their size (the labs' own
     /// knob, `park_freed_blocks:False` to compare; see `parked.rs`).
     pub park_freed_blocks: bool,
+    /// Where to write a memory snapshot when an allocation fails for good (the labs'
+    /// own knob, `oom_snapshot:PATH`; PyTorch users attach an out-of-memory observer
+    /// that calls `_dump_snapshot`).
+    pub oom_snapshot: Option<String>,
 }
 // ANCHOR_END: config
 
@@ -48,6 +52,7 @@ impl Default for Config {
             expandable_segments: true,
             per_process_memory_fraction: 1.0,
             park_freed_blocks: true,
+            oom_snapshot: None,
         }
     }
 }
@@ -137,12 +142,18 @@ impl Config {
                         _ => return Err(bad(format!("park_freed_blocks: {} is not True or False", quote(value)))),
                     }
                 }
+                "oom_snapshot" => {
+                    if value.is_empty() {
+                        return Err(bad("oom_snapshot: the path is empty".to_string()));
+                    }
+                    c.oom_snapshot = Some(value.to_string());
+                }
                 "backend" if value == "native" => {}
                 _ => {
                     return Err(bad(format!(
                         "unknown option {} (known: max_split_size_mb, garbage_collection_threshold, \
                          roundup_power2_divisions, expandable_segments, per_process_memory_fraction, park_freed_blocks, \
-                         backend:native)",
+                         oom_snapshot, backend:native)",
                         quote(key)
                     )))
                 }
@@ -181,6 +192,9 @@ impl Config {
         }
         if !self.park_freed_blocks {
             parts.push("park_freed_blocks:False".to_string());
+        }
+        if let Some(path) = &self.oom_snapshot {
+            parts.push(format!("oom_snapshot:{path}"));
         }
         parts.join(",")
     }

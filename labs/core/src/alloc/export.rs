@@ -27,8 +27,20 @@ pub struct LiveBlock {
     pub serial: u64,
     /// What it holds.
     pub category: super::Category,
+    /// The autograd op that saved it for backward, when the memory history recorded
+    /// it.
+    pub saved_by: Option<String>,
     /// Where it was allocated, when the history records backtraces.
     pub backtrace: Option<Arc<Backtrace>>,
+}
+
+impl LiveBlock {
+    /// The op that allocated the block and the program's line that called it, when the
+    /// history recorded its backtrace.
+    pub fn origin(&self) -> Option<super::Origin> {
+        let bt = self.backtrace.as_deref()?;
+        Some(super::origin_of(&super::frames_of(bt)))
+    }
 }
 
 /// Builds a [`Snapshot`]: each run of memory-backed pages becomes a segment holding the

@@ -46,6 +46,8 @@ pub(crate) struct History {
     backtraces: bool,
     /// Where each live block was allocated, for snapshots and the leak guard.
     alloc_sites: HashMap<u64, Arc<Backtrace>>,
+    /// The autograd op that saved each live block for backward (`MmBackward`, …).
+    saved_by: HashMap<u64, String>,
     started: Instant,
     started_us: i64,
     /// Entries pushed out of the ring buffer.
@@ -62,6 +64,7 @@ impl History {
             max_entries,
             backtraces,
             alloc_sites: HashMap::new(),
+            saved_by: HashMap::new(),
             started: Instant::now(),
             started_us,
             dropped: 0,
@@ -78,6 +81,9 @@ impl History {
             }
             _ => None,
         };
+        if let TraceAction::FreeRequested = action {
+            self.saved_by.remove(&addr);
+        }
         if self.backtraces {
             match action {
                 TraceAction::Alloc => {
@@ -108,6 +114,16 @@ impl History {
 
     pub fn events(&self) -> Vec<HistoryEvent> {
         self.events.iter().cloned().collect()
+    }
+
+    /// Notes that the autograd op `op` saved the live block at `addr` for backward.
+    pub fn note_saved(&mut self, addr: u64, op: String) {
+        self.saved_by.insert(addr, op);
+    }
+
+    /// The autograd op that saved the live block at `addr`, if any did while recording.
+    pub fn saved_by(&self, addr: u64) -> Option<&str> {
+        self.saved_by.get(&addr).map(String::as_str)
     }
 
     /// Where the live block at `addr` was allocated, if recorded.
@@ -154,8 +170,15 @@ pub fn frames_of(bt: &Backtrace) -> Vec<Frame> {
         "labs_core::alloc::parked::",
         "labs_core::alloc::history::History",
     ];
+    // Release builds keep line tables only: an inlined frame then has its bare name
+    // ("malloc"), and its file tells where it belongs.
     let is_internal = |f: &Frame| {
-        f.name.starts_with("std::backtrace") || ALLOCATOR.iter().any(|m| f.name.contains(m))
+        f.name.starts_with("std::backtrace")
+            || ALLOCATOR.iter().any(|m| f.name.contains(m))
+            || (!f.name.contains("::")
+                && (f.filename.contains("library/std/src/backtrace")
+                    || (f.filename.starts_with("labs/core/src/alloc/")
+                        && !f.filename.ends_with("replay.rs"))))
     };
     // Skip the capture and the allocator's frames at the top; stop at the runtime's
     // start-up code.
@@ -167,7 +190,7 @@ pub fn frames_of(bt: &Backtrace) -> Vec<Frame> {
                 && !f
                     .name
                     .starts_with("std::sys::backtrace::__rust_begin_short_backtrace")
-                && f.name != "main"
+                && (f.name != "main" || !f.filename.is_empty())
                 && !f.name.starts_with("__libc_start")
         })
         .collect()
@@ -176,6 +199,15 @@ pub fn frames_of(bt: &Backtrace) -> Vec<Frame> {
 /// A source path as readers know it: our files from `labs/`, dependencies from their
 /// crate's folder; where the project was built is nobody's business.
 fn workspace_relative(path: &str) -> String {
+    // The standard library prints a path under the working directory as "./...".
+    let absolute;
+    let path = match (path.strip_prefix("./"), std::env::current_dir()) {
+        (Some(rest), Ok(cwd)) => {
+            absolute = cwd.join(rest).to_string_lossy().into_owned();
+            absolute.as_str()
+        }
+        _ => path,
+    };
     if let Some(i) = path.rfind("/labs/") {
         return path[i + 1..].to_string();
     }

@@ -186,7 +186,7 @@ impl State {
                 }
             }
         }
-        let mut by_category = [0u64; 7];
+        let mut by_category = [0u64; Category::COUNT];
         for b in self
             .segments
             .iter()

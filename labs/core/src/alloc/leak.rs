@@ -107,7 +107,9 @@ impl fmt::Display for LeakReport {
             )?;
             match &b.backtrace {
                 Some(bt) => {
-                    for fr in super::frames_of(bt).iter().take(FRAMES_SHOWN) {
+                    let frames = super::frames_of(bt);
+                    writeln!(f, "      {}", super::origin_of(&frames))?;
+                    for fr in frames.iter().take(FRAMES_SHOWN) {
                         if fr.filename.is_empty() {
                             writeln!(f, "      at {}", fr.name)?;
                         } else {

@@ -3,10 +3,14 @@
 
 use super::allocator::Allocation;
 use super::caching::State;
+use super::category::Category;
+use super::history::frames_of;
+use super::pool::BlockState;
 use super::pool::PoolKey;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::snapshot::TraceAction;
+use crate::oom_report::{LiveAllocation, OomReport, Suggestion};
+use crate::snapshot::{Frame, TraceAction};
 
 /// What has been tried for a request so far, in the order the ladder climbs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,21 +57,126 @@ impl State {
                 Attempt::AfterReleasingCache => {
                     self.stats.num_ooms += 1;
                     self.note(TraceAction::Oom, 0, size, stream);
-                    return Err(self.out_of_memory(size));
+                    return Err(self.out_of_memory_report(be, size));
                 }
             };
         }
     }
     // ANCHOR_END: malloc_retry
 
-    /// The allocator's out-of-memory error for a request of `requested` bytes: what
-    /// is left under the limit (the device's memory times the memory fraction).
+    /// The out-of-memory error of one attempt, which the retry ladder may still
+    /// recover from: the figures only, cheap to make.
     pub(super) fn out_of_memory(&self, requested: u64) -> Error {
         Error::OutOfMemory {
             device: self.device,
             requested,
             free: self.limit.saturating_sub(self.stats.reserved.current),
             total: self.limit,
+            report: None,
         }
     }
+
+    // ANCHOR: oom_report
+    /// The error a request fails with for good: the device's figures from the driver,
+    /// and the allocator's [`OomReport`] of what holds the memory.
+    pub(super) fn out_of_memory_report(&self, be: &dyn Backend, requested: u64) -> Error {
+        let (free, total) = match be.mem_info() {
+            Ok(info) => (info.free, info.total),
+            Err(_) => (
+                self.limit.saturating_sub(self.stats.reserved.current),
+                self.total,
+            ),
+        };
+        let (free_pieces, largest_free) = self.free_pieces();
+        let mut report = OomReport {
+            allocated: self.stats.allocated.current,
+            reserved: self.stats.reserved.current,
+            limit: self.limit,
+            fraction: self.conf.per_process_memory_fraction,
+            expandable: self.conf.expandable_segments,
+            free_pieces,
+            largest_free,
+            activations: self.stats.by_category[Category::Activation.index()].current,
+            largest_live: self.largest_live(5),
+            suggestion: Suggestion::FreeOrSmallerBatch,
+        };
+        report.suggestion = report.suggest(requested, total);
+        Error::OutOfMemory {
+            device: self.device,
+            requested,
+            free,
+            total,
+            report: Some(Box::new(report)),
+        }
+    }
+    // ANCHOR_END: oom_report
+
+    /// Reserved but unallocated memory as separate pieces: free blocks, counting only
+    /// the pages with memory behind them. Their number and the largest.
+    fn free_pieces(&self) -> (u64, u64) {
+        let (mut count, mut largest) = (0u64, 0u64);
+        for seg in self.segments.iter().filter(|s| s.alive) {
+            let mapped = if seg.expandable {
+                self.pages.mapped_ranges(seg)
+            } else {
+                vec![(seg.base, seg.size)]
+            };
+            for b in self.blocks_of(seg) {
+                if !matches!(b.state, BlockState::Free | BlockState::Parked) {
+                    continue;
+                }
+                for &(start, len) in &mapped {
+                    let lo = b.addr.max(start);
+                    let hi = (b.addr + b.size).min(start + len);
+                    if hi > lo {
+                        count += 1;
+                        largest = largest.max(hi - lo);
+                    }
+                }
+            }
+        }
+        (count, largest)
+    }
+
+    /// The `n` largest live allocations, largest first, with their categories and,
+    /// when the history records backtraces, where they were made.
+    fn largest_live(&self, n: usize) -> Vec<LiveAllocation> {
+        let mut live: Vec<_> = self
+            .segments
+            .iter()
+            .filter(|s| s.alive)
+            .flat_map(|s| self.blocks_of(s))
+            .filter(|b| b.state == BlockState::Allocated)
+            .map(|b| (b.size, b.addr, b.category))
+            .collect();
+        live.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        live.truncate(n);
+        live.into_iter()
+            .map(|(size, addr, category)| LiveAllocation {
+                size,
+                category: category.name(),
+                site: self
+                    .history
+                    .as_ref()
+                    .and_then(|h| h.alloc_site(addr))
+                    .and_then(|bt| call_site(&frames_of(&bt))),
+            })
+            .collect()
+    }
+}
+
+/// The first frame of the program's own code: the caller of the runtime.
+fn call_site(frames: &[Frame]) -> Option<String> {
+    let runtime = |name: &str| {
+        ["labs_core::", "std::", "core::", "alloc::", "<", "__"]
+            .iter()
+            .any(|p| name.starts_with(p))
+    };
+    frames
+        .iter()
+        .find(|f| !runtime(&f.name))
+        .map(|f| match f.line {
+            0 => f.name.clone(),
+            line => format!("{} ({}:{line})", f.name, f.filename),
+        })
 }

@@ -186,6 +186,10 @@ impl Allocator {
                 stream: st.stream_of(b.key),
                 serial: b.serial,
                 category: b.category,
+                saved_by: st
+                    .history
+                    .as_ref()
+                    .and_then(|h| h.saved_by(b.addr).map(str::to_string)),
                 backtrace: st.history.as_ref().and_then(|h| h.alloc_site(b.addr)),
             })
             .collect();

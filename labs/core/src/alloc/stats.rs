@@ -237,7 +237,7 @@ pub struct Stats {
     /// [`Category::index`](super::Category::index): the split of `allocated` a training
     /// step is read by (not a PyTorch statistic; its memory profiler gives the same
     /// split after the fact).
-    pub by_category: [Stat; 7],
+    pub by_category: [Stat; super::Category::COUNT],
 }
 // ANCHOR_END: stats
 

@@ -40,6 +40,43 @@ pub(super) fn input_grads(op: &GradOp, grad: &Tensor, saved: &[Tensor]) -> Resul
         GradOp::Reshape(input) => vec![grad.reshape(input)?],
         GradOp::Identity => vec![grad.clone()],
         GradOp::Matmul => matmul(grad, saved)?,
+        GradOp::Cast { from } => vec![grad.to_dtype(*from)?],
+        GradOp::BroadcastBinary { op, a, b, needs } => {
+            let grads = binary(*op, grad, saved)?;
+            let [ga, gb] = [(0, a), (1, b)].map(|(i, shape)| {
+                // An input that needs no gradient gets a placeholder the engine drops.
+                if needs[i] {
+                    grads[i].sum_to_shape(shape)
+                } else {
+                    Ok(grads[i].clone())
+                }
+            });
+            vec![ga?, gb?]
+        }
+        GradOp::Where { a, b, needs } => {
+            let cond = saved_at(saved, 0, "where")?;
+            let zero = Tensor::zeros(&[], grad.dtype(), grad.device())?;
+            let side = |i: usize, shape: &[usize]| -> Result<Tensor> {
+                if !needs[i] {
+                    return Ok(grad.clone());
+                }
+                let g = if i == 0 {
+                    Tensor::where_(cond, grad, &zero)?
+                } else {
+                    Tensor::where_(cond, &zero, grad)?
+                };
+                g.sum_to_shape(shape)
+            };
+            vec![side(0, a)?, side(1, b)?]
+        }
+        GradOp::Softmax { .. }
+        | GradOp::LayerNorm { .. }
+        | GradOp::Dropout { .. }
+        | GradOp::Embedding { .. }
+        | GradOp::Cat { .. }
+        | GradOp::NllLoss { .. }
+        | GradOp::MaxDim { .. }
+        | GradOp::Var { .. } => super::derivatives_rows::input_grads(op, grad, saved)?,
     })
 }
 
@@ -62,7 +99,7 @@ fn matmul(g: &Tensor, saved: &[Tensor]) -> Result<Vec<Tensor>> {
     Ok(vec![da, db])
 }
 
-fn saved_at<'a>(saved: &'a [Tensor], i: usize, op: &str) -> Result<&'a Tensor> {
+pub(super) fn saved_at<'a>(saved: &'a [Tensor], i: usize, op: &str) -> Result<&'a Tensor> {
     saved
         .get(i)
         .ok_or_else(|| Error::InvalidArgument(format!("{op}: the graph saved no tensor {i}")))
@@ -90,10 +127,43 @@ fn unary(op: UnaryOp, alpha: f32, g: &Tensor, saved: &[Tensor]) -> Result<Tensor
             let one_minus = add_scalar(&y.neg()?, 1.0)?;
             g.mul(&y.mul(&one_minus)?)
         }
-        // d relu(x) = 1 where x > 0: the saved input's step.
+        // d relu(x) = 1 where x > 0, that is where the saved output is > 0.
         UnaryOp::Relu => g.mul(&s(0)?.unary(UnaryOp::Step)?),
-        // A step is flat almost everywhere.
-        UnaryOp::Step => Tensor::zeros(g.shape(), g.dtype(), g.device()),
+        // Steps are flat almost everywhere.
+        UnaryOp::Step | UnaryOp::StepGe | UnaryOp::StepLe => {
+            Tensor::zeros(g.shape(), g.dtype(), g.device())
+        }
+        // d rsqrt(x) = -x^(-3/2) / 2 = -y^3 / 2: the saved output.
+        UnaryOp::Rsqrt => {
+            let y = s(0)?;
+            g.mul(&y.mul(y)?.mul(y)?)?.scale(-0.5)
+        }
+        // d |x| = sign(x), 0 at 0 as in PyTorch: step(x) - step(-x).
+        UnaryOp::Abs => {
+            let x = s(0)?;
+            let sign = x
+                .unary(UnaryOp::Step)?
+                .sub(&x.neg()?.unary(UnaryOp::Step)?)?;
+            g.mul(&sign)
+        }
+        // d x^a = a x^(a-1).
+        UnaryOp::PowScalar => {
+            let x = s(0)?;
+            g.mul(
+                &x.unary_with(UnaryOp::PowScalar, alpha - 1.0)?
+                    .scale(alpha)?,
+            )
+        }
+        UnaryOp::Gelu => g.mul(&s(0)?.unary(UnaryOp::GeluGrad)?),
+        UnaryOp::GeluTanh => g.mul(&s(0)?.unary(UnaryOp::GeluTanhGrad)?),
+        // The gradient passes where the bound did not apply (x >= min, x <= max), as in
+        // PyTorch (which passes it at the bound too).
+        UnaryOp::ClampMin => g.mul(&s(0)?.unary_with(UnaryOp::StepGe, alpha)?),
+        UnaryOp::ClampMax => g.mul(&s(0)?.unary_with(UnaryOp::StepLe, alpha)?),
+        UnaryOp::GeluGrad | UnaryOp::GeluTanhGrad => Err(Error::InvalidArgument(format!(
+            "backward: {} is a derivative itself (no double backward)",
+            op.name()
+        ))),
     }
 }
 
@@ -115,7 +185,28 @@ fn binary(op: BinaryOp, g: &Tensor, saved: &[Tensor]) -> Result<Vec<Tensor>> {
             let gb = ga.mul(a)?.div(b)?.neg()?;
             vec![ga, gb]
         }
-        BinaryOp::Maximum | BinaryOp::Minimum | BinaryOp::Axpy => {
+        // The gradient goes to the larger (smaller) side, split evenly on ties, as in
+        // PyTorch.
+        BinaryOp::Maximum | BinaryOp::Minimum => {
+            let (a, b) = (s(0)?, s(1)?);
+            let (to_a, to_b) = if op == BinaryOp::Maximum {
+                (a.gt(b)?, a.lt(b)?)
+            } else {
+                (a.lt(b)?, a.gt(b)?)
+            };
+            let half_ties = a.eq(b)?.to_dtype(g.dtype())?.scale(0.5)?;
+            let wa = to_a.to_dtype(g.dtype())?.add(&half_ties)?;
+            let wb = to_b.to_dtype(g.dtype())?.add(&half_ties)?;
+            vec![g.mul(&wa)?, g.mul(&wb)?]
+        }
+        // d a^b / da = b a^(b-1); d a^b / db = a^b ln(a).
+        BinaryOp::Pow => {
+            let (a, b, y) = (s(0)?, s(1)?, s(2)?);
+            let ga = g.mul(&b.mul(&a.pow(&b.sub_scalar(1.0)?)?)?)?;
+            let gb = g.mul(&y.mul(&a.unary(UnaryOp::Log)?)?)?;
+            vec![ga, gb]
+        }
+        BinaryOp::Axpy => {
             return Err(Error::InvalidArgument(format!(
                 "backward: no derivative for {} yet",
                 op.name()

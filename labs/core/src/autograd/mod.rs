@@ -7,6 +7,10 @@
 //! error that says so. Gradients are computed with recording off (no double backward).
 
 mod derivatives;
+mod retained;
+
+pub use retained::{retained_by, retained_graph, RetainedGraph};
+mod derivatives_rows;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -42,7 +46,7 @@ impl Tensor {
                     b: g.shape().to_vec(),
                 })
             }
-            None if self.numel() == 1 => Tensor::full(self.shape(), 1.0f32, self.device())?,
+            None if self.numel() == 1 => ones_like(self)?,
             None => {
                 return Err(Error::InvalidArgument(format!(
                     "backward: grad can be implicitly created only for a one-element tensor, \
@@ -95,6 +99,18 @@ impl Tensor {
             }
         }
         Ok(())
+    }
+}
+
+/// A tensor of ones of `t`'s shape, dtype and device (the implicit gradient of a
+/// one-element loss, in the loss's dtype as PyTorch's).
+fn ones_like(t: &Tensor) -> Result<Tensor> {
+    use crate::tensor::DType;
+    let (shape, device) = (t.shape(), t.device());
+    match t.dtype() {
+        DType::F16 => Tensor::full(shape, half::f16::ONE, device),
+        DType::BF16 => Tensor::full(shape, half::bf16::ONE, device),
+        _ => Tensor::full(shape, 1.0f32, device),
     }
 }
 

@@ -49,6 +49,7 @@ pub(crate) fn check_size(device: DeviceId, bytes: usize, total: u64) -> Result<(
             requested: bytes as u64,
             free: 0,
             total,
+            report: None,
         });
     }
     Ok(())

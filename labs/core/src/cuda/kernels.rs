@@ -10,6 +10,7 @@ use cudarc::driver::{result, sys, CudaContext};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 
 use crate::error::{Error, Result};
+use crate::kernels::rows::Param;
 use crate::kernels::{Kernel, Module, Strided};
 
 /// A loaded function; raw driver handles are plain pointers valid in any thread.
@@ -46,7 +47,8 @@ impl Arg {
 }
 
 /// The arguments in the order of the kernel's C signature: `DEFINE_UNARY` and
-/// `DEFINE_BINARY` in `kernels/elementwise.cu`, then the fixed kernels.
+/// `DEFINE_BINARY` in `kernels/elementwise.cu`, then the fixed kernels, then the
+/// strided families of `elementwise.cu` and `DEFINE_CAST` of `kernels/cast.cu`.
 fn args(kernel: &Kernel) -> Vec<Arg> {
     use Arg::*;
     match *kernel {
@@ -69,6 +71,13 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
         } => vec![U64(out), U64(n as u64), U64(seed), U64(offset)],
         Kernel::Spin { x, n, iterations } => vec![U64(x), U64(n as u64), U32(iterations)],
         Kernel::StridedCopy {
+            src,
+            dst,
+            layout,
+            n,
+            ..
+        }
+        | Kernel::StridedScatter {
             src,
             dst,
             layout,
@@ -116,6 +125,70 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
             F32(s.param_decay),
             U64(s.n as u64),
         ],
+        Kernel::BinaryStrided {
+            a,
+            a_layout,
+            b,
+            b_layout,
+            out,
+            n,
+            alpha,
+            ..
+        } => vec![
+            U64(a),
+            Strided(a_layout),
+            U64(b),
+            Strided(b_layout),
+            U64(out),
+            F32(alpha),
+            U64(n as u64),
+        ],
+        Kernel::Compare {
+            a,
+            a_layout,
+            b,
+            b_layout,
+            out,
+            n,
+            ..
+        } => vec![
+            U64(a),
+            Strided(a_layout),
+            U64(b),
+            Strided(b_layout),
+            U64(out),
+            U64(n as u64),
+        ],
+        Kernel::Where {
+            cond,
+            cond_layout,
+            a,
+            a_layout,
+            b,
+            b_layout,
+            out,
+            n,
+            ..
+        } => vec![
+            U64(cond),
+            Strided(cond_layout),
+            U64(a),
+            Strided(a_layout),
+            U64(b),
+            Strided(b_layout),
+            U64(out),
+            U64(n as u64),
+        ],
+        Kernel::Cast { x, out, n, .. } => vec![U64(x), U64(out), U64(n as u64)],
+        Kernel::Rows(ref k) => k
+            .params()
+            .into_iter()
+            .map(|p| match p {
+                Param::U64(v) => U64(v),
+                Param::U32(v) => U32(v),
+                Param::F32(v) => F32(v),
+            })
+            .collect(),
         // `function` refuses it before arguments are built: cuBLAS runs it (blas.rs).
         Kernel::Gemm(_) => unreachable!("a gemm is not launched as a module"),
     }
@@ -187,9 +260,17 @@ impl ModuleCache {
             return Ok(());
         }
         let f = self.function(kernel)?;
-        // Enough blocks to fill every multiprocessor several times; the kernels'
-        // grid-stride loops cover the rest.
-        let blocks = n
+        // One thread per element, or per 16-byte vector for the dense elementwise
+        // kernels (their few tail elements go to the first threads); at most enough
+        // blocks to fill every multiprocessor several times: the kernels' grid-stride
+        // loops cover the rest.
+        let threads = match *kernel {
+            Kernel::Unary { dtype, .. } | Kernel::Binary { dtype, .. } => {
+                n.div_ceil((16 / dtype.size()) as u64)
+            }
+            _ => n,
+        };
+        let blocks = threads
             .div_ceil(BLOCK as u64)
             .min(multiprocessors as u64 * 32)
             .max(1) as u32;

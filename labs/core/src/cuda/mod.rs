@@ -138,6 +138,7 @@ impl CudaBackend {
                     requested: bytes as u64,
                     free: info.free,
                     total: info.total,
+                    report: None,
                 },
                 Err(e) => e,
             }
@@ -198,6 +199,7 @@ impl Memory for CudaBackend {
                     requested: bytes as u64,
                     free: info.free,
                     total: info.total,
+                    report: None,
                 })
             }
             Err(e) => Err(Error::driver("cuMemAlloc", e)),
@@ -515,6 +517,7 @@ impl ManagedMemory for CudaBackend {
                 requested: bytes as u64,
                 free: info.free,
                 total: info.total,
+                report: None,
             });
         }
         // SAFETY: a plain allocation; the caller owns the pointer.

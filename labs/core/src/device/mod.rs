@@ -31,7 +31,14 @@ struct DeviceInner {
     id: DeviceId,
     backend: Arc<dyn Backend>,
     allocator: OnceLock<Result<crate::alloc::Allocator>>,
+    /// The random generator's state, `(seed, offset)`: counter-based kernels (dropout)
+    /// draw element `i` from counter `offset + i`, and the offset then advances past
+    /// what they used, as PyTorch's CUDA generator does (`philox_seed_offset`).
+    generator: Mutex<(u64, u64)>,
 }
+
+/// PyTorch's default generator seed (`default_rng_seed_val`).
+pub const DEFAULT_SEED: u64 = 67280421310721;
 
 fn registry() -> &'static Mutex<HashMap<DeviceId, Device>> {
     static REGISTRY: OnceLock<Mutex<HashMap<DeviceId, Device>>> = OnceLock::new();
@@ -86,6 +93,7 @@ impl Device {
                 id: backend.id(),
                 backend,
                 allocator: OnceLock::new(),
+                generator: Mutex::new((DEFAULT_SEED, 0)),
             }),
         }
     }
@@ -118,6 +126,20 @@ impl Device {
             .map_err(Clone::clone)
     }
     // ANCHOR_END: device_allocator
+
+    /// Seeds the device's random generator and resets its offset (`manual_seed`).
+    pub fn manual_seed(&self, seed: u64) {
+        *self.inner.generator.lock().unwrap() = (seed, 0);
+    }
+
+    /// The generator's `(seed, offset)` for a kernel that draws `increment` counters,
+    /// advancing the offset past them, so that the next draw is fresh.
+    pub fn philox_seed_offset(&self, increment: u64) -> (u64, u64) {
+        let mut g = self.inner.generator.lock().unwrap();
+        let current = *g;
+        g.1 = g.1.wrapping_add(increment);
+        current
+    }
 
     pub fn is_cuda(&self) -> bool {
         matches!(self.id(), DeviceId::Cuda(_))

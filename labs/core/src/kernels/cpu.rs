@@ -35,14 +35,10 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
             out,
             n,
             alpha,
-        } => {
-            let f = op.cpu();
-            match float(dtype, op.name())? {
-                Float::F32 => unary::<f32>([x, out], n, alpha, f, memory),
-                Float::F16 => unary::<f16>([x, out], n, alpha, f, memory),
-                Float::BF16 => unary::<bf16>([x, out], n, alpha, f, memory),
-            }
-        }
+        } => by_dtype!(dtype,
+            F => { let f = op.cpu(); unary::<F>([x, out], n, |v| f(v, alpha), memory) },
+            I => { let f = int_twin(op.int_cpu(), op.name(), dtype)?;
+                   unary::<I>([x, out], n, |v| f(v, alpha), memory) }),
         Kernel::Binary {
             op,
             dtype,
@@ -51,14 +47,72 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
             out,
             n,
             alpha,
+        } => by_dtype!(dtype,
+            F => { let f = op.cpu(); binary::<F>([a, b, out], n, |x, y| f(x, y, alpha), memory) },
+            I => { let f = int_twin(op.int_cpu(), op.name(), dtype)?;
+                   binary::<I>([a, b, out], n, |x, y| f(x, y, alpha), memory) }),
+        Kernel::BinaryStrided {
+            op,
+            dtype,
+            a,
+            a_layout,
+            b,
+            b_layout,
+            out,
+            n,
+            alpha,
         } => {
-            let f = op.cpu();
-            match float(dtype, op.name())? {
-                Float::F32 => binary::<f32>([a, b, out], n, alpha, f, memory),
-                Float::F16 => binary::<f16>([a, b, out], n, alpha, f, memory),
-                Float::BF16 => binary::<bf16>([a, b, out], n, alpha, f, memory),
+            let inputs = [(a, a_layout), (b, b_layout)];
+            by_dtype!(dtype,
+                F => { let f = op.cpu();
+                       binary_strided::<F, F>(inputs, out, n, |x, y| F::from_math(f(x, y, alpha)), memory) },
+                I => { let f = int_twin(op.int_cpu(), op.name(), dtype)?;
+                       binary_strided::<I, I>(inputs, out, n, |x, y| I::from_math(f(x, y, alpha)), memory) })
+        }
+        Kernel::Compare {
+            op,
+            dtype,
+            a,
+            a_layout,
+            b,
+            b_layout,
+            out,
+            n,
+        } => {
+            let inputs = [(a, a_layout), (b, b_layout)];
+            let mask = |x: Option<std::cmp::Ordering>| u8::from(op.holds(x));
+            by_dtype!(dtype,
+                F => binary_strided::<F, u8>(inputs, out, n, |x, y| mask(x.partial_cmp(&y)), memory),
+                I => binary_strided::<I, u8>(inputs, out, n, |x, y| mask(x.partial_cmp(&y)), memory))
+        }
+        Kernel::Where {
+            dtype,
+            cond,
+            cond_layout,
+            a,
+            a_layout,
+            b,
+            b_layout,
+            out,
+            n,
+        } => {
+            let operands = [(cond, cond_layout), (a, a_layout), (b, b_layout)];
+            match dtype.size() {
+                1 => select::<u8>(operands, out, n, memory),
+                2 => select::<u16>(operands, out, n, memory),
+                4 => select::<u32>(operands, out, n, memory),
+                _ => select::<u64>(operands, out, n, memory),
             }
         }
+        Kernel::Cast {
+            from,
+            to,
+            x,
+            out,
+            n,
+        } => by_dtype!(from,
+            F => cast_from::<F>(to, [x, out], n, memory),
+            I => cast_from::<I>(to, [x, out], n, memory)),
         Kernel::Randn {
             out,
             n,
@@ -114,6 +168,14 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
             Float::F16 => optim_cpu::adam::<f16>(&s, memory),
             Float::BF16 => optim_cpu::adam::<bf16>(&s, memory),
         },
+        Kernel::StridedScatter {
+            width,
+            src,
+            dst,
+            layout,
+            n,
+        } => super::cpu_rows::strided_scatter(width, src, dst, &layout, n, memory),
+        Kernel::Rows(ref k) => super::cpu_rows::run(k, memory),
         Kernel::Gemm(g) => {
             g.validate()?;
             match float(g.dtype, "gemm")? {
@@ -220,14 +282,14 @@ impl FloatElement for bf16 {
     }
 }
 
-enum Float {
+pub(super) enum Float {
     F32,
     F16,
     BF16,
 }
 
 /// The float type of `dtype`; other dtypes are the error the GPU's lookup gives too.
-fn float(dtype: DType, op: &str) -> Result<Float> {
+pub(super) fn float(dtype: DType, op: &str) -> Result<Float> {
     match dtype {
         DType::F32 => Ok(Float::F32),
         DType::F16 => Ok(Float::F16),
@@ -238,11 +300,121 @@ fn float(dtype: DType, op: &str) -> Result<Float> {
     }
 }
 
-fn unary<E: FloatElement>(
+/// Runs `$float` with `$F` the Rust type of a float `dtype`, or `$int` with `$I` that of
+/// an integer one.
+macro_rules! by_dtype {
+    ($dtype:expr, $F:ident => $float:expr, $I:ident => $int:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $F = f32;
+                $float
+            }
+            DType::F16 => {
+                type $F = f16;
+                $float
+            }
+            DType::BF16 => {
+                type $F = bf16;
+                $float
+            }
+            DType::I32 => {
+                type $I = i32;
+                $int
+            }
+            DType::I64 => {
+                type $I = i64;
+                $int
+            }
+            DType::U8 => {
+                type $I = u8;
+                $int
+            }
+        }
+    };
+}
+use by_dtype;
+
+/// An element type as the elementwise twins compute on it: widened to its math type
+/// (`f32` for the float types, `i64` for the integer types), narrowed back after (to
+/// nearest even; integers keep their low bits, which is C's wrapping on the GPU).
+trait Num: Copy {
+    type Math: Copy + PartialOrd;
+    fn to_math(self) -> Self::Math;
+    fn from_math(m: Self::Math) -> Self;
+    /// The value a cast reads.
+    fn to_value(self) -> Value;
+    /// The element a cast writes, by C's conversions (see `kernels/cast.cu`).
+    fn from_value(v: Value) -> Self;
+}
+
+/// An element on its way through a cast: a float type's value widened to `f32`, or an
+/// integer's to `i64`.
+#[derive(Clone, Copy)]
+enum Value {
+    F(f32),
+    I(i64),
+}
+
+macro_rules! float_num {
+    ($($t:ty),*) => {$(
+        impl Num for $t {
+            type Math = f32;
+            fn to_math(self) -> f32 {
+                self.widen()
+            }
+            fn from_math(m: f32) -> Self {
+                <$t>::narrow(m)
+            }
+            fn to_value(self) -> Value {
+                Value::F(self.widen())
+            }
+            fn from_value(v: Value) -> Self {
+                match v {
+                    Value::F(f) => <$t>::narrow(f),
+                    // C's (float) of an integer: to nearest.
+                    Value::I(i) => <$t>::narrow(i as f32),
+                }
+            }
+        }
+    )*};
+}
+float_num!(f32, f16, bf16);
+
+/// Integer types: `$via` is the math type the GPU computes a float's conversion in
+/// (C truncates toward zero, and Rust's `as` saturates as the GPU's `cvt` does).
+macro_rules! int_num {
+    ($($t:ty, $via:ty);*) => {$(
+        impl Num for $t {
+            type Math = i64;
+            fn to_math(self) -> i64 {
+                self as i64
+            }
+            fn from_math(m: i64) -> Self {
+                m as $t
+            }
+            fn to_value(self) -> Value {
+                Value::I(self as i64)
+            }
+            fn from_value(v: Value) -> Self {
+                match v {
+                    Value::F(f) => (f as $via) as $t,
+                    Value::I(i) => i as $t,
+                }
+            }
+        }
+    )*};
+}
+int_num!(i32, i32; i64, i64; u8, i32);
+
+/// The integer twin of an op, or the error the GPU's lookup gives for a float-only op.
+fn int_twin<T>(twin: Option<T>, op: &str, dtype: DType) -> Result<T> {
+    twin.ok_or_else(|| Error::InvalidArgument(format!("{op} has no kernel for dtype {dtype}")))
+}
+
+fn unary<E: Num>(
     [x, out]: [DevicePtr; 2],
     n: usize,
-    alpha: f32,
-    f: fn(f32, f32) -> f32,
+    f: impl Fn(E::Math) -> E::Math,
     memory: &dyn HostAccess,
 ) -> Result<()> {
     let bytes = n * std::mem::size_of::<E>();
@@ -250,17 +422,16 @@ fn unary<E: FloatElement>(
         let x = unsafe { Raw::<E>::new(p[0], n) };
         let out = unsafe { Raw::<E>::new(p[1], n) };
         for i in 0..n {
-            out.set(i, E::narrow(f(x.get(i).widen(), alpha)));
+            out.set(i, E::from_math(f(x.get(i).to_math())));
         }
     })
 }
 
 // ANCHOR: cpu_binary
-fn binary<E: FloatElement>(
+fn binary<E: Num>(
     [a, b, out]: [DevicePtr; 3],
     n: usize,
-    alpha: f32,
-    f: fn(f32, f32, f32) -> f32,
+    f: impl Fn(E::Math, E::Math) -> E::Math,
     memory: &dyn HostAccess,
 ) -> Result<()> {
     let bytes = n * std::mem::size_of::<E>();
@@ -269,11 +440,127 @@ fn binary<E: FloatElement>(
         let b = unsafe { Raw::<E>::new(p[1], n) };
         let out = unsafe { Raw::<E>::new(p[2], n) };
         for i in 0..n {
-            out.set(i, E::narrow(f(a.get(i).widen(), b.get(i).widen(), alpha)));
+            out.set(i, E::from_math(f(a.get(i).to_math(), b.get(i).to_math())));
         }
     })
 }
 // ANCHOR_END: cpu_binary
+
+/// The memory a strided view of `n` elements of `width` bytes at `ptr` touches:
+/// `(start address, element count, offset of the first element from the start)`.
+fn strided_range(
+    ptr: DevicePtr,
+    layout: &Strided,
+    n: usize,
+    width: usize,
+) -> Result<(DevicePtr, usize, i64)> {
+    if layout.numel() != n {
+        return Err(Error::InvalidArgument(format!(
+            "a strided operand of {} elements for a launch of {n}",
+            layout.numel()
+        )));
+    }
+    let (low, count) = layout.extent();
+    Ok((ptr.wrapping_add_signed(low * width as i64), count, -low))
+}
+
+/// Element `i` of a strided view, from the start of its range.
+fn strided_get<E: Copy>(raw: &Raw<E>, layout: &Strided, shift: i64, i: usize) -> E {
+    raw.get((layout.offset(i as u64) + shift) as usize)
+}
+
+/// The twin of `DEFINE_BINARY_STRIDED` and `DEFINE_COMPARE`: `out[i] = f(a, b)` with
+/// each input read through its layout, `O` the output element.
+fn binary_strided<E: Num, O: Copy>(
+    inputs: [(DevicePtr, Strided); 2],
+    out: DevicePtr,
+    n: usize,
+    f: impl Fn(E::Math, E::Math) -> O,
+    memory: &dyn HostAccess,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let width = std::mem::size_of::<E>();
+    let [(a, la), (b, lb)] = inputs;
+    let (a_start, a_count, a_shift) = strided_range(a, &la, n, width)?;
+    let (b_start, b_count, b_shift) = strided_range(b, &lb, n, width)?;
+    let ranges = [
+        (a_start, a_count * width),
+        (b_start, b_count * width),
+        (out, n * std::mem::size_of::<O>()),
+    ];
+    access(memory, &ranges, |p| {
+        let a = unsafe { Raw::<E>::new(p[0], a_count) };
+        let b = unsafe { Raw::<E>::new(p[1], b_count) };
+        let out = unsafe { Raw::<O>::new(p[2], n) };
+        for i in 0..n {
+            let x = strided_get(&a, &la, a_shift, i).to_math();
+            let y = strided_get(&b, &lb, b_shift, i).to_math();
+            out.set(i, f(x, y));
+        }
+    })
+}
+
+/// The twin of `DEFINE_WHERE`, by element width (a selection does not read values).
+fn select<E: Copy>(
+    operands: [(DevicePtr, Strided); 3],
+    out: DevicePtr,
+    n: usize,
+    memory: &dyn HostAccess,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let width = std::mem::size_of::<E>();
+    let [(c, lc), (a, la), (b, lb)] = operands;
+    let (c_start, c_count, c_shift) = strided_range(c, &lc, n, 1)?;
+    let (a_start, a_count, a_shift) = strided_range(a, &la, n, width)?;
+    let (b_start, b_count, b_shift) = strided_range(b, &lb, n, width)?;
+    let ranges = [
+        (c_start, c_count),
+        (a_start, a_count * width),
+        (b_start, b_count * width),
+        (out, n * width),
+    ];
+    access(memory, &ranges, |p| {
+        let c = unsafe { Raw::<u8>::new(p[0], c_count) };
+        let a = unsafe { Raw::<E>::new(p[1], a_count) };
+        let b = unsafe { Raw::<E>::new(p[2], b_count) };
+        let out = unsafe { Raw::<E>::new(p[3], n) };
+        for i in 0..n {
+            let v = if strided_get(&c, &lc, c_shift, i) != 0 {
+                strided_get(&a, &la, a_shift, i)
+            } else {
+                strided_get(&b, &lb, b_shift, i)
+            };
+            out.set(i, v);
+        }
+    })
+}
+
+/// The twin of `cast_{from}_{to}`: `S` is the source element, `to` the destination.
+fn cast_from<S: Num>(
+    to: DType,
+    io: [DevicePtr; 2],
+    n: usize,
+    memory: &dyn HostAccess,
+) -> Result<()> {
+    by_dtype!(to,
+        F => cast::<S, F>(io, n, memory),
+        I => cast::<S, I>(io, n, memory))
+}
+
+fn cast<S: Num, D: Num>([x, out]: [DevicePtr; 2], n: usize, memory: &dyn HostAccess) -> Result<()> {
+    let (from, to) = (std::mem::size_of::<S>(), std::mem::size_of::<D>());
+    access(memory, &[(x, n * from), (out, n * to)], |p| {
+        let x = unsafe { Raw::<S>::new(p[0], n) };
+        let out = unsafe { Raw::<D>::new(p[1], n) };
+        for i in 0..n {
+            out.set(i, D::from_value(x.get(i).to_value()));
+        }
+    })
+}
 
 /// The twin of `strided_copy_b*` in `kernels/strided.cu`.
 fn strided_copy<E: Copy>(

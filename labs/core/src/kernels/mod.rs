@@ -3,23 +3,32 @@
 //! declarations (compiled by NVRTC at run time on `cuda`), and [`cpu`] runs the twins
 //! on `sim` and `cpu`.
 //!
-//! A new unary or binary op is one entry in `ops.rs`: its kernel for every float dtype,
-//! its launch arguments and its simulator loop all follow from the entry.
+//! A new unary or binary op is one entry in `ops.rs`: its kernel for every float dtype
+//! (and every integer dtype when the entry has an integer expression), dense and
+//! strided, its launch arguments and its simulator loop all follow from the entry.
+//!
+//! The row kernels of a training step (softmax, layer norm, dropout, embedding, losses,
+//! max, split sums) are [`RowKernel`]s: `kernels/rows.cu` for every float dtype, their
+//! twins in `cpu_rows.rs`.
 //!
 //! The matrix product, [`Gemm`], is a launch like the others but a library's: cuBLAS on
 //! `cuda`, a CPU GEMM crate on `sim` and `cpu`.
 
 pub mod cpu;
+mod cpu_rows;
 mod gemm;
 pub mod ops;
 mod optim;
 mod optim_cpu;
+pub mod rows;
 pub mod source;
+pub mod special;
 mod strided;
 
 pub use gemm::{Gemm, Operand};
-pub use ops::{BinaryOp, UnaryOp};
+pub use ops::{BinaryOp, CompareOp, UnaryOp};
 pub use optim::{AdamStep, SgdStep};
+pub use rows::RowKernel;
 pub use source::Module;
 pub use strided::{Strided, MAX_DIMS};
 
@@ -31,7 +40,8 @@ use crate::error::Result;
 /// elements.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kernel {
-    /// `out[i] = op(x[i])` over `n` contiguous elements of a float dtype.
+    /// `out[i] = op(x[i])` over `n` contiguous elements (a float dtype, or an integer
+    /// dtype for the ops with an integer expression).
     Unary {
         op: UnaryOp,
         dtype: DType,
@@ -41,7 +51,7 @@ pub enum Kernel {
         /// The scalar some ops use (`scale`'s factor); ignored by the others.
         alpha: f32,
     },
-    /// `out[i] = op(a[i], b[i])` over `n` contiguous elements of a float dtype.
+    /// `out[i] = op(a[i], b[i])` over `n` contiguous elements (dtypes as for `Unary`).
     Binary {
         op: BinaryOp,
         dtype: DType,
@@ -96,6 +106,66 @@ pub enum Kernel {
     SgdStep(SgdStep),
     /// One fused Adam or AdamW step of a parameter (see [`AdamStep`]).
     AdamStep(AdamStep),
+    /// `out[i] = op(a[a_layout(i)], b[b_layout(i)])` into `n` dense elements: a binary op
+    /// on operands of any layout, broadcast ones (stride 0) included. `a` and `b` are the
+    /// addresses of each view's first element.
+    BinaryStrided {
+        op: BinaryOp,
+        dtype: DType,
+        a: DevicePtr,
+        a_layout: Strided,
+        b: DevicePtr,
+        b_layout: Strided,
+        out: DevicePtr,
+        n: usize,
+        alpha: f32,
+    },
+    /// `out[i] = op(a[i], b[i]) ? 1 : 0` into `n` dense uint8 elements, operands strided
+    /// as in `BinaryStrided`, of one dtype (any).
+    Compare {
+        op: CompareOp,
+        dtype: DType,
+        a: DevicePtr,
+        a_layout: Strided,
+        b: DevicePtr,
+        b_layout: Strided,
+        out: DevicePtr,
+        n: usize,
+    },
+    /// `out[i] = cond[i] ? a[i] : b[i]` into `n` dense elements of `dtype`; `cond` is
+    /// uint8, every operand strided.
+    Where {
+        dtype: DType,
+        cond: DevicePtr,
+        cond_layout: Strided,
+        a: DevicePtr,
+        a_layout: Strided,
+        b: DevicePtr,
+        b_layout: Strided,
+        out: DevicePtr,
+        n: usize,
+    },
+    /// `n` dense elements of `from` converted to `to` (see `kernels/cast.cu`).
+    Cast {
+        from: DType,
+        to: DType,
+        x: DevicePtr,
+        out: DevicePtr,
+        n: usize,
+    },
+    /// Writes `n` contiguous elements of `width` bytes at `src` into the strided view at
+    /// `dst` (the address of its first element): the inverse of [`Kernel::StridedCopy`].
+    /// The view must not overlap itself (no stride 0), or writes would race.
+    StridedScatter {
+        width: usize,
+        src: DevicePtr,
+        dst: DevicePtr,
+        layout: Strided,
+        n: usize,
+    },
+    /// A row kernel of a training step (softmax, layer norm, dropout, ...: see
+    /// [`RowKernel`]).
+    Rows(RowKernel),
 }
 
 impl Kernel {
@@ -138,7 +208,12 @@ impl Kernel {
             | Kernel::Binary { n, .. }
             | Kernel::Randn { n, .. }
             | Kernel::Spin { n, .. }
-            | Kernel::StridedCopy { n, .. } => n,
+            | Kernel::StridedCopy { n, .. }
+            | Kernel::BinaryStrided { n, .. }
+            | Kernel::Compare { n, .. }
+            | Kernel::Where { n, .. }
+            | Kernel::Cast { n, .. }
+            | Kernel::StridedScatter { n, .. } => n,
             // One warp (32 threads) per row.
             Kernel::SumRows { rows, cols, .. } => {
                 if cols == 0 {
@@ -150,6 +225,7 @@ impl Kernel {
             Kernel::Gemm(g) => g.m * g.n * g.batch,
             Kernel::SgdStep(s) => s.n,
             Kernel::AdamStep(s) => s.n,
+            Kernel::Rows(ref k) => k.elements(),
         }
     }
 }

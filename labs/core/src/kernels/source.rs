@@ -1,24 +1,45 @@
 //! The CUDA modules, as NVRTC compiles them. The elementwise families are generated:
-//! for each float dtype, the dtype's section of `kernels/dtypes.cu`, then the family
-//! templates of `kernels/elementwise.cu`, then one `DEFINE_*` line per op declared in
-//! [`super::ops`]. The other kernels are fixed sources.
+//! for each dtype, the dtype's section of `kernels/dtypes.cu`, the layout part of
+//! `kernels/strided.cu`, the family templates of `kernels/elementwise.cu`, then one
+//! `DEFINE_*` line per op declared in [`super::ops`] that has an expression for the
+//! dtype (float-only ops have none for the integer dtypes). Casts are one module of
+//! every pair of dtypes. The other kernels are fixed sources.
+//!
+//! Functions are found by name (`add_f32`, `add_strided_i64`, `cast_f32_u8`): a launch
+//! of an op with no kernel for its dtype is an error naming both.
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use super::{BinaryOp, Kernel, UnaryOp};
+use super::rows::ROW_FUNCTIONS;
+use super::{BinaryOp, CompareOp, Kernel, UnaryOp};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 const DTYPES_CU: &str = include_str!("../../../../kernels/dtypes.cu");
 const ELEMENTWISE_CU: &str = include_str!("../../../../kernels/elementwise.cu");
+const CAST_CU: &str = include_str!("../../../../kernels/cast.cu");
 const RANDOM_CU: &str = include_str!("../../../../kernels/random.cu");
 const SPIN_CU: &str = include_str!("../../../../kernels/spin.cu");
 const STRIDED_CU: &str = include_str!("../../../../kernels/strided.cu");
 const REDUCE_CU: &str = include_str!("../../../../kernels/reduce.cu");
+const ROWS_CU: &str = include_str!("../../../../kernels/rows.cu");
+const SCATTER_CU: &str = include_str!("../../../../kernels/scatter.cu");
 const OPTIM_CU: &str = include_str!("../../../../kernels/optim.cu");
 
-/// The dtypes the elementwise families are generated for, in module order.
+/// The float dtypes (every elementwise op and the reductions have kernels for them).
 pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+/// Every dtype, in module order: the integer ones have the ops with an integer
+/// expression, comparisons, `where` and casts.
+pub const ALL_DTYPES: [DType; 6] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+];
 
 /// Element widths the strided copy has a kernel for, in function order.
 const COPY_WIDTHS: [usize; 4] = [1, 2, 4, 8];
@@ -31,53 +52,155 @@ pub struct Module {
     pub functions: Vec<String>,
 }
 
-/// The suffix of a dtype's kernels (`add_f16`), for the dtypes with generated kernels.
+/// The suffix of a dtype's kernels (`add_f16`, `add_i64`).
 pub fn suffix(dtype: DType) -> Option<&'static str> {
+    Some(name(dtype))
+}
+
+fn name(dtype: DType) -> &'static str {
     match dtype {
-        DType::F32 => Some("f32"),
-        DType::F16 => Some("f16"),
-        DType::BF16 => Some("bf16"),
-        DType::I32 | DType::I64 | DType::U8 => None,
+        DType::F32 => "f32",
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        DType::I32 => "i32",
+        DType::I64 => "i64",
+        DType::U8 => "u8",
     }
 }
 
-/// The `// BEGIN name` .. `// END name` section of `kernels/dtypes.cu`.
-fn dtype_section(suffix: &str) -> &'static str {
-    let begin = format!("// BEGIN {suffix}\n");
-    let end = format!("// END {suffix}\n");
-    let start = DTYPES_CU
-        .find(&begin)
-        .expect("kernels/dtypes.cu has every dtype")
-        + begin.len();
-    let len = DTYPES_CU[start..]
-        .find(&end)
-        .expect("each section is closed");
-    &DTYPES_CU[start..start + len]
+fn is_float(dtype: DType) -> bool {
+    FLOAT_DTYPES.contains(&dtype)
 }
 
-/// A module of one elementwise family for one dtype: `(op name, CUDA expression)`
-/// pairs become `DEFINE_<macro>(name_dtype, (expression))` lines.
-fn family_module(family: &str, suffix: &str, ops: &[(&str, &str)]) -> Module {
-    let macro_name = family.to_uppercase();
+/// The `// BEGIN name` .. `// END name` section of a source.
+fn section(source: &'static str, name: &str) -> &'static str {
+    let begin = format!("// BEGIN {name}");
+    let end = format!("// END {name}\n");
+    let start = source.find(&begin).expect("the source has the section");
+    let start = start + source[start..].find('\n').expect("a marker line") + 1;
+    let len = source[start..].find(&end).expect("each section is closed");
+    &source[start..start + len]
+}
+
+fn dtype_section(suffix: &str) -> &'static str {
+    section(DTYPES_CU, suffix)
+}
+
+/// The generated lines of one dtype's module of a family: `(macro, function, expression)`.
+fn generated(family: &str, suffix: &str, lines: &[(&str, String, String)]) -> Module {
     let mut source = format!(
-        "// Generated: the {suffix} section of kernels/dtypes.cu, kernels/elementwise.cu, \
-         and the {family} ops of labs/core/src/kernels/ops.rs.\n"
+        "// Generated: the {suffix} section of kernels/dtypes.cu, the layout of \
+         kernels/strided.cu, kernels/elementwise.cu, and the {family} ops of \
+         labs/core/src/kernels/ops.rs.\n"
     );
     source.push_str(dtype_section(suffix));
+    source.push_str(section(STRIDED_CU, "layout"));
     source.push_str(ELEMENTWISE_CU);
-    let mut functions = Vec::with_capacity(ops.len());
-    for (name, expression) in ops {
-        let function = format!("{name}_{suffix}");
-        source.push_str(&format!(
-            "DEFINE_{macro_name}({function}, ({expression}))\n"
-        ));
-        functions.push(function);
+    let mut functions = Vec::with_capacity(lines.len());
+    for (macro_name, function, expression) in lines {
+        if expression.is_empty() {
+            source.push_str(&format!("DEFINE_{macro_name}({function})\n"));
+        } else {
+            source.push_str(&format!(
+                "DEFINE_{macro_name}({function}, ({expression}))\n"
+            ));
+        }
+        functions.push(function.clone());
     }
     Module {
         name: format!("{family}_{suffix}"),
         source,
         functions,
     }
+}
+
+/// The unary ops of one dtype.
+fn unary_module(dtype: DType) -> Module {
+    let s = name(dtype);
+    let lines: Vec<_> = UnaryOp::ALL
+        .iter()
+        .filter_map(|op| {
+            let e = if is_float(dtype) {
+                Some(op.cuda())
+            } else {
+                op.int_cuda()
+            };
+            e.map(|e| ("UNARY", format!("{}_{s}", op.name()), e.to_string()))
+        })
+        .collect();
+    generated("unary", s, &lines)
+}
+
+/// The binary ops of one dtype, dense and strided.
+fn binary_module(dtype: DType) -> Module {
+    let s = name(dtype);
+    let mut lines = Vec::new();
+    for op in BinaryOp::ALL {
+        let e = if is_float(dtype) {
+            Some(op.cuda())
+        } else {
+            op.int_cuda()
+        };
+        if let Some(e) = e {
+            lines.push(("BINARY", format!("{}_{s}", op.name()), e.to_string()));
+            lines.push((
+                "BINARY_STRIDED",
+                format!("{}_strided_{s}", op.name()),
+                e.to_string(),
+            ));
+        }
+    }
+    generated("binary", s, &lines)
+}
+
+/// Comparisons and `where` of one dtype.
+fn compare_module(dtype: DType) -> Module {
+    let s = name(dtype);
+    let mut lines: Vec<_> = CompareOp::ALL
+        .iter()
+        .map(|op| {
+            (
+                "COMPARE",
+                format!("{}_{s}", op.name()),
+                op.cuda().to_string(),
+            )
+        })
+        .collect();
+    lines.push(("WHERE", format!("where_{s}"), String::new()));
+    generated("compare", s, &lines)
+}
+
+/// Casts between every pair of distinct dtypes: every dtype section in a namespace of
+/// its name, then `kernels/cast.cu` and a `DEFINE_CAST` line per pair.
+fn cast_module() -> Module {
+    let mut source = String::from(
+        "// Generated: every section of kernels/dtypes.cu in a namespace of its name, then \
+         kernels/cast.cu.\n",
+    );
+    for dtype in ALL_DTYPES {
+        let s = name(dtype);
+        source.push_str(&format!("namespace {s} {{\n{}}}\n", dtype_section(s)));
+    }
+    source.push_str(CAST_CU);
+    let mut functions = Vec::new();
+    for from in ALL_DTYPES {
+        for to in ALL_DTYPES {
+            if from != to {
+                let f = cast_name(from, to);
+                source.push_str(&format!("DEFINE_CAST({f}, {}, {})\n", name(from), name(to)));
+                functions.push(f);
+            }
+        }
+    }
+    Module {
+        name: "cast".into(),
+        source,
+        functions,
+    }
+}
+
+fn cast_name(from: DType, to: DType) -> String {
+    format!("cast_{}_{}", name(from), name(to))
 }
 
 /// The reductions for one float dtype: the dtype's section of `kernels/dtypes.cu`, then
@@ -92,6 +215,32 @@ fn reduce_module(suffix: &str) -> Module {
         name: format!("reduce_{suffix}"),
         source,
         functions: vec![format!("sum_rows_{suffix}")],
+    }
+}
+
+/// The row kernels (softmax, layer norm, dropout, ...) for one float dtype: the dtype's
+/// section of `kernels/dtypes.cu`, then `kernels/rows.cu` with every `NAME_DT` renamed
+/// `NAME_{dtype}`.
+fn rows_module(suffix: &str) -> Module {
+    let mut source =
+        format!("// Generated: the {suffix} section of kernels/dtypes.cu, then kernels/rows.cu.\n");
+    source.push_str(dtype_section(suffix));
+    source.push_str(&ROWS_CU.replace("_DT(", &format!("_{suffix}(")));
+    Module {
+        name: format!("rows_{suffix}"),
+        source,
+        functions: ROW_FUNCTIONS
+            .iter()
+            .map(|f| format!("{f}_{suffix}"))
+            .collect(),
+    }
+}
+
+fn fixed_module(name: &str, source: &str, functions: &[&str]) -> Module {
+    Module {
+        name: name.into(),
+        source: source.into(),
+        functions: functions.iter().map(|f| f.to_string()).collect(),
     }
 }
 
@@ -115,30 +264,26 @@ fn optim_module(suffix: &str) -> Module {
     }
 }
 
-fn fixed_module(name: &str, source: &str, functions: &[&str]) -> Module {
-    Module {
-        name: name.into(),
-        source: source.into(),
-        functions: functions.iter().map(|f| f.to_string()).collect(),
-    }
+struct Registry {
+    modules: Vec<Module>,
+    /// Function name -> (module index, function index).
+    by_name: HashMap<String, (usize, usize)>,
 }
 
-/// Every module, built once. Order: unary per float dtype, binary per float dtype,
-/// the fixed modules, reductions per float dtype, optimizer steps per float dtype (see
-/// [`function`]).
-pub fn modules() -> &'static [Module] {
-    static MODULES: OnceLock<Vec<Module>> = OnceLock::new();
-    MODULES.get_or_init(|| {
-        let unary: Vec<(&str, &str)> = UnaryOp::ALL.iter().map(|o| (o.name(), o.cuda())).collect();
-        let binary: Vec<(&str, &str)> =
-            BinaryOp::ALL.iter().map(|o| (o.name(), o.cuda())).collect();
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
         let mut modules = Vec::new();
-        for dtype in FLOAT_DTYPES {
-            modules.push(family_module("unary", suffix(dtype).unwrap(), &unary));
+        for dtype in ALL_DTYPES {
+            modules.push(unary_module(dtype));
         }
-        for dtype in FLOAT_DTYPES {
-            modules.push(family_module("binary", suffix(dtype).unwrap(), &binary));
+        for dtype in ALL_DTYPES {
+            modules.push(binary_module(dtype));
         }
+        for dtype in ALL_DTYPES {
+            modules.push(compare_module(dtype));
+        }
+        modules.push(cast_module());
         modules.push(fixed_module("random", RANDOM_CU, &["randn_f32"]));
         modules.push(fixed_module("spin", SPIN_CU, &["spin_f32"]));
         let copies: Vec<String> = COPY_WIDTHS
@@ -148,55 +293,107 @@ pub fn modules() -> &'static [Module] {
         let copies: Vec<&str> = copies.iter().map(String::as_str).collect();
         modules.push(fixed_module("strided", STRIDED_CU, &copies));
         for dtype in FLOAT_DTYPES {
-            modules.push(reduce_module(suffix(dtype).unwrap()));
+            modules.push(reduce_module(name(dtype)));
         }
         for dtype in FLOAT_DTYPES {
-            modules.push(optim_module(suffix(dtype).unwrap()));
+            modules.push(rows_module(name(dtype)));
         }
-        modules
+        let scatters: Vec<String> = COPY_WIDTHS
+            .iter()
+            .map(|w| format!("strided_scatter_b{w}"))
+            .collect();
+        let scatters: Vec<&str> = scatters.iter().map(String::as_str).collect();
+        modules.push(fixed_module(
+            "scatter",
+            &format!("{STRIDED_CU}\n{SCATTER_CU}"),
+            &scatters,
+        ));
+        for dtype in FLOAT_DTYPES {
+            modules.push(optim_module(name(dtype)));
+        }
+        let mut by_name = HashMap::new();
+        for (m, module) in modules.iter().enumerate() {
+            for (f, function) in module.functions.iter().enumerate() {
+                by_name.insert(function.clone(), (m, f));
+            }
+        }
+        Registry { modules, by_name }
     })
 }
 
-fn float_index(dtype: DType, what: &str) -> Result<usize> {
-    FLOAT_DTYPES
-        .iter()
-        .position(|&d| d == dtype)
-        .ok_or_else(|| Error::InvalidArgument(format!("{what} has no kernel for dtype {dtype}")))
+/// Every module, built once.
+pub fn modules() -> &'static [Module] {
+    &registry().modules
 }
 
-fn entry(module: usize, function: usize) -> (&'static Module, &'static str) {
-    let m = &modules()[module];
-    (m, m.functions[function].as_str())
-}
-
-/// The module and function of a launch (indices follow the order of [`modules`]).
+/// The module and function of a launch.
 pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
-    let families = FLOAT_DTYPES.len();
-    Ok(match *kernel {
-        Kernel::Unary { op, dtype, .. } => entry(float_index(dtype, op.name())?, op.index()),
+    let (wanted, what, dtype) = match *kernel {
+        Kernel::Unary { op, dtype, .. } => {
+            (format!("{}_{}", op.name(), name(dtype)), op.name(), dtype)
+        }
         Kernel::Binary { op, dtype, .. } => {
-            entry(families + float_index(dtype, op.name())?, op.index())
+            (format!("{}_{}", op.name(), name(dtype)), op.name(), dtype)
         }
-        Kernel::Randn { .. } => entry(2 * families, 0),
-        Kernel::Spin { .. } => entry(2 * families + 1, 0),
+        Kernel::BinaryStrided { op, dtype, .. } => (
+            format!("{}_strided_{}", op.name(), name(dtype)),
+            op.name(),
+            dtype,
+        ),
+        Kernel::Compare { op, dtype, .. } => {
+            (format!("{}_{}", op.name(), name(dtype)), op.name(), dtype)
+        }
+        Kernel::Where { dtype, .. } => (format!("where_{}", name(dtype)), "where", dtype),
+        Kernel::Cast { from, to, .. } => (cast_name(from, to), "cast", from),
+        Kernel::Randn { .. } => ("randn_f32".into(), "randn", DType::F32),
+        Kernel::Spin { .. } => ("spin_f32".into(), "spin", DType::F32),
         Kernel::StridedCopy { width, .. } => {
-            let i = COPY_WIDTHS
-                .iter()
-                .position(|&w| w == width)
-                .ok_or_else(|| {
-                    Error::InvalidArgument(format!("no strided copy for {width}-byte elements"))
-                })?;
-            entry(2 * families + 2, i)
+            if !COPY_WIDTHS.contains(&width) {
+                return Err(Error::InvalidArgument(format!(
+                    "no strided copy for {width}-byte elements"
+                )));
+            }
+            (format!("strided_copy_b{width}"), "strided copy", DType::U8)
         }
-        Kernel::SumRows { dtype, .. } => entry(2 * families + 3 + float_index(dtype, "sum")?, 0),
-        Kernel::SgdStep(s) => entry(3 * families + 3 + float_index(s.dtype, "sgd_step")?, 0),
-        Kernel::AdamStep(s) => entry(3 * families + 3 + float_index(s.dtype, "adam_step")?, 1),
+        Kernel::SumRows { dtype, .. } => (format!("sum_rows_{}", name(dtype)), "sum", dtype),
+        Kernel::StridedScatter { width, .. } => {
+            if !COPY_WIDTHS.contains(&width) {
+                return Err(Error::InvalidArgument(format!(
+                    "no strided scatter for {width}-byte elements"
+                )));
+            }
+            (
+                format!("strided_scatter_b{width}"),
+                "strided scatter",
+                DType::U8,
+            )
+        }
+        Kernel::Rows(ref k) => (
+            format!("{}_{}", k.name(), name(k.dtype())),
+            k.name(),
+            k.dtype(),
+        ),
+        Kernel::SgdStep(s) => (format!("sgd_step_{}", name(s.dtype)), "sgd_step", s.dtype),
+        Kernel::AdamStep(s) => (format!("adam_step_{}", name(s.dtype)), "adam_step", s.dtype),
         Kernel::Gemm(_) => {
             return Err(Error::InvalidArgument(
                 "gemm has no generated CUDA module: the cuda backend runs it through cuBLAS".into(),
             ))
         }
-    })
+    };
+    let registry = registry();
+    match registry.by_name.get(&wanted) {
+        Some(&(m, f)) => {
+            let module = &registry.modules[m];
+            Ok((module, module.functions[f].as_str()))
+        }
+        None => Err(match *kernel {
+            Kernel::Cast { from, to, .. } => {
+                Error::InvalidArgument(format!("cast has no kernel from {from} to {to}"))
+            }
+            _ => Error::InvalidArgument(format!("{what} has no kernel for dtype {dtype}")),
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -211,7 +408,12 @@ mod tests {
                 let defined = m.source.contains(&format!("void {f}("))
                     || m.source.contains(&format!("DEFINE_UNARY({f}, "))
                     || m.source.contains(&format!("DEFINE_BINARY({f}, "))
-                    || m.source.contains(&format!("DEFINE_STRIDED_COPY({f}, "));
+                    || m.source.contains(&format!("DEFINE_BINARY_STRIDED({f}, "))
+                    || m.source.contains(&format!("DEFINE_COMPARE({f}, "))
+                    || m.source.contains(&format!("DEFINE_WHERE({f})"))
+                    || m.source.contains(&format!("DEFINE_CAST({f}, "))
+                    || m.source.contains(&format!("DEFINE_STRIDED_COPY({f}, "))
+                    || m.source.contains(&format!("DEFINE_STRIDED_SCATTER({f}, "));
                 assert!(defined, "module {} does not define {f}", m.name);
             }
         }
@@ -245,7 +447,7 @@ mod tests {
         assert_eq!((m.name.as_str(), f), ("binary_bf16", "maximum_bf16"));
         assert!(m
             .source
-            .contains("DEFINE_BINARY(maximum_bf16, (fmaxf(a, b)))"));
+            .contains("DEFINE_BINARY(maximum_bf16, (((a != a || a > b) ? a : b)))"));
         assert!(m.source.contains("typedef unsigned short ELEM;"));
         assert!(!m.source.contains("cvt.f32.f16"), "only the bf16 section");
         let (m, f) = function(&Kernel::scale(0, 2.0, 0, 1)).unwrap();
@@ -273,15 +475,37 @@ mod tests {
         };
         assert_eq!(function(&copy(2)).unwrap().1, "strided_copy_b2");
         assert!(function(&copy(3)).is_err());
-        let int_neg = Kernel::Unary {
-            op: UnaryOp::Neg,
+        let int_exp = Kernel::Unary {
+            op: UnaryOp::Exp,
             dtype: DType::I32,
             x: 0,
             out: 0,
             n: 1,
             alpha: 0.0,
         };
-        assert!(function(&int_neg).is_err());
+        assert!(function(&int_exp).is_err(), "exp is float-only");
+        let int_neg = Kernel::Unary {
+            op: UnaryOp::Neg,
+            dtype: DType::I64,
+            x: 0,
+            out: 0,
+            n: 1,
+            alpha: 0.0,
+        };
+        let (m, f) = function(&int_neg).unwrap();
+        assert_eq!((m.name.as_str(), f), ("unary_i64", "neg_i64"));
+        assert!(m.source.contains("typedef long long MATH;"));
+        let cast = Kernel::Cast {
+            from: DType::F32,
+            to: DType::U8,
+            x: 0,
+            out: 0,
+            n: 1,
+        };
+        let (m, f) = function(&cast).unwrap();
+        assert_eq!((m.name.as_str(), f), ("cast", "cast_f32_u8"));
+        assert!(m.source.contains("namespace bf16 {"));
+        assert!(m.source.contains("DEFINE_CAST(cast_f32_u8, f32, u8)"));
         let adam = Kernel::AdamStep(crate::kernels::AdamStep {
             dtype: DType::BF16,
             param: 0,
@@ -301,6 +525,14 @@ mod tests {
         let (m, f) = function(&adam).unwrap();
         assert_eq!((m.name.as_str(), f), ("optim_bf16", "adam_step_bf16"));
         assert!(m.source.contains("void sgd_step_bf16("));
+        let int_adam = Kernel::AdamStep(match adam {
+            Kernel::AdamStep(a) => crate::kernels::AdamStep {
+                dtype: DType::I32,
+                ..a
+            },
+            _ => unreachable!(),
+        });
+        assert!(function(&int_adam).is_err());
         let gemm = Kernel::Gemm(crate::kernels::Gemm::dense(DType::F32, 1, 1, 1, [0, 0, 0]));
         assert!(function(&gemm).is_err());
     }

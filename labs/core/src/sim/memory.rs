@@ -85,6 +85,7 @@ impl SimMemory {
                 requested: bytes as u64,
                 free,
                 total: self.capacity,
+                report: None,
             });
         }
         let base = s.next_address;
@@ -183,6 +184,7 @@ impl SimMemory {
                 requested: bytes as u64,
                 free,
                 total: self.capacity,
+                report: None,
             });
         }
         s.used += bytes as u64;

@@ -376,6 +376,7 @@ impl ManagedMemory for SimBackend {
                 requested: bytes as u64,
                 free: info.free,
                 total: info.total,
+                report: None,
             });
         }
         self.memory.alloc(bytes)

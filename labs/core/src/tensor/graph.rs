@@ -11,8 +11,7 @@
 use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
-use super::Tensor;
-use crate::alloc::Category;
+use super::{DType, Tensor};
 use crate::kernels::{BinaryOp, UnaryOp};
 
 /// The op a node differentiates, with what its derivative needs besides saved tensors.
@@ -37,6 +36,69 @@ pub enum GradOp {
     /// A matrix product (`matmul`): 2-D, batched, or batched with a shared `[k, n]`
     /// weight.
     Matmul,
+    /// A cast between float dtypes from `from`: the gradient is cast back.
+    Cast {
+        from: DType,
+    },
+    /// A binary op whose operands of shapes `a` and `b` were broadcast: each input's
+    /// gradient is summed back to its shape. `needs` says which inputs need one (the
+    /// scalar of `add_scalar` does not, and its sum over every element is skipped).
+    BroadcastBinary {
+        op: BinaryOp,
+        a: Vec<usize>,
+        b: Vec<usize>,
+        needs: [bool; 2],
+    },
+    /// `where(cond, a, b)` with operands of shapes `a` and `b` (the condition saved);
+    /// `needs` as for `BroadcastBinary`.
+    Where {
+        a: Vec<usize>,
+        b: Vec<usize>,
+        needs: [bool; 2],
+    },
+    /// `softmax` (or with `log`, `log_softmax`) over `dim`; saved: the output.
+    Softmax {
+        dim: usize,
+        log: bool,
+    },
+    /// `layer_norm` over the trailing `normalized_shape`; inputs: x, then the weight and
+    /// the bias when given; saved: x (dense), mean, rstd, then the weight if any.
+    LayerNorm {
+        normalized_shape: Vec<usize>,
+        has_weight: bool,
+        has_bias: bool,
+    },
+    /// `dropout` with its `1 / (1 - p)` scale; saved: the uint8 mask.
+    Dropout {
+        scale: f32,
+    },
+    /// `embedding` into a weight of `vocab` rows; input: the weight; saved: the indices.
+    Embedding {
+        vocab: usize,
+    },
+    /// `cat` along `dim` of inputs of these sizes along it.
+    Cat {
+        dim: usize,
+        sizes: Vec<usize>,
+    },
+    /// `nll_loss` (mean) over `[N, classes]` log-probabilities; saved: the targets and
+    /// the count of rows not ignored.
+    NllLoss {
+        ignore_index: i64,
+        classes: usize,
+    },
+    /// `max` over `dim` of an input of shape `input`; saved: the int64 indices.
+    MaxDim {
+        dim: usize,
+        keepdim: bool,
+        input: Vec<usize>,
+    },
+    /// `var` over `dims` with `correction`; saved: the input.
+    Var {
+        dims: Vec<usize>,
+        correction: usize,
+        keepdim: bool,
+    },
 }
 
 impl GradOp {
@@ -51,6 +113,18 @@ impl GradOp {
             GradOp::Reshape(_) => "ViewBackward".into(),
             GradOp::Identity => "CloneBackward".into(),
             GradOp::Matmul => "MmBackward".into(),
+            GradOp::Cast { .. } => "ToCopyBackward".into(),
+            GradOp::BroadcastBinary { op, .. } => format!("{}Backward", capitalised(op.name())),
+            GradOp::Where { .. } => "WhereBackward".into(),
+            GradOp::Softmax { log: false, .. } => "SoftmaxBackward".into(),
+            GradOp::Softmax { log: true, .. } => "LogSoftmaxBackward".into(),
+            GradOp::LayerNorm { .. } => "NativeLayerNormBackward".into(),
+            GradOp::Dropout { .. } => "NativeDropoutBackward".into(),
+            GradOp::Embedding { .. } => "EmbeddingBackward".into(),
+            GradOp::Cat { .. } => "CatBackward".into(),
+            GradOp::NllLoss { .. } => "NllLossBackward".into(),
+            GradOp::MaxDim { .. } => "MaxBackward".into(),
+            GradOp::Var { .. } => "VarBackward".into(),
         }
     }
 }
@@ -202,9 +276,7 @@ impl Tensor {
         // What autograd keeps for backward is an activation from now on, unless it was
         // already something more specific (a parameter, an input).
         for t in &saved {
-            if let Ok(Category::Temporary | Category::Other) = t.category() {
-                let _ = t.set_category(Category::Activation);
-            }
+            t.mark_saved(&op);
         }
         let node = Node {
             op,

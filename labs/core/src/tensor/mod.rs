@@ -3,17 +3,32 @@
 //! when it is already there and copies otherwise, and an operation on tensors of two
 //! devices is an error.
 
+mod broadcast;
+mod cast;
+mod compare;
+mod concat;
+mod dropout;
 mod graph;
+mod index;
 mod layout;
+mod loss;
 mod matmul;
+mod norm;
 mod ops;
+mod pointwise;
+mod promote;
 mod reduce;
+mod softmax;
+mod stats;
 mod views;
 
 pub use crate::dtype::{DType, Element};
+pub use broadcast::broadcast_shapes;
 pub use graph::{is_grad_enabled, no_grad, Edge, GradOp, GradSlot, NoGradGuard, Node};
 pub use layout::Layout;
+pub use loss::IGNORE_INDEX;
 pub use matmul::MatmulOptions;
+pub use promote::{is_floating_point, promote_types, result_type, Scalar};
 
 use std::sync::Arc;
 
@@ -92,6 +107,15 @@ impl Tensor {
         self.device()
             .allocator()?
             .set_category(&self.storage.block, category)
+    }
+
+    /// Autograd saved this tensor for `op`'s backward: its storage is an activation
+    /// now (unless it is a parameter or an input), saved by `op` in the memory history.
+    pub(crate) fn mark_saved(&self, op: &GradOp) {
+        if let Ok(allocator) = self.device().allocator() {
+            // Only a stale handle fails, and a live tensor's is not.
+            let _ = allocator.mark_saved(&self.storage.block, || op.name());
+        }
     }
 
     /// Another layout over the same storage (the views' constructor).
@@ -260,6 +284,21 @@ impl Tensor {
         let mut bytes = vec![0u8; self.nbytes()];
         self.read_bytes(&mut bytes)?;
         Ok(crate::dtype::from_bytes(&bytes))
+    }
+
+    /// The value of a one-element tensor, copied to the host (PyTorch's `item()`):
+    /// a number with no graph and no device memory, what a training loop should keep
+    /// for its logs. Waits for the work that produces it.
+    pub fn item<T: Element>(&self) -> Result<T> {
+        if self.numel() != 1 {
+            return Err(Error::InvalidArgument(format!(
+                "item: a tensor with {} elements (shape {:?}) cannot be converted to a \
+                 scalar; only one-element tensors can",
+                self.numel(),
+                self.shape()
+            )));
+        }
+        Ok(self.to_vec::<T>()?[0])
     }
 
     // ANCHOR: check_same_device

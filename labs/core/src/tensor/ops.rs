@@ -1,8 +1,9 @@
 //! Arithmetic on tensors. Each op checks devices, dtypes and shapes, then enqueues one
 //! kernel on the device's default stream and returns without waiting. Any op declared
 //! in `kernels/ops.rs` is reachable through [`Tensor::unary`] and [`Tensor::binary`];
-//! the named methods are shorthands. Inputs that are strided views are made dense
-//! first (a copy); in-place ops need a dense tensor.
+//! the named methods are shorthands. A unary op's strided input is made dense first (a
+//! copy); binary ops broadcast, promote and read strided operands in place
+//! (`broadcast.rs`); in-place ops need a dense tensor.
 
 use super::graph::GradOp;
 use super::{DType, Tensor};
@@ -83,8 +84,12 @@ impl Tensor {
 
     /// `op` applied to every element, into a new tensor; `alpha` is the scalar of ops
     /// that take one (`Scale`).
+    /// Integer tensors run the ops with an integer expression in their own dtype, and
+    /// are promoted to float32 for the others (`exp` of an int32 tensor is float32).
     pub fn unary_with(&self, op: UnaryOp, alpha: f32) -> Result<Tensor> {
-        self.check_float(op.name())?;
+        if !self.is_floating_point() && op.int_cuda().is_none() {
+            return self.promoted_to_float()?.unary_with(op, alpha);
+        }
         let x = self.contiguous()?;
         let out = Tensor::empty(self.shape(), self.dtype, self.device())?;
         self.device().launch(&Kernel::Unary {
@@ -95,12 +100,31 @@ impl Tensor {
             n: self.numel(),
             alpha,
         })?;
-        // What each derivative reads: the output for exp, sqrt, tanh and sigmoid (their
-        // derivatives are functions of it), the input for log and relu.
+        // What each derivative reads: the output for exp, sqrt, tanh, sigmoid and rsqrt
+        // (their derivatives are functions of it) and for relu (its output is positive
+        // exactly where its input is, and PyTorch saves the output too: a following
+        // matmul saves the same tensor, so the graph holds one copy); the input for log.
         let saved = match op {
-            UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Tanh | UnaryOp::Sigmoid => vec![out.clone()],
-            UnaryOp::Log | UnaryOp::Relu => vec![self.clone()],
-            UnaryOp::Neg | UnaryOp::Scale | UnaryOp::Step => vec![],
+            UnaryOp::Exp
+            | UnaryOp::Sqrt
+            | UnaryOp::Tanh
+            | UnaryOp::Sigmoid
+            | UnaryOp::Rsqrt
+            | UnaryOp::Relu => vec![out.clone()],
+            UnaryOp::Log
+            | UnaryOp::Abs
+            | UnaryOp::PowScalar
+            | UnaryOp::Gelu
+            | UnaryOp::GeluTanh
+            | UnaryOp::ClampMin
+            | UnaryOp::ClampMax => vec![self.clone()],
+            UnaryOp::Neg
+            | UnaryOp::Scale
+            | UnaryOp::Step
+            | UnaryOp::GeluGrad
+            | UnaryOp::GeluTanhGrad
+            | UnaryOp::StepGe
+            | UnaryOp::StepLe => vec![],
         };
         Ok(Tensor::recorded(
             out,
@@ -115,42 +139,19 @@ impl Tensor {
         self.unary_with(op, 0.0)
     }
 
-    /// `op` applied to pairs of elements of two tensors of one shape and dtype.
+    /// `op` applied to pairs of elements of two tensors, broadcast together (PyTorch's
+    /// rules) in their promoted dtype (see `broadcast.rs`).
     pub fn binary_with(&self, op: BinaryOp, other: &Tensor, alpha: f32) -> Result<Tensor> {
-        self.check_binary(other, op.name())?;
-        let (a, b) = (self.contiguous()?, other.contiguous()?);
-        let out = Tensor::empty(self.shape(), self.dtype, self.device())?;
-        self.device().launch(&Kernel::Binary {
-            op,
-            dtype: self.dtype,
-            a: a.ptr(),
-            b: b.ptr(),
-            out: out.ptr(),
-            n: self.numel(),
-            alpha,
-        })?;
-        // Products and quotients read their operands; sums and differences read nothing.
-        let saved = match op {
-            BinaryOp::Mul | BinaryOp::Div | BinaryOp::Maximum | BinaryOp::Minimum => {
-                vec![self.clone(), other.clone()]
-            }
-            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Axpy => vec![],
-        };
-        Ok(Tensor::recorded(
-            out,
-            GradOp::Binary(op),
-            &[self, other],
-            saved,
-        ))
+        self.broadcast_binary(op, other, alpha)
     }
 
-    /// `op` applied to pairs of elements of two tensors of one shape and dtype.
+    /// `op` applied to pairs of elements of two tensors, broadcast and promoted.
     pub fn binary(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
         self.binary_with(op, other, 0.0)
     }
 
     // ANCHOR: tensor_add
-    /// `self + other`, elementwise.
+    /// `self + other`, elementwise, broadcast.
     pub fn add(&self, other: &Tensor) -> Result<Tensor> {
         self.binary(BinaryOp::Add, other)
     }

@@ -1,12 +1,13 @@
-//! Sums over dimensions. Every reduction is one kernel, the row sum over the last
-//! dimension of dense data (`Kernel::SumRows`, accumulated in float32); a sum over other
-//! dimensions moves them last first (a permuted view, made dense by one copy when it is
-//! not already).
+//! Sums over dimensions. Every reduction is the row sum over the last dimension of
+//! dense data (`Kernel::SumRows`, accumulated in float32; few long rows are split over
+//! spans in two passes); a sum over other dimensions moves them last first (a permuted
+//! view, made dense by one copy when it is not already).
 
 use super::graph::GradOp;
-use super::Tensor;
+use super::{DType, Tensor};
 use crate::error::{Error, Result};
-use crate::kernels::Kernel;
+use crate::kernels::rows::sum_chunks;
+use crate::kernels::{Kernel, RowKernel};
 
 impl Tensor {
     /// The sum over dimensions `dims` (in any order, each once); `keepdim` keeps them as
@@ -120,14 +121,42 @@ impl Tensor {
         }
         let out = Tensor::empty(&out_shape, self.dtype(), self.device())?;
         let dense = self.detach().permute(&order)?.contiguous()?;
-        self.device().launch(&Kernel::SumRows {
-            dtype: self.dtype(),
-            x: dense.ptr(),
+        launch_row_sums(&dense, &out, rows, cols, alpha)?;
+        Ok(Tensor::recorded(out, op, &[self], vec![]))
+    }
+}
+
+/// `out[r] = alpha * sum(x[r, ..])` over a dense `[rows, cols]` tensor: one warp per row
+/// when the rows are many, else split over spans in two deterministic passes (a
+/// `sum_all` of 1e8 elements would otherwise be one warp's work).
+fn launch_row_sums(x: &Tensor, out: &Tensor, rows: usize, cols: usize, alpha: f32) -> Result<()> {
+    let device = x.device();
+    let chunks = sum_chunks(rows, cols);
+    if chunks == 1 {
+        return device.launch(&Kernel::SumRows {
+            dtype: x.dtype(),
+            x: x.ptr(),
             out: out.ptr(),
             rows,
             cols,
             alpha,
-        })?;
-        Ok(Tensor::recorded(out, op, &[self], vec![]))
+        });
     }
+    let partial = Tensor::empty(&[rows, chunks], DType::F32, device)?;
+    device.launch(&Kernel::Rows(RowKernel::SumPartials {
+        dtype: x.dtype(),
+        x: x.ptr(),
+        partial: partial.ptr(),
+        rows,
+        cols,
+        chunks,
+    }))?;
+    device.launch(&Kernel::Rows(RowKernel::SumFinish {
+        dtype: x.dtype(),
+        partial: partial.ptr(),
+        out: out.ptr(),
+        rows,
+        chunks,
+        alpha,
+    }))
 }

@@ -92,8 +92,10 @@ pub fn bounded<R>(what: &str, max_bytes: usize, max_time: Duration, f: impl FnOn
     out
 }
 
-/// The longest stretch of input an error may quote, plus room for the words around it.
-pub const MAX_MESSAGE: usize = 400;
+/// The longest stretch of input an error may quote, plus room for the words around it:
+/// an out-of-memory error (PyTorch's figures, a suggestion and the five largest live
+/// allocations, one line as PyTorch's) is the longest.
+pub const MAX_MESSAGE: usize = 1000;
 
 /// An error message as the issue asks: one line, not empty, of bounded length.
 pub fn assert_one_line(message: &str) {

@@ -1,0 +1,349 @@
+//! Lab 9's experiments and exercises on the device under test (the simulated GPU here,
+//! the GPU with `LABS_DEVICE=cuda`). The tests measure the device's allocator, so they
+//! run one at a time.
+
+use std::sync::{Mutex, MutexGuard};
+
+use lab_09::exercises::{evaluate, graph_bytes, log_losses};
+use lab_09::model::{batch, Mlp, Sizes};
+use lab_09::running_loss::{self, Keep};
+use lab_09::{drops, eval, planted, unused_result};
+use labs_core::alloc::LeakGuard;
+use labs_core::autograd::retained_graph;
+use labs_core::tensor::no_grad;
+use labs_core::testing::test_device;
+use labs_core::{Device, Tensor};
+
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The allocator's smallest block: every request is rounded up to a multiple of it.
+const ROUND: u64 = 512;
+
+fn sizes(device: &Device) -> Sizes {
+    Sizes::for_device(device, true)
+}
+
+/// Bytes of one activation and of one input batch.
+fn activation(s: Sizes) -> u64 {
+    (s.batch * s.hidden * 4) as u64
+}
+fn input(s: Sizes) -> u64 {
+    (s.batch * s.input * 4) as u64
+}
+
+#[test]
+fn a_running_loss_tensor_without_backward_grows_by_one_graph_per_iteration() {
+    let _g = serial();
+    let d = test_device();
+    let s = sizes(&d);
+    let (r, _) = running_loss::run(&d, s, Keep::TensorNoBackward).unwrap();
+    // New each iteration: the batch, and per hidden layer the product and its ReLU.
+    let per_iteration = input(s) + 2 * (s.depth as u64 + 1) * activation(s);
+    for w in r.windows(2).skip(1) {
+        let grew = w[1].allocated - w[0].allocated;
+        let saved = w[1].graph.saved_bytes - w[0].graph.saved_bytes;
+        assert_eq!(saved, per_iteration, "{r:?}");
+        // Seven new blocks, each rounded up by at most one unit.
+        assert!(
+            grew >= saved && grew - saved < 8 * ROUND,
+            "{grew} vs {saved}"
+        );
+        assert_eq!(w[1].graph.nodes - w[0].graph.nodes, 9, "8 ops and an add");
+    }
+    assert_eq!(r.last().unwrap().graph.released_nodes, 0);
+}
+
+#[test]
+fn after_backward_the_running_loss_keeps_nodes_but_no_device_memory() {
+    let _g = serial();
+    let d = test_device();
+    let s = sizes(&d);
+    let (r, total) = running_loss::run(&d, s, Keep::TensorWithBackward).unwrap();
+    let (flat, total_item) = running_loss::run(&d, s, Keep::Item).unwrap();
+    // The running total's own block (one element) is all that stays on the device.
+    assert_eq!(r[1].allocated - r[0].allocated, ROUND, "{r:?}");
+    for (i, reading) in r.iter().enumerate().skip(1) {
+        assert_eq!(reading.allocated, r[1].allocated, "{r:?}");
+        assert_eq!(reading.graph.saved_bytes, 0);
+        // Backward released each iteration's 8 nodes; the adds were never run.
+        assert_eq!(reading.graph.released_nodes, 8 * i);
+    }
+    assert_eq!(r.last().unwrap().graph.nodes, 9 * s.iterations - 1);
+    for reading in &flat {
+        assert_eq!(reading.allocated, flat[0].allocated);
+        assert_eq!(reading.graph.nodes, 0);
+    }
+    // The same training: the same losses, summed on the device or on the host.
+    assert!(
+        (total - total_item).abs() <= 1e-4 * total.abs().max(1.0),
+        "{total} {total_item}"
+    );
+}
+
+#[test]
+fn no_grad_keeps_an_evaluation_pass_to_two_activations() {
+    let _g = serial();
+    let d = test_device();
+    let s = sizes(&d);
+    let o = eval::measure(&d, s).unwrap();
+    let (with_graph, without) = (o.passes[0], o.passes[1]);
+    assert!(!with_graph.no_grad && without.no_grad);
+    let layers = s.depth as u64 + 1;
+    // With a graph, one batch's input and every activation are alive at the end.
+    assert!(with_graph.peak - with_graph.before >= input(s) + 2 * layers * activation(s));
+    // Without, the input and three activations at most (a layer's input, the product,
+    // its ReLU), plus tiny blocks.
+    assert!(without.peak - without.before <= input(s) + 3 * activation(s) + 4 * ROUND);
+    assert_eq!(with_graph.after, with_graph.before);
+    assert_eq!(without.after, without.before);
+    let (kept, detached) = (o.logged[0], o.logged[1]);
+    assert_eq!(
+        detached.held,
+        s.iterations as u64 * ROUND,
+        "one small block per loss"
+    );
+    assert_eq!(detached.graph_nodes, 0);
+    assert_eq!(kept.graph_nodes, 8 * s.iterations);
+    let per_loss = input(s) + 2 * layers * activation(s);
+    assert!(kept.held >= s.iterations as u64 * per_loss, "{kept:?}");
+}
+
+#[test]
+fn dropping_frees_only_the_last_reference_and_empty_cache_returns_the_rest() {
+    let _g = serial();
+    let d = test_device();
+    let bytes = 8 << 20;
+    let steps = drops::measure(&d, bytes).unwrap();
+    let base = steps[0].allocated;
+    let at = |what: &str| {
+        steps
+            .iter()
+            .find(|s| s.what.starts_with(what))
+            .unwrap_or_else(|| panic!("{what}: {steps:?}"))
+            .allocated
+            - base
+    };
+    let b = bytes as u64;
+    assert_eq!(at("a = randn(...); b = a"), b);
+    assert_eq!(at("del a (b still"), b);
+    assert_eq!(at("del b"), 0);
+    assert_eq!(at("row = a[0:1]; del a"), b, "a view keeps the whole block");
+    assert_eq!(at("row = row.clone()"), 4096);
+    assert_eq!(at("del row"), 0);
+    // x, and y's own block (rows x 1 floats) and w's (1024 floats).
+    let rows = (bytes / 4096) as u64;
+    assert_eq!(at("y = x @ w"), b + (rows * 4).max(ROUND) + 4096);
+    assert_eq!(at("del y"), 4096, "only w, the leaf, is left");
+    let before_empty = &steps[steps.len() - 2];
+    let after_empty = steps.last().unwrap();
+    assert_eq!(after_empty.allocated, base);
+    assert!(
+        after_empty.reserved + b <= before_empty.reserved,
+        "{steps:?}"
+    );
+}
+
+#[test]
+fn an_unused_result_keeps_its_operands_until_it_goes() {
+    let _g = serial();
+    let d = test_device();
+    let n = 256;
+    let block = (n * n * 4) as u64;
+    let steps = unused_result::measure(&d, n, true).unwrap();
+    assert_eq!(
+        steps.iter().map(|s| s.allocated).collect::<Vec<_>>(),
+        [3 * block, 3 * block, 0],
+        "c's node keeps a and b after del a, b"
+    );
+    assert_eq!((steps[1].nodes, steps[1].saved), (1, 2 * block));
+    let plain = unused_result::measure(&d, n, false).unwrap();
+    assert_eq!(
+        plain
+            .iter()
+            .map(|s| (s.allocated, s.nodes))
+            .collect::<Vec<_>>(),
+        [(3 * block, 0), (block, 0), (0, 0)],
+        "no input requires grad: no graph"
+    );
+}
+
+#[test]
+fn the_leak_guard_names_the_op_and_the_model_line_of_each_leaked_block() {
+    let _g = serial();
+    let d = test_device();
+    let s = sizes(&d);
+    let o = planted::measure(&d, s).unwrap();
+    let layers = s.depth as u64 + 1;
+    for r in &o.leaking {
+        assert_eq!(r.blocks.len(), 2 * layers as usize + 2, "{r}");
+        assert!(r.bytes() >= input(s) + 2 * layers * activation(s));
+        for b in &r.blocks {
+            let origin = b.origin().expect("backtraces are recorded");
+            assert!(
+                origin
+                    .op
+                    .as_deref()
+                    .is_some_and(|op| op.starts_with("Tensor::")),
+                "{r}"
+            );
+            let at = origin.at.unwrap();
+            assert!(
+                at.starts_with("labs/lab-09-leaks/src/model.rs:"),
+                "{at}\n{r}"
+            );
+        }
+    }
+    assert!(o.fixed.is_clean(), "{}", o.fixed);
+}
+
+/// The report's "at" is the planting line of this file.
+#[test]
+fn the_leak_report_points_at_the_planting_line() {
+    let _g = serial();
+    let d = test_device();
+    let alloc = d.allocator().unwrap();
+    alloc.record_memory_history(10_000, true);
+    let x = Tensor::randn(&[64, 128], 1, &d).unwrap();
+    let w = Tensor::randn(&[128, 256], 2, &d)
+        .unwrap()
+        .requires_grad_(true);
+    let mut losses = Vec::new();
+    let mut guard = LeakGuard::new(alloc);
+    let (h, h_line) = (x.matmul(&w).unwrap(), line!());
+    let (loss, loss_line) = (h.relu().unwrap().mean_all().unwrap(), line!());
+    drop(h);
+    losses.push(loss); // the leak
+    let report = guard.end_iteration();
+    alloc.record_memory_history(0, false);
+    let origins: Vec<_> = report.blocks.iter().map(|b| b.origin().unwrap()).collect();
+    assert_eq!(
+        origins.len(),
+        2,
+        "h (saved by relu) and the loss:\n{report}"
+    );
+    let file = "labs/lab-09-leaks/tests/lab09.rs";
+    assert_eq!(origins[0].at, Some(format!("{file}:{h_line}")), "{report}");
+    assert!(
+        origins[0]
+            .op
+            .as_deref()
+            .unwrap()
+            .starts_with("Tensor::matmul"),
+        "{report}"
+    );
+    assert_eq!(
+        origins[1].at,
+        Some(format!("{file}:{loss_line}")),
+        "{report}"
+    );
+    assert_eq!(
+        origins[1].op.as_deref(),
+        Some("Tensor::mean_all"),
+        "{report}"
+    );
+    assert!(
+        report.to_string().contains(&format!("at {file}:{h_line}")),
+        "{report}"
+    );
+    drop(losses);
+}
+
+#[test]
+fn item_is_one_element_only() {
+    let _g = serial();
+    let d = test_device();
+    let t = Tensor::from_slice(&[2.5f32], &[1, 1], &d).unwrap();
+    assert_eq!(t.item::<f32>().unwrap(), 2.5);
+    let two = Tensor::from_slice(&[1.0f32, 2.0], &[2], &d).unwrap();
+    let err = two.item::<f32>().unwrap_err().to_string();
+    assert!(err.contains("item") && err.contains("[2]"), "{err}");
+    assert!(t.item::<i64>().is_err(), "the dtype must match");
+}
+
+fn batches(d: &Device, s: Sizes, n: usize) -> Vec<Tensor> {
+    (0..n).map(|i| batch(d, s, i).unwrap()).collect()
+}
+
+#[test]
+fn exercise_1_evaluation_stays_flat() {
+    let _g = serial();
+    let d = test_device();
+    let s = sizes(&d);
+    let model = Mlp::new(&d, s, 7).unwrap();
+    let xs = batches(&d, s, 3);
+    let expected: f32 = {
+        let _off = no_grad();
+        let sum: f32 = xs
+            .iter()
+            .map(|x| model.loss(x).unwrap().item::<f32>().unwrap())
+            .sum();
+        sum / 3.0
+    };
+    let alloc = d.allocator().unwrap();
+    let before = alloc.memory_allocated();
+    alloc.reset_peak_memory_stats();
+    let got = evaluate(&model, &xs).unwrap();
+    assert!(
+        (got - expected).abs() <= 1e-5 * expected.abs().max(1.0),
+        "{got} {expected}"
+    );
+    let peak = alloc.max_memory_allocated() - before;
+    assert!(
+        peak <= 3 * activation(s) + 4 * ROUND,
+        "peak {peak}: is a graph recorded?"
+    );
+    assert_eq!(alloc.memory_allocated(), before);
+}
+
+#[test]
+fn exercise_2_logged_losses_keep_no_graph() {
+    let _g = serial();
+    let d = test_device();
+    let s = sizes(&d);
+    let model = Mlp::new(&d, s, 8).unwrap();
+    let xs = batches(&d, s, 4);
+    let alloc = d.allocator().unwrap();
+    let before = alloc.memory_allocated();
+    let logged = log_losses(&model, &xs).unwrap();
+    assert_eq!(
+        alloc.memory_allocated() - before,
+        4 * ROUND,
+        "one small block per loss"
+    );
+    for (l, x) in logged.iter().zip(&xs) {
+        assert!(l.grad_fn().is_none() && !l.requires_grad());
+        let expected = model.loss(x).unwrap().item::<f32>().unwrap();
+        assert_eq!(l.item::<f32>().unwrap(), expected);
+    }
+}
+
+#[test]
+fn exercise_3_graph_bytes_counts_each_saved_storage_once() {
+    let _g = serial();
+    let d = test_device();
+    let s = sizes(&d);
+    let model = Mlp::new(&d, s, 9).unwrap();
+    let loss = model.loss(&batch(&d, s, 0).unwrap()).unwrap();
+    assert_eq!(graph_bytes(&loss), retained_graph(&loss).saved_bytes);
+    let weights: u64 = model.weights.iter().map(|w| w.nbytes() as u64).sum();
+    let layers = s.depth as u64 + 1;
+    assert_eq!(
+        graph_bytes(&loss),
+        weights + input(s) + 2 * layers * activation(s)
+    );
+    // A tensor saved twice (a @ a) counts once; views of one storage count once.
+    let a = Tensor::randn(&[32, 32], 3, &d)
+        .unwrap()
+        .requires_grad_(true);
+    let sq = a.matmul(&a).unwrap();
+    assert_eq!(graph_bytes(&sq), 32 * 32 * 4);
+    let at = a.matmul(&a.transpose(0, 1).unwrap()).unwrap();
+    assert_eq!(graph_bytes(&at), 32 * 32 * 4);
+    // A leaf has no graph; a released graph saves nothing.
+    assert_eq!(graph_bytes(&a), 0);
+    loss.backward().unwrap();
+    assert_eq!(graph_bytes(&loss), 0);
+}
