@@ -1,5 +1,5 @@
-//! Activation modules: stateless, no parameters (`nn.ReLU`, `nn.Tanh`, `nn.Sigmoid`).
-//! `Gelu` joins them when the runtime has the op.
+//! Activation modules: stateless, no parameters (`nn.ReLU`, `nn.Tanh`, `nn.Sigmoid`,
+//! `nn.GELU()` with the exact error-function form).
 
 use super::Module;
 use crate::error::Result;
@@ -55,4 +55,9 @@ activation!(
     /// `1 / (1 + e^-x)` (`nn.Sigmoid`).
     Sigmoid,
     UnaryOp::Sigmoid
+);
+activation!(
+    /// `x Φ(x)` (`nn.GELU()`, `approximate="none"`).
+    Gelu,
+    UnaryOp::Gelu
 );

@@ -6,7 +6,7 @@ use super::{join, Module, Rng};
 use crate::alloc::Category;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::Tensor;
 
 pub struct Linear {
     /// `[out_features, in_features]`.
@@ -100,14 +100,9 @@ impl Module for Linear {
         };
         let mut y = x2.matmul(&self.weight.transpose(0, 1)?)?;
         if let Some(b) = &self.bias {
-            // The bias added to every row. TODO(broadcast): switch to the broadcasting
-            // `y.add(b)` when it lands. Until then `b.expand(..)` cannot be used
-            // (expand has no gradient yet), so the rows of `b` are made by a product
-            // with a column of ones, `ones[rows, 1] @ b[1, out]`, whose backward sums
-            // the rows' gradients into `b`'s as broadcasting would.
-            let ones = ones_column(rows, b.dtype(), x.device())?;
-            let rows_of_b = ones.matmul(&b.view(&[1, self.out_features()])?)?;
-            y = y.add(&rows_of_b)?;
+            // `[rows, out] + [out]`: the broadcasting add, whose backward sums the rows'
+            // gradients into the bias's.
+            y = y.add(b)?;
         }
         let mut out_shape = x.shape().to_vec();
         out_shape[rank - 1] = self.out_features();
@@ -131,14 +126,5 @@ impl Module for Linear {
 
     fn training(&self) -> bool {
         self.training
-    }
-}
-
-/// A `[rows, 1]` column of ones in `dtype`.
-fn ones_column(rows: usize, dtype: DType, device: &Device) -> Result<Tensor> {
-    match dtype {
-        DType::F16 => Tensor::full(&[rows, 1], half::f16::ONE, device),
-        DType::BF16 => Tensor::full(&[rows, 1], half::bf16::ONE, device),
-        _ => Tensor::full(&[rows, 1], 1.0f32, device),
     }
 }

@@ -5,16 +5,26 @@
 //! (as `parameters()` returns, and an optimizer keeps) shares its storage and `.grad`.
 
 mod activation;
+mod attention;
+mod dropout;
+mod embedding;
 mod init;
 mod linear;
+mod norm;
 mod sequential;
 mod state;
+mod transformer;
 
-pub use activation::{Relu, Sigmoid, Tanh};
+pub use activation::{Gelu, Relu, Sigmoid, Tanh};
+pub use attention::{causal_mask, MultiheadAttention};
+pub use dropout::Dropout;
+pub use embedding::Embedding;
 pub use init::Rng;
 pub use linear::Linear;
+pub use norm::LayerNorm;
 pub use sequential::{Mlp, Sequential};
 pub use state::{load, save};
+pub use transformer::{TransformerConfig, TransformerDecoderLayer, TransformerEncoderLayer};
 
 use crate::error::Result;
 use crate::tensor::Tensor;
