@@ -439,3 +439,272 @@ fn loading_fails_clearly() {
     // Nothing was copied by the failed loads.
     assert_eq!(model.parameters()[0].to_vec::<f32>().unwrap(), before);
 }
+
+#[test]
+fn attention_and_transformer_layers_are_named_as_pytorch() {
+    use labs_core::nn::{
+        Embedding, LayerNorm, MultiheadAttention, TransformerConfig, TransformerDecoderLayer,
+        TransformerEncoderLayer,
+    };
+    let device = test_device();
+    let rng = &mut Rng::seeded(4);
+    // nn.MultiheadAttention(8, 2): in_proj_weight [24, 8], in_proj_bias [24],
+    // out_proj.weight [8, 8], out_proj.bias [8]; 288.
+    let mha = MultiheadAttention::new(8, 2, 0.0, rng, &device).unwrap();
+    assert_eq!(
+        names(&mha),
+        [
+            "in_proj_weight",
+            "in_proj_bias",
+            "out_proj.weight",
+            "out_proj.bias"
+        ]
+    );
+    assert_eq!(mha.num_parameters(), 288);
+    assert_eq!(mha.in_proj_weight.shape(), [24, 8]);
+    // Biases start at zero; the weight is Xavier-uniform, bounded by sqrt(6 / (8 + 24)).
+    assert!(mha
+        .in_proj_bias
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .all(|&v| v == 0.0));
+    let bound = (6.0f32 / 32.0).sqrt();
+    assert!(mha
+        .in_proj_weight
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .all(|v| v.abs() <= bound));
+    assert!(MultiheadAttention::new(8, 3, 0.0, rng, &device).is_err());
+    let config = TransformerConfig {
+        dim_feedforward: 16,
+        dropout: 0.0,
+        ..TransformerConfig::new(8, 2)
+    };
+    // nn.TransformerEncoderLayer(8, 2, 16): 288 + 144 + 136 + 16 + 16 = 600.
+    let enc = TransformerEncoderLayer::new(config, rng, &device).unwrap();
+    assert_eq!(
+        names(&enc),
+        [
+            "self_attn.in_proj_weight",
+            "self_attn.in_proj_bias",
+            "self_attn.out_proj.weight",
+            "self_attn.out_proj.bias",
+            "linear1.weight",
+            "linear1.bias",
+            "linear2.weight",
+            "linear2.bias",
+            "norm1.weight",
+            "norm1.bias",
+            "norm2.weight",
+            "norm2.bias"
+        ]
+    );
+    assert_eq!(enc.num_parameters(), 600);
+    // nn.TransformerDecoderLayer(8, 2, 16): two attentions, three norms; 904.
+    let dec = TransformerDecoderLayer::new(config, rng, &device).unwrap();
+    let dec_names = names(&dec);
+    assert_eq!(dec_names.len(), 18);
+    assert_eq!(
+        &dec_names[4..6],
+        [
+            "multihead_attn.in_proj_weight",
+            "multihead_attn.in_proj_bias"
+        ]
+    );
+    assert_eq!(&dec_names[16..], ["norm3.weight", "norm3.bias"]);
+    assert_eq!(dec.num_parameters(), 904);
+    // nn.Embedding(10, 6): weight, 60; nn.LayerNorm(6): weight, bias, 12.
+    assert_eq!(
+        names(&Embedding::new(10, 6, rng, &device).unwrap()),
+        ["weight"]
+    );
+    let ln = LayerNorm::new(&[6], 1e-5, &device).unwrap();
+    assert_eq!(
+        (names(&ln), ln.num_parameters()),
+        (vec!["weight".to_string(), "bias".to_string()], 12)
+    );
+}
+
+/// The float64 values of a float32 tensor.
+fn host(t: &Tensor) -> Vec<f64> {
+    t.to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|&v| v as f64)
+        .collect()
+}
+
+#[test]
+fn attention_matches_a_host_reference_and_a_causal_mask_hides_the_future() {
+    use labs_core::nn::{causal_mask, MultiheadAttention};
+    let device = test_device();
+    let rng = &mut Rng::seeded(21);
+    let (b, l, e, h) = (2, 3, 4, 2);
+    let d = e / h;
+    let mha = MultiheadAttention::from_parameters(
+        h,
+        0.0,
+        Tensor::from_slice(&rng.uniform(3 * e * e, 0.7), &[3 * e, e], &device).unwrap(),
+        Tensor::from_slice(&rng.uniform(3 * e, 0.3), &[3 * e], &device).unwrap(),
+        Linear::new(e, e, true, rng, &device).unwrap(),
+    )
+    .unwrap();
+    let x = rng.uniform(b * l * e, 1.0);
+    let xt = Tensor::from_slice(&x, &[b, l, e], &device).unwrap();
+    let (w_in, b_in) = (host(&mha.in_proj_weight), host(&mha.in_proj_bias));
+    let (w_out, b_out) = (
+        host(&mha.out_proj.weight),
+        host(mha.out_proj.bias.as_ref().unwrap()),
+    );
+    // The reference: per batch, per head, softmax(q k^T / sqrt(d) + mask) v, then out_proj.
+    let reference = |causal: bool| -> Vec<f64> {
+        let proj = |bi: usize, t: usize, block: usize, j: usize| -> f64 {
+            let r = block * e + j;
+            b_in[r]
+                + (0..e)
+                    .map(|i| w_in[r * e + i] * x[(bi * l + t) * e + i] as f64)
+                    .sum::<f64>()
+        };
+        let mut out = vec![0.0; b * l * e];
+        for bi in 0..b {
+            let mut heads = vec![0.0; l * e];
+            for hd in 0..h {
+                for t in 0..l {
+                    let scores: Vec<f64> = (0..l)
+                        .map(|s| {
+                            if causal && s > t {
+                                return f64::NEG_INFINITY;
+                            }
+                            (0..d)
+                                .map(|j| proj(bi, t, 0, hd * d + j) * proj(bi, s, 1, hd * d + j))
+                                .sum::<f64>()
+                                / (d as f64).sqrt()
+                        })
+                        .collect();
+                    let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let z: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+                    for j in 0..d {
+                        heads[t * e + hd * d + j] = (0..l)
+                            .map(|s| (scores[s] - max).exp() / z * proj(bi, s, 2, hd * d + j))
+                            .sum();
+                    }
+                }
+            }
+            for t in 0..l {
+                for o in 0..e {
+                    out[(bi * l + t) * e + o] = b_out[o]
+                        + (0..e)
+                            .map(|i| w_out[o * e + i] * heads[t * e + i])
+                            .sum::<f64>();
+                }
+            }
+        }
+        out
+    };
+    for causal in [false, true] {
+        let mask = causal_mask(l, &device).unwrap();
+        let y = mha.attend(&xt, &xt, &xt, causal.then_some(&mask)).unwrap();
+        assert_eq!(y.shape(), [b, l, e]);
+        for (i, (got, want)) in host(&y).iter().zip(reference(causal)).enumerate() {
+            assert!(
+                (got - want).abs() < 1e-5,
+                "causal={causal} [{i}]: {got} vs {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn attention_gradients_match_finite_differences() {
+    use labs_core::nn::{causal_mask, MultiheadAttention};
+    let _serial = serial();
+    let device = test_device();
+    let rng = &mut Rng::seeded(5);
+    let mha = MultiheadAttention::new(4, 2, 0.0, rng, &device).unwrap();
+    let x = rng.uniform(2 * 3 * 4, 1.0);
+    let g = rng.uniform(2 * 3 * 4, 1.0);
+    let mask = causal_mask(3, &device).unwrap();
+    let loss = |x: &Tensor| -> Tensor {
+        let y = mha.attend(x, x, x, Some(&mask)).unwrap();
+        let g = Tensor::from_slice(&g, y.shape(), &device).unwrap();
+        y.mul(&g).unwrap().sum_all().unwrap()
+    };
+    let xt = Tensor::from_slice(&x, &[2, 3, 4], &device)
+        .unwrap()
+        .requires_grad_(true);
+    loss(&xt).backward().unwrap();
+    let eval = |x: &[f32]| -> f64 {
+        let _off = no_grad();
+        let x = Tensor::from_slice(x, &[2, 3, 4], &device).unwrap();
+        loss(&x).to_vec::<f32>().unwrap()[0] as f64
+    };
+    let eps = 1e-2f32;
+    let analytic = xt.grad().unwrap().to_vec::<f32>().unwrap();
+    for i in 0..x.len() {
+        let (mut plus, mut minus) = (x.clone(), x.clone());
+        plus[i] += eps;
+        minus[i] -= eps;
+        let numeric = (eval(&plus) - eval(&minus)) / (2.0 * eps as f64);
+        assert!(
+            (analytic[i] as f64 - numeric).abs() < 1e-2 * (1.0 + numeric.abs()),
+            "x[{i}]: backward {}, finite differences {numeric}",
+            analytic[i]
+        );
+    }
+    // Every parameter got a gradient of its shape.
+    for (name, p) in mha.named_parameters() {
+        assert_eq!(p.grad().expect(&name).shape(), p.shape(), "{name}");
+    }
+}
+
+#[test]
+fn embedding_layer_norm_and_dropout_modules() {
+    use labs_core::nn::{Dropout, Embedding, LayerNorm};
+    let device = test_device();
+    let rng = &mut Rng::seeded(8);
+    let emb = Embedding::new(5, 3, rng, &device).unwrap();
+    let table = emb.weight.to_vec::<f32>().unwrap();
+    let idx = Tensor::from_slice(&[4i64, 0, 4], &[3], &device).unwrap();
+    let rows = emb.forward(&idx).unwrap();
+    assert_eq!(rows.shape(), [3, 3]);
+    let got = rows.to_vec::<f32>().unwrap();
+    assert_eq!(&got[0..3], &table[12..15]);
+    assert_eq!(&got[3..6], &table[0..3]);
+    // N(0, 1) initialisation: not all within a uniform's small bound.
+    assert!(table.iter().any(|v| v.abs() > 0.5));
+
+    let ln = LayerNorm::new(&[4], 1e-5, &device).unwrap();
+    let x = Tensor::from_slice(
+        &[1.0f32, 2.0, 3.0, 6.0, -1.0, 0.0, 1.0, 0.0],
+        &[2, 4],
+        &device,
+    )
+    .unwrap();
+    let y = ln.forward(&x).unwrap().to_vec::<f32>().unwrap();
+    for row in y.chunks(4) {
+        let mean: f32 = row.iter().sum::<f32>() / 4.0;
+        let var: f32 = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / 4.0;
+        assert!(mean.abs() < 1e-5 && (var - 1.0).abs() < 1e-3, "{row:?}");
+    }
+
+    let mut drop = Dropout::new(0.5).unwrap();
+    let ones = Tensor::full(&[1000], 1.0f32, &device).unwrap();
+    let y = drop.forward(&ones).unwrap().to_vec::<f32>().unwrap();
+    let kept = y.iter().filter(|&&v| v != 0.0).count();
+    assert!(
+        y.iter().all(|&v| v == 0.0 || v == 2.0),
+        "kept values are scaled by 2"
+    );
+    assert!(
+        (350..650).contains(&kept),
+        "{kept} of 1000 kept with p = 0.5"
+    );
+    drop.eval();
+    assert_eq!(
+        drop.forward(&ones).unwrap().to_vec::<f32>().unwrap(),
+        vec![1.0; 1000]
+    );
+    assert!(Dropout::new(1.5).is_err());
+}
