@@ -1,7 +1,7 @@
 //! The small model every experiment trains or evaluates: matrix products and ReLUs
 //! down to one output per sample, its mean the loss. Made only of ops that record a
 //! graph, so that what the graph saves is what a PyTorch MLP's would save: each
-//! product's two operands and each ReLU's input.
+//! product's two operands and each ReLU's output.
 
 use labs_core::tensor::no_grad;
 use labs_core::{Device, Result, Tensor};

@@ -40,13 +40,14 @@ fn a_running_loss_tensor_without_backward_grows_by_one_graph_per_iteration() {
     let d = test_device();
     let s = sizes(&d);
     let (r, _) = running_loss::run(&d, s, Keep::TensorNoBackward).unwrap();
-    // New each iteration: the batch, and per hidden layer the product and its ReLU.
-    let per_iteration = input(s) + 2 * (s.depth as u64 + 1) * activation(s);
+    // New each iteration: the batch, and per hidden layer its ReLU's output (which the
+    // next product saves too; the products themselves are not saved).
+    let per_iteration = input(s) + (s.depth as u64 + 1) * activation(s);
     for w in r.windows(2).skip(1) {
         let grew = w[1].allocated - w[0].allocated;
         let saved = w[1].graph.saved_bytes - w[0].graph.saved_bytes;
         assert_eq!(saved, per_iteration, "{r:?}");
-        // Seven new blocks, each rounded up by at most one unit.
+        // A handful of new blocks, each rounded up by at most one unit.
         assert!(
             grew >= saved && grew - saved < 8 * ROUND,
             "{grew} vs {saved}"
@@ -93,7 +94,7 @@ fn no_grad_keeps_an_evaluation_pass_to_two_activations() {
     assert!(!with_graph.no_grad && without.no_grad);
     let layers = s.depth as u64 + 1;
     // With a graph, one batch's input and every activation are alive at the end.
-    assert!(with_graph.peak - with_graph.before >= input(s) + 2 * layers * activation(s));
+    assert!(with_graph.peak - with_graph.before >= input(s) + layers * activation(s));
     // Without, the input and three activations at most (a layer's input, the product,
     // its ReLU), plus tiny blocks.
     assert!(without.peak - without.before <= input(s) + 3 * activation(s) + 4 * ROUND);
@@ -107,7 +108,7 @@ fn no_grad_keeps_an_evaluation_pass_to_two_activations() {
     );
     assert_eq!(detached.graph_nodes, 0);
     assert_eq!(kept.graph_nodes, 8 * s.iterations);
-    let per_loss = input(s) + 2 * layers * activation(s);
+    let per_loss = input(s) + layers * activation(s);
     assert!(kept.held >= s.iterations as u64 * per_loss, "{kept:?}");
 }
 
@@ -178,8 +179,9 @@ fn the_leak_guard_names_the_op_and_the_model_line_of_each_leaked_block() {
     let o = planted::measure(&d, s).unwrap();
     let layers = s.depth as u64 + 1;
     for r in &o.leaking {
-        assert_eq!(r.blocks.len(), 2 * layers as usize + 2, "{r}");
-        assert!(r.bytes() >= input(s) + 2 * layers * activation(s));
+        // The batch, each ReLU's output, and the loss.
+        assert_eq!(r.blocks.len(), layers as usize + 2, "{r}");
+        assert!(r.bytes() >= input(s) + layers * activation(s));
         for b in &r.blocks {
             let origin = b.origin().expect("backtraces are recorded");
             assert!(
@@ -212,8 +214,8 @@ fn the_leak_report_points_at_the_planting_line() {
         .requires_grad_(true);
     let mut losses = Vec::new();
     let mut guard = LeakGuard::new(alloc);
-    let (h, h_line) = (x.matmul(&w).unwrap(), line!());
-    let (loss, loss_line) = (h.relu().unwrap().mean_all().unwrap(), line!());
+    let (h, h_line) = (x.matmul(&w).unwrap().relu().unwrap(), line!());
+    let (loss, loss_line) = (h.mean_all().unwrap(), line!());
     drop(h);
     losses.push(loss); // the leak
     let report = guard.end_iteration();
@@ -222,7 +224,7 @@ fn the_leak_report_points_at_the_planting_line() {
     assert_eq!(
         origins.len(),
         2,
-        "h (saved by relu) and the loss:\n{report}"
+        "h (relu's output, which relu saved) and the loss:\n{report}"
     );
     let file = "labs/lab-09-leaks/tests/lab09.rs";
     assert_eq!(origins[0].at, Some(format!("{file}:{h_line}")), "{report}");
@@ -230,8 +232,9 @@ fn the_leak_report_points_at_the_planting_line() {
         origins[0]
             .op
             .as_deref()
-            .unwrap()
-            .starts_with("Tensor::matmul"),
+            // `relu` is a thin wrapper that a release build may fold into the op
+            // it calls.
+            .is_some_and(|op| op.starts_with("Tensor::relu") || op.starts_with("Tensor::unary")),
         "{report}"
     );
     assert_eq!(
@@ -332,7 +335,7 @@ fn exercise_3_graph_bytes_counts_each_saved_storage_once() {
     let layers = s.depth as u64 + 1;
     assert_eq!(
         graph_bytes(&loss),
-        weights + input(s) + 2 * layers * activation(s)
+        weights + input(s) + layers * activation(s)
     );
     // A tensor saved twice (a @ a) counts once; views of one storage count once.
     let a = Tensor::randn(&[32, 32], 3, &d)
