@@ -82,6 +82,9 @@ pub struct ParityCase {
     /// Optimizer cases: the number of steps recorded.
     #[serde(default)]
     pub steps: usize,
+    /// The folder of the manifest (and of `file`).
+    #[serde(skip)]
+    pub dir: std::path::PathBuf,
 }
 
 /// `data/parity/manifest.json`.
@@ -97,17 +100,30 @@ pub fn parity_dir() -> std::path::PathBuf {
     data_dir().join("parity")
 }
 
-/// The parity manifest; an error that says which command writes it when it is missing.
+/// The parity manifest of `data/parity`; an error that says which command writes it
+/// when it is missing.
 pub fn parity_manifest() -> Result<ParityManifest, String> {
-    let path = parity_dir().join("manifest.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        format!(
-            "{}: {e}. The PyTorch parity fixtures are written by `{PARITY_COMMAND}` on a \
-             machine with PyTorch 2.11 (it writes data/parity/; commit its output)",
-            path.display()
-        )
-    })?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    ParityManifest::read(&parity_dir())
+}
+
+impl ParityManifest {
+    /// `dir/manifest.json`, its cases pointing at their files in `dir`.
+    pub fn read(dir: &std::path::Path) -> Result<ParityManifest, String> {
+        let path = dir.join("manifest.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            format!(
+                "{}: {e}. The PyTorch parity fixtures are written by `{PARITY_COMMAND}` on a \
+                 machine with PyTorch 2.11 (it writes data/parity/; commit its output)",
+                path.display()
+            )
+        })?;
+        let mut manifest: ParityManifest =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        for case in &mut manifest.cases {
+            case.dir = dir.to_path_buf();
+        }
+        Ok(manifest)
+    }
 }
 
 impl ParityCase {
@@ -116,7 +132,7 @@ impl ParityCase {
         &self,
         device: &Device,
     ) -> crate::Result<std::collections::HashMap<String, crate::Tensor>> {
-        Ok(crate::nn::load(parity_dir().join(&self.file), device)?
+        Ok(crate::nn::load(self.dir.join(&self.file), device)?
             .into_iter()
             .collect())
     }

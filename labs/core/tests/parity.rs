@@ -18,7 +18,7 @@ use labs_core::nn::{
     TransformerConfig, TransformerDecoderLayer, TransformerEncoderLayer,
 };
 use labs_core::optim::{Adam, AdamW, Optimizer, Sgd};
-use labs_core::testing::{parity_manifest, test_device, ParityCase};
+use labs_core::testing::{parity_manifest, test_device, ParityCase, ParityManifest};
 use labs_core::{DType, Device, Tensor};
 
 type Tensors = HashMap<String, Tensor>;
@@ -482,29 +482,37 @@ fn report(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-#[test]
-fn pytorch_parity() {
-    let manifest = parity_manifest().unwrap_or_else(|e| panic!("{e}"));
-    let device: Device = test_device();
-    let (mut passed, mut failures, mut skipped, mut partial) = (0, vec![], vec![], vec![]);
+/// What a run over a manifest found.
+#[derive(Default)]
+struct Outcome {
+    passed: usize,
+    failures: Vec<String>,
+    skipped: Vec<String>,
+    partial: Vec<String>,
+}
+
+fn check(manifest: &ParityManifest, device: &Device) -> Outcome {
+    let mut o = Outcome::default();
     for case in &manifest.cases {
         let t = case
-            .tensors(&device)
+            .tensors(device)
             .unwrap_or_else(|e| panic!("{}: {e}", case.name));
         let required = REQUIRED.contains(&case.op.as_str());
         match run(case, &t) {
             Err(NotCovered(why)) => {
                 if required {
-                    failures.push(format!("{}: required but not run: {why}", case.name));
+                    o.failures
+                        .push(format!("{}: required but not run: {why}", case.name));
                 }
-                skipped.push(format!("{} ({}): {why}", case.name, case.op));
+                o.skipped
+                    .push(format!("{} ({}): {why}", case.name, case.op));
             }
             Ok(computed) => {
                 let mut ok = true;
                 for (key, got) in &computed.tensors {
                     let want = get(&t, key);
                     if let Some(diff) = compare(case, key, got, want) {
-                        failures.push(diff);
+                        o.failures.push(diff);
                         ok = false;
                     }
                 }
@@ -516,34 +524,127 @@ fn pytorch_parity() {
                     .filter(|k| !compared.contains(&k.as_str()))
                     .collect();
                 if !expected_grads.is_empty() && computed.partial.is_empty() {
-                    failures.push(format!("{}: not compared: {expected_grads:?}", case.name));
+                    o.failures
+                        .push(format!("{}: not compared: {expected_grads:?}", case.name));
+                    ok = false;
                 }
                 if !computed.partial.is_empty() {
                     let what = format!("{}: {}", case.name, computed.partial.join(", "));
                     if required {
-                        failures.push(format!("required in full: {what}"));
+                        o.failures.push(format!("required in full: {what}"));
+                        ok = false;
                     }
-                    partial.push(what);
+                    o.partial.push(what);
                 }
                 if ok {
-                    passed += 1;
+                    o.passed += 1;
                 }
             }
         }
     }
+    o
+}
+
+#[test]
+fn pytorch_parity() {
+    let manifest = parity_manifest().unwrap_or_else(|e| panic!("{e}"));
+    let device: Device = test_device();
+    let o = check(&manifest, &device);
     report(&format!(
-        "PyTorch parity ({} cases from PyTorch {}, on {}): {passed} passed, {} failed, {} not covered yet",
+        "PyTorch parity ({} cases from PyTorch {}, on {}): {} passed, {} failed, {} not covered yet",
         manifest.cases.len(),
         manifest.torch,
         device,
-        failures.len(),
-        skipped.len()
+        o.passed,
+        o.failures.len(),
+        o.skipped.len()
     ));
-    for s in &skipped {
+    for s in &o.skipped {
         report(&format!("  not covered: {s}"));
     }
-    for p in &partial {
+    for p in &o.partial {
         report(&format!("  partly covered: {p}"));
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(o.failures.is_empty(), "{}", o.failures.join("\n"));
+}
+
+/// The harness itself, on fixtures written here in the script's layout with values
+/// computed on the host: correct cases pass, a wrong value fails naming the case and
+/// the tensor, an op the runtime lacks is listed, not failed.
+#[test]
+fn the_harness_checks_what_the_script_writes() {
+    let device = test_device();
+    let dir = std::env::temp_dir().join(format!("labs-parity-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = |v: &[f32], shape: &[usize]| Tensor::from_slice(v, shape, &device).unwrap();
+    let (a, b, g) = (
+        [0.5f32, -1.0, 2.0, 0.25, 3.0, -0.5],
+        [1.5f32, 2.0, -1.0, 0.75, 0.5, 4.0],
+        [1.0f32, -2.0, 0.5, 3.0, -1.0, 0.25],
+    );
+    let prod: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x * y).collect();
+    let ga: Vec<f32> = g.iter().zip(&b).map(|(g, y)| g * y).collect();
+    let gb: Vec<f32> = g.iter().zip(&a).map(|(g, x)| g * x).collect();
+    let mul = |output: &[f32]| {
+        vec![
+            ("input.0".to_string(), f(&a, &[2, 3])),
+            ("input.1".to_string(), f(&b, &[2, 3])),
+            ("output".to_string(), f(output, &[2, 3])),
+            ("grad_output".to_string(), f(&g, &[2, 3])),
+            ("grad.input.0".to_string(), f(&ga, &[2, 3])),
+            ("grad.input.1".to_string(), f(&gb, &[2, 3])),
+        ]
+    };
+    let mut wrong = prod.clone();
+    wrong[4] += 0.01;
+    // One SGD step with momentum (the buffer starts as the gradient): p - lr g.
+    let p0 = [1.0f32, -2.0];
+    let g1 = [0.5f32, 0.25];
+    let p1: Vec<f32> = p0.iter().zip(&g1).map(|(p, g)| p - 0.1 * g).collect();
+    let sgd = vec![
+        ("param.0.0".to_string(), f(&p0, &[2])),
+        ("grad.0.1".to_string(), f(&g1, &[2])),
+        ("param.0.1".to_string(), f(&p1, &[2])),
+    ];
+    let files = [
+        ("mul", mul(&prod)),
+        ("mul_wrong", mul(&wrong)),
+        ("sgd", sgd),
+        ("frobnicate", vec![("input.0".to_string(), f(&a, &[6]))]),
+    ];
+    for (name, tensors) in &files {
+        labs_core::nn::save(dir.join(format!("{name}.safetensors")), tensors).unwrap();
+    }
+    let case = |name: &str, op: &str, extra: serde_json::Value| {
+        let mut c = serde_json::json!({
+            "name": name, "op": op, "file": format!("{name}.safetensors"), "args": {},
+            "dtype": "float32", "atol": 1e-5, "rtol": 1e-4,
+        });
+        c.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        c
+    };
+    let manifest = serde_json::json!({
+        "torch": "none (written by the test)",
+        "cases": [
+            case("mul", "mul", serde_json::json!({})),
+            case("mul_wrong", "mul", serde_json::json!({})),
+            case("sgd", "sgd", serde_json::json!({"steps": 1, "args": {"lr": 0.1, "momentum": 0.9}})),
+            case("frobnicate", "frobnicate", serde_json::json!({})),
+        ],
+    });
+    std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
+    let o = check(&ParityManifest::read(&dir).unwrap(), &device);
+    assert_eq!(o.passed, 2, "mul and sgd pass; failures: {:?}", o.failures);
+    assert_eq!(o.failures.len(), 1, "{:?}", o.failures);
+    assert!(
+        o.failures[0].starts_with("mul_wrong: output[4]"),
+        "{}",
+        o.failures[0]
+    );
+    assert_eq!(o.skipped.len(), 1);
+    assert!(o.skipped[0].starts_with("frobnicate"), "{}", o.skipped[0]);
+    let e = ParityManifest::read(&dir.join("missing")).unwrap_err();
+    assert!(e.contains("python3 ci/pytorch-fixtures.py"), "{e}");
 }
