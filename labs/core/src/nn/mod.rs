@@ -2,7 +2,14 @@
 //! `torch.nn`: a [`Module`] has a `forward`, parameters with PyTorch's dotted names
 //! (`0.weight`, `fc1.bias`), a training flag, and a state dict that saves to and loads
 //! from safetensors files. Parameters are leaf tensors that require grad; a clone of one
-//! (as `parameters()` returns, and an optimizer keeps) shares its storage and `.grad`.
+//! (as `parameters()` returns, and an optimizer keeps) shares its storage and `.grad`,
+//! and the allocator counts its memory as `Category::Parameter`.
+//!
+//! The modules: [`Linear`], [`Embedding`], [`LayerNorm`], [`Dropout`], the activations,
+//! [`Sequential`] and [`Mlp`], [`MultiheadAttention`], [`TransformerEncoderLayer`] and
+//! [`TransformerDecoderLayer`]. Initial values come from a seeded host [`Rng`] with
+//! PyTorch's distributions and bounds (not its bits), so the same seed gives the same
+//! model on every device.
 
 mod activation;
 mod attention;
