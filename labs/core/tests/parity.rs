@@ -647,4 +647,5 @@ fn the_harness_checks_what_the_script_writes() {
     assert!(o.skipped[0].starts_with("frobnicate"), "{}", o.skipped[0]);
     let e = ParityManifest::read(&dir.join("missing")).unwrap_err();
     assert!(e.contains("python3 ci/pytorch-fixtures.py"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
