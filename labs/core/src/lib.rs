@@ -13,6 +13,8 @@
 //! - `tensor` and `host`: tensors over the allocator's memory (and the graph their ops
 //!   record for autograd), pinned host memory;
 //! - `autograd`: the backward pass over that graph;
+//! - `nn` and `optim`: modules with PyTorch's parameter names and layouts, safetensors
+//!   state dicts, and optimizers (SGD, Adam, AdamW) with one fused kernel per step;
 //! - `cli`, `table`, `timing`, `testing`: what the labs and their tests share.
 
 pub mod alloc;
@@ -27,7 +29,9 @@ pub mod error;
 pub mod format;
 pub mod host;
 pub mod kernels;
+pub mod nn;
 pub mod oom_report;
+pub mod optim;
 pub mod sim;
 pub mod snapshot;
 pub mod table;

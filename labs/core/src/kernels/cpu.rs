@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 
 use half::{bf16, f16};
 
-use super::{Gemm, Kernel, Strided};
+use super::{optim_cpu, Gemm, Kernel, Strided};
 use crate::device_id::DevicePtr;
 use crate::dtype::DType;
 use crate::dtype::FillPattern;
@@ -157,6 +157,16 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
             Float::F32 => sum_rows::<f32>([x, out], rows, cols, alpha, memory),
             Float::F16 => sum_rows::<f16>([x, out], rows, cols, alpha, memory),
             Float::BF16 => sum_rows::<bf16>([x, out], rows, cols, alpha, memory),
+        },
+        Kernel::SgdStep(s) => match float(s.dtype, "sgd_step")? {
+            Float::F32 => optim_cpu::sgd::<f32>(&s, memory),
+            Float::F16 => optim_cpu::sgd::<f16>(&s, memory),
+            Float::BF16 => optim_cpu::sgd::<bf16>(&s, memory),
+        },
+        Kernel::AdamStep(s) => match float(s.dtype, "adam_step")? {
+            Float::F32 => optim_cpu::adam::<f32>(&s, memory),
+            Float::F16 => optim_cpu::adam::<f16>(&s, memory),
+            Float::BF16 => optim_cpu::adam::<bf16>(&s, memory),
         },
         Kernel::StridedScatter {
             width,

@@ -18,6 +18,8 @@ pub mod cpu;
 mod cpu_rows;
 mod gemm;
 pub mod ops;
+mod optim;
+mod optim_cpu;
 pub mod rows;
 pub mod source;
 pub mod special;
@@ -25,6 +27,7 @@ mod strided;
 
 pub use gemm::{Gemm, Operand};
 pub use ops::{BinaryOp, CompareOp, UnaryOp};
+pub use optim::{AdamStep, SgdStep};
 pub use rows::RowKernel;
 pub use source::Module;
 pub use strided::{Strided, MAX_DIMS};
@@ -99,6 +102,10 @@ pub enum Kernel {
     /// everything above the contract launches it through `Device::launch`. Only its
     /// implementation differs: cuBLAS rather than a generated module.
     Gemm(Gemm),
+    /// One fused SGD step of a parameter (see [`SgdStep`]).
+    SgdStep(SgdStep),
+    /// One fused Adam or AdamW step of a parameter (see [`AdamStep`]).
+    AdamStep(AdamStep),
     /// `out[i] = op(a[a_layout(i)], b[b_layout(i)])` into `n` dense elements: a binary op
     /// on operands of any layout, broadcast ones (stride 0) included. `a` and `b` are the
     /// addresses of each view's first element.
@@ -216,6 +223,8 @@ impl Kernel {
                 }
             }
             Kernel::Gemm(g) => g.m * g.n * g.batch,
+            Kernel::SgdStep(s) => s.n,
+            Kernel::AdamStep(s) => s.n,
             Kernel::Rows(ref k) => k.elements(),
         }
     }

@@ -25,6 +25,7 @@ const STRIDED_CU: &str = include_str!("../../../../kernels/strided.cu");
 const REDUCE_CU: &str = include_str!("../../../../kernels/reduce.cu");
 const ROWS_CU: &str = include_str!("../../../../kernels/rows.cu");
 const SCATTER_CU: &str = include_str!("../../../../kernels/scatter.cu");
+const OPTIM_CU: &str = include_str!("../../../../kernels/optim.cu");
 
 /// The float dtypes (every elementwise op and the reductions have kernels for them).
 pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -243,6 +244,26 @@ fn fixed_module(name: &str, source: &str, functions: &[&str]) -> Module {
     }
 }
 
+/// The optimizer steps for one parameter dtype: the dtype's section of
+/// `kernels/dtypes.cu`, then `kernels/optim.cu` with each function renamed
+/// `{name}_{dtype}`.
+fn optim_module(suffix: &str) -> Module {
+    let mut source = format!(
+        "// Generated: the {suffix} section of kernels/dtypes.cu, then kernels/optim.cu.\n"
+    );
+    source.push_str(dtype_section(suffix));
+    source.push_str(
+        &OPTIM_CU
+            .replace("void sgd_step(", &format!("void sgd_step_{suffix}("))
+            .replace("void adam_step(", &format!("void adam_step_{suffix}(")),
+    );
+    Module {
+        name: format!("optim_{suffix}"),
+        source,
+        functions: vec![format!("sgd_step_{suffix}"), format!("adam_step_{suffix}")],
+    }
+}
+
 struct Registry {
     modules: Vec<Module>,
     /// Function name -> (module index, function index).
@@ -287,6 +308,9 @@ fn registry() -> &'static Registry {
             &format!("{STRIDED_CU}\n{SCATTER_CU}"),
             &scatters,
         ));
+        for dtype in FLOAT_DTYPES {
+            modules.push(optim_module(name(dtype)));
+        }
         let mut by_name = HashMap::new();
         for (m, module) in modules.iter().enumerate() {
             for (f, function) in module.functions.iter().enumerate() {
@@ -349,6 +373,8 @@ pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
             k.name(),
             k.dtype(),
         ),
+        Kernel::SgdStep(s) => (format!("sgd_step_{}", name(s.dtype)), "sgd_step", s.dtype),
+        Kernel::AdamStep(s) => (format!("adam_step_{}", name(s.dtype)), "adam_step", s.dtype),
         Kernel::Gemm(_) => {
             return Err(Error::InvalidArgument(
                 "gemm has no generated CUDA module: the cuda backend runs it through cuBLAS".into(),
@@ -480,6 +506,33 @@ mod tests {
         assert_eq!((m.name.as_str(), f), ("cast", "cast_f32_u8"));
         assert!(m.source.contains("namespace bf16 {"));
         assert!(m.source.contains("DEFINE_CAST(cast_f32_u8, f32, u8)"));
+        let adam = Kernel::AdamStep(crate::kernels::AdamStep {
+            dtype: DType::BF16,
+            param: 0,
+            grad: 0,
+            exp_avg: 0,
+            exp_avg_sq: 0,
+            n: 1,
+            one_minus_beta1: 0.1,
+            beta2: 0.999,
+            one_minus_beta2: 0.001,
+            step_size: 1.0,
+            bias_correction2_sqrt: 1.0,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            param_decay: 1.0,
+        });
+        let (m, f) = function(&adam).unwrap();
+        assert_eq!((m.name.as_str(), f), ("optim_bf16", "adam_step_bf16"));
+        assert!(m.source.contains("void sgd_step_bf16("));
+        let int_adam = Kernel::AdamStep(match adam {
+            Kernel::AdamStep(a) => crate::kernels::AdamStep {
+                dtype: DType::I32,
+                ..a
+            },
+            _ => unreachable!(),
+        });
+        assert!(function(&int_adam).is_err());
         let gemm = Kernel::Gemm(crate::kernels::Gemm::dense(DType::F32, 1, 1, 1, [0, 0, 0]));
         assert!(function(&gemm).is_err());
     }

@@ -1,0 +1,47 @@
+//! A seeded host random generator for parameter initialisation: the same seed gives the
+//! same parameters on every device and every run, so tests are reproducible. (PyTorch
+//! draws from its global generator; the bounds are its, the bits are not.)
+
+/// SplitMix64: small, fast, and good enough for initial weights.
+#[derive(Debug, Clone)]
+pub struct Rng {
+    state: u64,
+}
+
+impl Rng {
+    pub fn seeded(seed: u64) -> Rng {
+        Rng { state: seed }
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)` with 24 random bits (every value exact in `f32`).
+    pub fn next_f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+
+    /// `n` samples uniform in `[-bound, bound)` (`nn.init.uniform_(-bound, bound)`).
+    pub fn uniform(&mut self, n: usize, bound: f32) -> Vec<f32> {
+        (0..n)
+            .map(|_| -bound + 2.0 * bound * self.next_f32())
+            .collect()
+    }
+
+    /// `n` standard-normal samples (Box-Muller; `nn.init.normal_`).
+    pub fn normal(&mut self, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                // u1 in (0, 1]: its logarithm is finite.
+                let u1 = 1.0 - self.next_f32() as f64;
+                let u2 = self.next_f32() as f64;
+                ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+            })
+            .collect()
+    }
+}

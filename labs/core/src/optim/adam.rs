@@ -1,0 +1,129 @@
+//! `torch.optim.Adam` and `AdamW` (non-amsgrad), one fused kernel per parameter:
+//!
+//! ```text
+//! t += 1
+//! g = g + wd * p                       (Adam's L2 penalty)   | p = p * (1 - lr * wd)   (AdamW)
+//! m = m + (1 - beta1) * (g - m)
+//! v = beta2 * v + (1 - beta2) * g^2
+//! p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+//! ```
+//!
+//! The bias corrections and the step size are computed in float64 on the host, as
+//! PyTorch computes them in Python, and handed to the kernel as float32.
+
+use super::{gradient_of, state_like, Optimizer};
+use crate::error::Result;
+use crate::kernels::{AdamStep, Kernel};
+use crate::tensor::{no_grad, Tensor};
+
+/// A parameter's state: `step`, `exp_avg`, `exp_avg_sq` (float32).
+pub struct AdamState {
+    pub step: u64,
+    pub exp_avg: Tensor,
+    pub exp_avg_sq: Tensor,
+}
+
+/// `torch.optim.Adam(params, lr, betas, eps, weight_decay)`.
+pub struct Adam {
+    params: Vec<Tensor>,
+    pub lr: f64,
+    pub betas: (f64, f64),
+    pub eps: f64,
+    /// The L2 penalty added to the gradient.
+    pub weight_decay: f64,
+    /// Decoupled weight decay (AdamW) instead of the L2 penalty.
+    decoupled: bool,
+    state: Vec<Option<AdamState>>,
+}
+
+/// `torch.optim.AdamW`: Adam whose weight decay shrinks the parameter directly,
+/// `p *= 1 - lr * wd`, instead of adding `wd * p` to the gradient. Its default weight
+/// decay is 0.01.
+pub struct AdamW;
+
+impl AdamW {
+    /// `AdamW(params, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)`.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(params: Vec<Tensor>, lr: f64) -> Adam {
+        let mut a = Adam::new(params, lr);
+        a.decoupled = true;
+        a.weight_decay = 0.01;
+        a
+    }
+}
+
+impl Adam {
+    /// `Adam(params, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0)`.
+    pub fn new(params: Vec<Tensor>, lr: f64) -> Adam {
+        let state = params.iter().map(|_| None).collect();
+        Adam {
+            params,
+            lr,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decoupled: false,
+            state,
+        }
+    }
+
+    /// Whether this is AdamW.
+    pub fn is_decoupled(&self) -> bool {
+        self.decoupled
+    }
+
+    /// Parameter `i`'s state, once it has had a step.
+    pub fn state(&self, i: usize) -> Option<&AdamState> {
+        self.state.get(i)?.as_ref()
+    }
+}
+
+impl Optimizer for Adam {
+    fn params(&self) -> &[Tensor] {
+        &self.params
+    }
+
+    fn step(&mut self) -> Result<()> {
+        let _off = no_grad();
+        let (beta1, beta2) = self.betas;
+        for (p, state) in self.params.iter().zip(&mut self.state) {
+            let Some(g) = gradient_of(p, "adam_step")? else {
+                continue;
+            };
+            if state.is_none() {
+                *state = Some(AdamState {
+                    step: 0,
+                    exp_avg: state_like(p)?,
+                    exp_avg_sq: state_like(p)?,
+                });
+            }
+            let s = state.as_mut().expect("made above");
+            s.step += 1;
+            let t = s.step as i32;
+            let bias_correction1 = 1.0 - beta1.powi(t);
+            let bias_correction2 = 1.0 - beta2.powi(t);
+            let (weight_decay, param_decay) = if self.decoupled {
+                (0.0, 1.0 - self.lr * self.weight_decay)
+            } else {
+                (self.weight_decay, 1.0)
+            };
+            p.device().launch(&Kernel::AdamStep(AdamStep {
+                dtype: p.dtype(),
+                param: p.ptr(),
+                grad: g.ptr(),
+                exp_avg: s.exp_avg.ptr(),
+                exp_avg_sq: s.exp_avg_sq.ptr(),
+                n: p.numel(),
+                one_minus_beta1: (1.0 - beta1) as f32,
+                beta2: beta2 as f32,
+                one_minus_beta2: (1.0 - beta2) as f32,
+                step_size: (self.lr / bias_correction1) as f32,
+                bias_correction2_sqrt: bias_correction2.sqrt() as f32,
+                eps: self.eps as f32,
+                weight_decay: weight_decay as f32,
+                param_decay: param_decay as f32,
+            }))?;
+        }
+        Ok(())
+    }
+}
