@@ -162,6 +162,7 @@ fn segment(total_size: u64, blocks: &[u64]) -> Segment {
                 requested_size: size,
                 state: BlockState::ActiveAllocated,
                 frames: Default::default(),
+                category: None,
             };
             address = address.wrapping_add(size);
             b

@@ -165,3 +165,30 @@ fn the_memory_history_names_the_op_that_saved_a_tensor() {
     drop((w, x, h, y));
     a.record_memory_history(0, false);
 }
+
+#[test]
+fn snapshots_carry_each_blocks_category_and_summaries_add_them_up() {
+    let _s = serial();
+    let d = test_device();
+    let a = d.allocator().unwrap();
+    let w = {
+        let _p = Category::Parameter.scope();
+        Tensor::zeros(&[4096], labs_core::DType::F32, &d).unwrap()
+    };
+    let snapshot = a.snapshot();
+    let block = snapshot
+        .segments
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .find(|b| b.address == w.ptr())
+        .expect("w's block is in the snapshot");
+    assert_eq!(block.category.as_deref(), Some("parameter"));
+    let summary = labs_core::snapshot::Summary::of(&snapshot);
+    assert!(summary.allocated_by_category["parameter"] >= w.nbytes() as u64);
+    let total: u64 = summary.allocated_by_category.values().sum();
+    assert_eq!(total, summary.allocated_bytes);
+    // The category survives the JSON round trip lab-03 reads.
+    let json = labs_core::snapshot::dump(&snapshot);
+    let back = labs_core::snapshot::load_json(json.as_bytes()).unwrap();
+    assert_eq!(back, snapshot);
+}

@@ -26,6 +26,7 @@ fn built() -> Snapshot {
         requested_size: size,
         state,
         frames: frames.clone(),
+        category: (state == BlockState::ActiveAllocated).then(|| "activation".to_string()),
     };
     let base = 1u64 << 40;
     Snapshot {

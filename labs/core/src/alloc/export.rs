@@ -81,6 +81,8 @@ pub(crate) fn to_snapshot(
                         },
                         state,
                         frames: sites.get(&b.addr).cloned().unwrap_or_default().into(),
+                        category: (state == snapshot::BlockState::ActiveAllocated)
+                            .then(|| b.category.name().to_string()),
                     }
                 })
                 .collect();

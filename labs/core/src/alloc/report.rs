@@ -35,6 +35,8 @@ pub struct BlockInfo {
     pub size: u64,
     pub requested: u64,
     pub state: BlockState,
+    /// What it holds, while allocated.
+    pub category: super::Category,
 }
 
 impl SegmentInfo {
@@ -211,6 +213,7 @@ impl Allocator {
                         size: b.size,
                         requested: b.requested,
                         state: b.state,
+                        category: b.category,
                     })
                     .collect();
                 SegmentInfo {

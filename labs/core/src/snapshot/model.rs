@@ -66,6 +66,10 @@ pub struct Block {
     pub state: BlockState,
     #[serde(default, skip_serializing_if = "<[Frame]>::is_empty")]
     pub frames: Frames,
+    /// What an allocated block holds (`parameter`, `activation`, …: the allocation
+    /// categories), in the labs' snapshots; PyTorch's snapshots have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
 }
 
 /// Memory the allocator got from the driver in one piece (`cudaMalloc`, or a range of

@@ -230,6 +230,7 @@ fn block(v: Value, at: &str) -> Result<Block, SnapshotError> {
         requested_size: opt_u64(d, "requested_size", at)?.unwrap_or(size),
         state,
         frames: frames(d, at)?,
+        category: None,
     })
 }
 

@@ -35,6 +35,10 @@ pub struct Summary {
     /// reservation a perfect allocator would need). Only as good as the trace is
     /// complete: a ring buffer that dropped early events undercounts.
     pub trace_peak_requested_bytes: u64,
+    /// Allocated bytes by what they hold, when the snapshot's blocks say (the labs'
+    /// snapshots do; PyTorch's do not, and then this is empty).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub allocated_by_category: std::collections::BTreeMap<String, u64>,
 }
 
 impl Summary {
@@ -42,6 +46,12 @@ impl Summary {
         let blocks = || s.segments.iter().flat_map(|seg| seg.blocks.iter());
         let in_state = |state: BlockState| blocks().filter(move |b| b.state == state);
         let count = |a: TraceAction| s.trace.iter().filter(|e| e.action == a).count();
+        let mut allocated_by_category = std::collections::BTreeMap::new();
+        for b in in_state(BlockState::ActiveAllocated) {
+            if let Some(c) = &b.category {
+                *allocated_by_category.entry(c.clone()).or_insert(0u64) += b.size;
+            }
+        }
         Summary {
             segments: s.segments.len(),
             small_segments: s
@@ -84,6 +94,7 @@ impl Summary {
             trace_segment_allocs: count(TraceAction::SegmentAlloc),
             trace_ooms: count(TraceAction::Oom),
             trace_peak_requested_bytes: peak_requested(s),
+            allocated_by_category,
         }
     }
 }
