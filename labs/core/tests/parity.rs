@@ -326,6 +326,7 @@ fn module(case: &ParityCase, t: &Tensors) -> Result<(Rc<dyn Module>, Forwarding)
                 dim_feedforward: size("dim_feedforward"),
                 dropout: args["dropout"].as_f64().unwrap_or(0.0) as f32,
                 layer_norm_eps: eps,
+                ..TransformerConfig::new(size("d_model"), size("nhead"))
             };
             if case.op == "transformer_encoder_layer" {
                 plain(TransformerEncoderLayer::new(config, rng, &device).unwrap())
