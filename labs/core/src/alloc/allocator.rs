@@ -146,17 +146,25 @@ impl Allocator {
     }
 
     /// Hands an out-of-memory result to the observers, outside the allocator's lock.
-    #[inline]
+    #[inline(always)]
     fn observe(&self, result: Result<Allocation>) -> Result<Allocation> {
-        if let Err(e) = &result {
-            if e.is_out_of_memory() {
-                let observers = self.observers.lock().unwrap().clone();
-                for observer in observers {
-                    observer(self, e);
-                }
+        match result {
+            Ok(a) => Ok(a),
+            Err(e) => Err(self.notify(e)),
+        }
+    }
+
+    /// The failure path of [`observe`](Self::observe), kept out of the hot path.
+    #[cold]
+    #[inline(never)]
+    fn notify(&self, e: Error) -> Error {
+        if e.is_out_of_memory() {
+            let observers = self.observers.lock().unwrap().clone();
+            for observer in observers {
+                observer(self, &e);
             }
         }
-        result
+        e
     }
     // ANCHOR_END: oom_observer
 

@@ -117,22 +117,6 @@ impl State {
         self.streams[key.stream as usize]
     }
 
-    /// A block of at least `size` bytes on `stream`, counted under `category`.
-    #[inline]
-    pub fn malloc(
-        &mut self,
-        be: &dyn Backend,
-        size: u64,
-        stream: u64,
-        object: Option<&Stream>,
-        category: Category,
-    ) -> Result<Allocation> {
-        let a = self.malloc_block(be, size, stream, object)?;
-        self.blocks[a.id].category = category;
-        self.stats.by_category[category.index()].add(a.size);
-        Ok(a)
-    }
-
     /// Gives block `a` another category, moving its bytes between the statistics.
     pub fn recategorise(&mut self, a: &Allocation, category: Category) -> Result<()> {
         self.check_handle(a)?;
@@ -151,12 +135,14 @@ impl State {
         Ok(self.blocks[a.id].category)
     }
 
-    fn malloc_block(
+    /// A block of at least `size` bytes on `stream`, counted under `category`.
+    pub fn malloc(
         &mut self,
         be: &dyn Backend,
         size: u64,
         stream: u64,
         object: Option<&Stream>,
+        category: Category,
     ) -> Result<Allocation> {
         if !self.deferred.is_empty() {
             self.process_events(false)?;
@@ -178,12 +164,12 @@ impl State {
         };
         if let Some(id) = parked {
             self.stats.num_parked_hits += 1;
-            return Ok(self.hand_out(id, size, stream));
+            return Ok(self.hand_out(id, size, stream, category));
         }
         // Every other request sees the free memory as if nothing were parked.
         self.unpark_all();
         // ANCHOR_END: parked_hit
-        self.malloc_with_retries(be, key, stream, rounded, size)
+        self.malloc_with_retries(be, key, stream, rounded, size, category)
     }
 
     /// One attempt at a request: best fit, else a new segment; split; map its pages.
@@ -194,6 +180,7 @@ impl State {
         stream: u64,
         rounded: u64,
         requested: u64,
+        category: Category,
     ) -> Result<Allocation> {
         let id = match self.find_free(key, rounded) {
             Some((id, 0)) => {
@@ -233,15 +220,16 @@ impl State {
                 return Err(e);
             }
         }
-        Ok(self.hand_out(id, requested, stream))
+        Ok(self.hand_out(id, requested, stream, category))
     }
 
     /// Marks block `id` allocated for a request of `requested` bytes and counts it.
     #[inline]
-    fn hand_out(&mut self, id: u32, requested: u64, stream: u64) -> Allocation {
+    fn hand_out(&mut self, id: u32, requested: u64, stream: u64, category: Category) -> Allocation {
         let b = &mut self.blocks[id];
         b.state = BlockState::Allocated;
         b.requested = requested;
+        b.category = category;
         let (ptr, size, generation, pool) = (b.addr, b.size, b.generation, b.key.pool);
         let s = &mut self.stats;
         s.requested.add(pool, requested);
@@ -249,6 +237,7 @@ impl State {
         s.allocations.add(pool, 1);
         s.active.add(pool, 1);
         s.active_bytes.add(pool, size);
+        s.by_category[category.index()].add(size);
         // The running count of allocations numbers this one, for the leak guard.
         self.blocks[id].serial = s.allocations.all.allocated;
         self.note(TraceAction::Alloc, ptr, requested, stream);

@@ -35,10 +35,11 @@ impl State {
         stream: u64,
         rounded: u64,
         size: u64,
+        category: Category,
     ) -> Result<Allocation> {
         let mut attempt = Attempt::First;
         loop {
-            match self.try_malloc(be, key, stream, rounded, size) {
+            match self.try_malloc(be, key, stream, rounded, size, category) {
                 Err(e) if e.is_out_of_memory() => {}
                 result => return result,
             }
