@@ -18,7 +18,8 @@
 //! ```
 //!
 //! On the simulator the sizes are scaled down (it computes on the host's cores) and the
-//! steps are fewer; `LABS_TRAIN_STEP_FULL=1` runs the GPU's sizes there too. With
+//! steps are fewer; `LABS_TRAIN_STEP_FULL=1` runs the GPU's sizes there too, and
+//! `LABS_TRAIN_STEP_RUNS=WARMUP,RUNS` other step counts (a quick look at the peak). With
 //! `--pytorch FILE` (the JSON object `ci/pytorch-reference.py` printed in the same run),
 //! PyTorch's figures are printed beside ours with the ratio ours / PyTorch's.
 
@@ -156,7 +157,15 @@ fn main() -> Result<()> {
         .map(|i| args.get(i + 1).expect("--pytorch takes a file").clone());
     let device = test_device();
     let full = device.is_cuda() || std::env::var_os("LABS_TRAIN_STEP_FULL").is_some();
-    let sizes = if full { &FULL } else { &SIM };
+    let mut sizes = if full { FULL } else { SIM };
+    if let Ok(v) = std::env::var("LABS_TRAIN_STEP_RUNS") {
+        let parsed: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+        match parsed[..] {
+            [warmup, runs] if runs > 0 => (sizes.warmup, sizes.runs) = (warmup, runs),
+            _ => panic!("LABS_TRAIN_STEP_RUNS={v}: expected WARMUP,RUNS, e.g. 1,3"),
+        }
+    }
+    let sizes = &sizes;
     let name = device.properties()?.name;
     let timing = if device.is_cuda() {
         "CUDA events"

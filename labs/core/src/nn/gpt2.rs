@@ -178,7 +178,7 @@ pub struct Gpt2 {
 impl Gpt2 {
     pub fn new(config: Gpt2Config, rng: &mut Rng, device: &Device) -> Result<Gpt2> {
         let c = config;
-        if c.n_head == 0 || c.d_model % c.n_head != 0 {
+        if c.n_head == 0 || !c.d_model.is_multiple_of(c.n_head) {
             return Err(Error::InvalidArgument(format!(
                 "Gpt2: d_model {} must be divisible by n_head {}",
                 c.d_model, c.n_head
