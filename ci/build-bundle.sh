@@ -38,6 +38,12 @@ echo "building the elementwise bench..." >&2
 bench=$(cargo bench -p labs-core --bench elementwise --no-run --message-format=json 2>/dev/null |
   grep -o '"executable":"[^"]*"' | sed 's/"executable":"\(.*\)"/\1/' | tail -n 1)
 cp "$bench" "$out/bin/bench-elementwise"
+# The training-step bench (labs/core/benches/train_step.rs): bin/bench-train-step, beside
+# ci/pytorch-reference.py's "train_step" key (passed to it as --pytorch FILE).
+echo "building the training-step bench..." >&2
+bench=$(cargo bench -p labs-core --bench train_step --no-run --message-format=json 2>/dev/null |
+  grep -o '"executable":"[^"]*"' | sed 's/"executable":"\(.*\)"/\1/' | tail -n 1)
+cp "$bench" "$out/bin/bench-train-step"
 # Debug info goes; symbol names stay, so that backtraces (the memory history's, the
 # leak guard's) name their functions on the GPU machine too.
 # lab-09 keeps its line tables: its leak guard names the source line of each leak, and

@@ -336,6 +336,71 @@ def positive(*shape):
     return torch.rand(*shape) * 1.5 + 0.25
 
 
+def make_tiny_gpt2():
+    """nanoGPT's GPT (its names and layout: Linear weights [out, in], biases on), defined
+    here once torch is imported."""
+
+    class Attention(nn.Module):
+        def __init__(self, d, n_head):
+            super().__init__()
+            self.c_attn = nn.Linear(d, 3 * d)
+            self.c_proj = nn.Linear(d, d)
+            self.n_head = n_head
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.c_attn(x).split(c, dim=2)
+            q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+    class Mlp(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.c_fc = nn.Linear(d, 4 * d)
+            self.c_proj = nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+    class Block(nn.Module):
+        def __init__(self, d, n_head):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(d)
+            self.attn = Attention(d, n_head)
+            self.ln_2 = nn.LayerNorm(d)
+            self.mlp = Mlp(d)
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+
+    class Gpt(nn.Module):
+        def __init__(self, vocab, n_positions, d, n_layer, n_head):
+            super().__init__()
+            self.transformer = nn.ModuleDict(dict(
+                wte=nn.Embedding(vocab, d),
+                wpe=nn.Embedding(n_positions, d),
+                h=nn.ModuleList([Block(d, n_head) for _ in range(n_layer)]),
+                ln_f=nn.LayerNorm(d),
+            ))
+            self.lm_head = nn.Linear(d, vocab, bias=False)
+            self.lm_head.weight = self.transformer.wte.weight  # tied
+
+        def forward(self, idx):
+            pos = torch.arange(idx.shape[1])
+            x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+            for block in self.transformer.h:
+                x = block(x)
+            return self.lm_head(self.transformer.ln_f(x))
+
+    return Gpt
+
+
+def TinyGpt2(*sizes):
+    return make_tiny_gpt2()(*sizes)
+
+
 def build(w):
     # Unary ops: same shape in and out.
     unary = [
@@ -638,6 +703,60 @@ def build(w):
         call=lambda m, tgt, mem: m(
             tgt, mem, tgt_mask=nn.Transformer.generate_square_subsequent_mask(4)
         ),
+    )
+
+    # Attention with masks: a bool key_padding_mask (True = padding) and a bool attn_mask
+    # (True = not allowed), merged as PyTorch merges them; no row is fully hidden.
+    seed("multihead_attention_masked")
+    module_case(
+        w, "multihead_attention_masked", "multihead_attention_masked",
+        {"embed_dim": 8, "num_heads": 2, "dropout": 0.0, "batch_first": True,
+         "call": "m(x, x, x, key_padding_mask=pad, attn_mask=hide, need_weights=False)[0]",
+         "inputs": "x, key_padding_mask [2, 4] bool, attn_mask [4, 4] bool (causal)"},
+        randomise(nn.MultiheadAttention(8, 2, dropout=0.0, batch_first=True), 0.2),
+        [torch.randn(2, 4, 8), torch.tensor([[False, False, False, True], [False, True, False, False]]),
+         torch.ones(4, 4, dtype=torch.bool).triu(1)],
+        call=lambda m, x, pad, hide: m(x, x, x, key_padding_mask=pad, attn_mask=hide,
+                                       need_weights=False)[0],
+    )
+    seed("multihead_attention_weights")
+    module_case(
+        w, "multihead_attention_weights", "multihead_attention_weights",
+        {"embed_dim": 8, "num_heads": 2, "dropout": 0.0, "batch_first": True,
+         "call": "m(q, kv, kv, need_weights=True)[1] (averaged over heads)"},
+        randomise(nn.MultiheadAttention(8, 2, dropout=0.0, batch_first=True), 0.2),
+        [torch.randn(2, 4, 8), torch.randn(2, 5, 8)],
+        call=lambda m, q, kv: m(q, kv, kv, need_weights=True)[1],
+    )
+    seed("transformer_encoder_layer_prenorm_gelu")
+    module_case(
+        w, "transformer_encoder_layer_prenorm_gelu", "transformer_encoder_layer",
+        {"d_model": 8, "nhead": 2, "dim_feedforward": 16, "dropout": 0.0, "activation": "gelu",
+         "batch_first": True, "norm_first": True, "layer_norm_eps": 1e-5,
+         "inputs": "src, src_key_padding_mask [2, 4] bool"},
+        randomise(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, activation="gelu",
+                                             batch_first=True, norm_first=True), 0.2),
+        [torch.randn(2, 4, 8), torch.tensor([[False, False, True, False], [False, False, False, True]])],
+        call=lambda m, src, pad: m(src, src_key_padding_mask=pad),
+    )
+    seed("transformer")
+    module_case(
+        w, "transformer", "transformer",
+        {"d_model": 8, "nhead": 2, "num_encoder_layers": 2, "num_decoder_layers": 2,
+         "dim_feedforward": 16, "dropout": 0.0, "activation": "relu", "batch_first": True,
+         "norm_first": False, "layer_norm_eps": 1e-5,
+         "tgt_mask": "causal (-inf above the diagonal)", "inputs": "src, tgt"},
+        randomise(nn.Transformer(8, 2, 2, 2, 16, dropout=0.0, batch_first=True), 0.2),
+        [torch.randn(2, 5, 8), torch.randn(2, 4, 8)],
+        call=lambda m, src, tgt: m(src, tgt, tgt_mask=nn.Transformer.generate_square_subsequent_mask(4)),
+    )
+    seed("gpt2_tiny")
+    module_case(
+        w, "gpt2_tiny", "gpt2",
+        {"vocab": 11, "n_positions": 8, "d_model": 8, "n_layer": 2, "n_head": 2, "dropout": 0.0,
+         "model": "nanoGPT's GPT (biases, GELU tanh, lm_head tied to wte)", "inputs": "idx"},
+        randomise(TinyGpt2(11, 8, 8, 2, 2), 0.2),
+        [torch.tensor([[1, 5, 2, 9, 0], [4, 4, 3, 10, 7]])],
     )
 
     # Optimizers: two parameters ([4, 5] and [5]), three steps each.

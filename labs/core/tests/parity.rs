@@ -14,8 +14,9 @@ use labs_core::kernels::{BinaryOp, UnaryOp};
 use std::rc::Rc;
 
 use labs_core::nn::{
-    causal_mask, Embedding, LayerNorm, Linear, Module, MultiheadAttention, Relu, Rng, Sequential,
-    TransformerConfig, TransformerDecoderLayer, TransformerEncoderLayer,
+    causal_mask, Activation, AttentionMasks, Embedding, Gpt2, Gpt2Config, LayerNorm, Linear,
+    Module, MultiheadAttention, Relu, Rng, Sequential, Transformer, TransformerConfig,
+    TransformerDecoderLayer, TransformerEncoderLayer,
 };
 use labs_core::optim::{Adam, AdamW, Optimizer, Sgd};
 use labs_core::testing::{parity_manifest, test_device, ParityCase, ParityManifest};
@@ -47,6 +48,13 @@ const REQUIRED: &[&str] = &[
     "reshape",
     "linear",
     "mlp",
+    "multihead_attention",
+    "multihead_attention_masked",
+    "multihead_attention_weights",
+    "transformer_encoder_layer",
+    "transformer_decoder_layer",
+    "transformer",
+    "gpt2",
     "sgd",
     "adam",
     "adamw",
@@ -272,6 +280,19 @@ fn module(case: &ParityCase, t: &Tensors) -> Result<(Rc<dyn Module>, Forwarding)
         .as_f64()
         .or(args["eps"].as_f64())
         .unwrap_or(1e-5) as f32;
+    // A layer's configuration from PyTorch's constructor arguments.
+    let transformer_config = || TransformerConfig {
+        d_model: size("d_model"),
+        nhead: size("nhead"),
+        dim_feedforward: size("dim_feedforward"),
+        dropout: args["dropout"].as_f64().unwrap_or(0.0) as f32,
+        activation: match args["activation"].as_str() {
+            Some("gelu") => Activation::Gelu,
+            _ => Activation::Relu,
+        },
+        layer_norm_eps: eps,
+        norm_first: args["norm_first"].as_bool().unwrap_or(false),
+    };
     let param = |k: &str| {
         t.get(&format!("param.{k}"))
             .map(|p| p.deep_clone().unwrap())
@@ -319,16 +340,49 @@ fn module(case: &ParityCase, t: &Tensors) -> Result<(Rc<dyn Module>, Forwarding)
             });
             (m as Rc<dyn Module>, forward)
         }
+        "multihead_attention_masked" | "multihead_attention_weights" => {
+            let m = Rc::new(
+                MultiheadAttention::new(size("embed_dim"), size("num_heads"), 0.0, rng, &device)
+                    .unwrap(),
+            );
+            let f = m.clone();
+            let forward: Forwarding = Box::new(move |x: &[Tensor]| match x {
+                // x, key_padding_mask, attn_mask (both uint8, 1 = hidden).
+                [x, pad, hide] => {
+                    let masks = AttentionMasks {
+                        attn_mask: Some(hide),
+                        key_padding_mask: Some(pad),
+                        is_causal: false,
+                    };
+                    Ok(f.forward_qkv(x, x, x, masks, false)?.0)
+                }
+                // need_weights=True: the weights averaged over the heads.
+                [q, kv] => Ok(f
+                    .forward_qkv(q, kv, kv, AttentionMasks::default(), true)?
+                    .1
+                    .expect("weights")),
+                _ => unreachable!("two or three inputs"),
+            });
+            (m as Rc<dyn Module>, forward)
+        }
         "transformer_encoder_layer" | "transformer_decoder_layer" => {
-            let config = TransformerConfig {
-                d_model: size("d_model"),
-                nhead: size("nhead"),
-                dim_feedforward: size("dim_feedforward"),
-                dropout: args["dropout"].as_f64().unwrap_or(0.0) as f32,
-                layer_norm_eps: eps,
-            };
+            let config = transformer_config();
             if case.op == "transformer_encoder_layer" {
-                plain(TransformerEncoderLayer::new(config, rng, &device).unwrap())
+                let m = Rc::new(TransformerEncoderLayer::new(config, rng, &device).unwrap());
+                let f = m.clone();
+                let forward: Forwarding = Box::new(move |x: &[Tensor]| match x {
+                    [src] => f.forward(src),
+                    // src, src_key_padding_mask (uint8, 1 = padding).
+                    [src, pad] => f.forward_with(
+                        src,
+                        AttentionMasks {
+                            key_padding_mask: Some(pad),
+                            ..Default::default()
+                        },
+                    ),
+                    _ => unreachable!("one or two inputs"),
+                });
+                (m as Rc<dyn Module>, forward)
             } else {
                 let m = Rc::new(TransformerDecoderLayer::new(config, rng, &device).unwrap());
                 let f = m.clone();
@@ -339,6 +393,36 @@ fn module(case: &ParityCase, t: &Tensors) -> Result<(Rc<dyn Module>, Forwarding)
                 });
                 (m as Rc<dyn Module>, forward)
             }
+        }
+        "transformer" => {
+            let m = Rc::new(
+                Transformer::new(
+                    transformer_config(),
+                    size("num_encoder_layers"),
+                    size("num_decoder_layers"),
+                    rng,
+                    &device,
+                )
+                .unwrap(),
+            );
+            let f = m.clone();
+            let forward: Forwarding = Box::new(move |x: &[Tensor]| {
+                // The fixture's tgt_mask: causal.
+                let mask = causal_mask(x[1].shape()[1], x[1].device())?;
+                f.forward_seq2seq(&x[0], &x[1], None, Some(&mask), None)
+            });
+            (m as Rc<dyn Module>, forward)
+        }
+        "gpt2" => {
+            let config = Gpt2Config {
+                vocab: size("vocab"),
+                n_positions: size("n_positions"),
+                d_model: size("d_model"),
+                n_layer: size("n_layer"),
+                n_head: size("n_head"),
+                dropout: args["dropout"].as_f64().unwrap_or(0.0) as f32,
+            };
+            plain(Gpt2::new(config, rng, &device).unwrap())
         }
         op => return not_covered(format!("no `{op}` module in the runtime yet")),
     };

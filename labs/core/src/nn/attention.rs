@@ -1,177 +1,152 @@
-//! `nn.MultiheadAttention` with PyTorch's layout: one `in_proj_weight [3E, E]` and
-//! `in_proj_bias [3E]` holding the query, key and value projections one above the
-//! other, and `out_proj` (a Linear `E -> E`). Inputs are `[batch, seq, E]`
-//! (`batch_first=True`). Each of the `H` heads attends with
-//! `softmax(q kᵀ / sqrt(E / H) + mask)`, dropout on those weights in training, then the
-//! heads' outputs are joined and projected.
+//! The attention core every attention module calls: [`scaled_dot_product_attention`]
+//! over `[batch, heads, seq, head_dim]`, PyTorch's
+//! `torch.nn.functional.scaled_dot_product_attention`, and the masks it takes.
+//!
+//! This is the naive path: the scores `q kᵀ / sqrt(head_dim)` are materialised as a
+//! `[B, H, L, S]` tensor, softmaxed, dropped out and multiplied by `v`, each step one op
+//! with its own saved tensors (the scores' softmax and the dropout mask are what
+//! backward keeps: `O(L S)` memory per head). A fused kernel (flash-style, keeping only
+//! the row statistics) can be switched in behind the same signature: every caller goes
+//! through this one function.
 
-use super::{join, Linear, Module, Rng};
-use crate::alloc::Category;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
-
-pub struct MultiheadAttention {
-    pub embed_dim: usize,
-    pub num_heads: usize,
-    /// Dropout on the attention weights (training only).
-    pub dropout: f32,
-    /// `[3 * embed_dim, embed_dim]`: the query, key and value projections' weights.
-    pub in_proj_weight: Tensor,
-    /// `[3 * embed_dim]`.
-    pub in_proj_bias: Tensor,
-    pub out_proj: Linear,
-    training: bool,
-}
+use crate::tensor::{is_floating_point, DType, Scalar, Tensor};
 
 /// An additive causal mask `[len, len]`: 0 on and below the diagonal, -inf above
 /// (`nn.Transformer.generate_square_subsequent_mask`).
 pub fn causal_mask(len: usize, device: &Device) -> Result<Tensor> {
-    let mut m = vec![0.0f32; len * len];
-    for i in 0..len {
-        for j in i + 1..len {
-            m[i * len + j] = f32::NEG_INFINITY;
-        }
-    }
-    Tensor::from_slice(&m, &[len, len], device)
+    causal_mask_rect(len, len, device)
 }
 
-impl MultiheadAttention {
-    /// PyTorch's initialisation: `in_proj_weight` Xavier-uniform, biases zero,
-    /// `out_proj.weight` as a Linear's; float32 on `device`.
-    pub fn new(
-        embed_dim: usize,
-        num_heads: usize,
-        dropout: f32,
-        rng: &mut Rng,
-        device: &Device,
-    ) -> Result<MultiheadAttention> {
-        let _parameters = Category::Parameter.scope();
-        let e = embed_dim;
-        let bound = (6.0 / (e + 3 * e).max(1) as f32).sqrt();
-        let in_proj_weight =
-            Tensor::from_slice(&rng.uniform(3 * e * e, bound), &[3 * e, e], device)?;
-        let in_proj_bias = Tensor::zeros(&[3 * e], DType::F32, device)?;
-        let linear = Linear::new(e, e, true, rng, device)?;
-        let out_bias = Tensor::zeros(&[e], DType::F32, device)?;
-        let out_proj = Linear::from_parameters(linear.weight.detach(), Some(out_bias))?;
-        MultiheadAttention::from_parameters(
-            num_heads,
-            dropout,
-            in_proj_weight,
-            in_proj_bias,
-            out_proj,
-        )
-    }
-
-    /// Over given parameters (`in_proj_weight [3E, E]`, `in_proj_bias [3E]`, an
-    /// `out_proj` Linear `E -> E`).
-    pub fn from_parameters(
-        num_heads: usize,
-        dropout: f32,
-        in_proj_weight: Tensor,
-        in_proj_bias: Tensor,
-        out_proj: Linear,
-    ) -> Result<MultiheadAttention> {
-        let e = out_proj.in_features();
-        if num_heads == 0 || (e / num_heads) * num_heads != e {
-            return Err(Error::InvalidArgument(format!(
-                "MultiheadAttention: embed_dim {e} must be divisible by num_heads {num_heads}"
-            )));
+/// An additive causal mask `[l, s]` aligned to the top left, as `is_causal=True` builds
+/// it (`torch.ones(L, S).tril()`): query `i` sees keys `0..=i`.
+pub fn causal_mask_rect(l: usize, s: usize, device: &Device) -> Result<Tensor> {
+    let mut m = vec![0.0f32; l * s];
+    for i in 0..l {
+        for j in i + 1..s {
+            m[i * s + j] = f32::NEG_INFINITY;
         }
-        if in_proj_weight.shape() != [3 * e, e] || in_proj_bias.shape() != [3 * e] {
-            return Err(Error::Shape {
-                op: "MultiheadAttention (in_proj_weight vs [3E, E])",
-                a: in_proj_weight.shape().to_vec(),
-                b: vec![3 * e, e],
-            });
-        }
-        in_proj_weight.set_category(Category::Parameter)?;
-        in_proj_bias.set_category(Category::Parameter)?;
-        Ok(MultiheadAttention {
-            embed_dim: e,
-            num_heads,
-            dropout,
-            in_proj_weight: in_proj_weight.detach().requires_grad_(true),
-            in_proj_bias: in_proj_bias.detach().requires_grad_(true),
-            out_proj,
-            training: true,
-        })
     }
+    Tensor::from_slice(&m, &[l, s], device)
+}
 
-    /// `x Wᵢᵀ + bᵢ` for the `i`-th block (0 query, 1 key, 2 value) of the input
-    /// projection. The block is picked with `index_select`, whose gradient flows back
-    /// into the shared `in_proj_weight`.
-    fn project(&self, x: &Tensor, i: usize) -> Result<Tensor> {
-        let e = self.embed_dim;
-        let rows: Vec<i64> = (i * e..(i + 1) * e).map(|r| r as i64).collect();
-        let rows = Tensor::from_slice(&rows, &[e], x.device())?;
-        let w = self.in_proj_weight.index_select(0, &rows)?;
-        let b = self.in_proj_bias.index_select(0, &rows)?;
-        x.matmul(&w.transpose(0, 1)?)?.add(&b)
-    }
-
-    /// `[B, L, E]` -> `[B, H, L, D]`.
-    fn heads(&self, x: &Tensor) -> Result<Tensor> {
-        let (b, l) = (x.shape()[0], x.shape()[1]);
-        let d = self.embed_dim / self.num_heads;
-        x.reshape(&[b, l, self.num_heads, d])?.transpose(1, 2)
-    }
-
-    /// Attention of `query [B, L, E]` over `key`, `value [B, S, E]` with an optional
-    /// additive float mask `[L, S]` (`-inf` hides a position): the output
-    /// `[B, L, E]` (PyTorch's `attn_output` with `need_weights=False`).
-    pub fn attend(
-        &self,
-        query: &Tensor,
-        key: &Tensor,
-        value: &Tensor,
-        attn_mask: Option<&Tensor>,
-    ) -> Result<Tensor> {
-        let e = self.embed_dim;
-        for (what, t) in [("query", query), ("key", key), ("value", value)] {
-            if t.shape().len() != 3 || t.shape()[2] != e {
-                return Err(Error::InvalidArgument(format!(
-                    "MultiheadAttention: {what} must be [batch, seq, {e}], got {:?}",
-                    t.shape()
-                )));
+/// A uint8 mask as an additive float mask of `dtype`: `-inf` where the mask holds
+/// `hidden` (1 for `nn.MultiheadAttention`'s masks, where true means "do not attend";
+/// 0 for `scaled_dot_product_attention`'s, where true means "attend"), 0 elsewhere.
+/// A float mask is returned as it is (cast to `dtype`).
+pub fn additive_mask(mask: &Tensor, hidden: u8, dtype: DType) -> Result<Tensor> {
+    match mask.dtype() {
+        DType::U8 => {
+            let device = mask.device();
+            let inf = Tensor::scalar_tensor(Scalar::Float(f64::NEG_INFINITY), dtype, device)?;
+            let zero = Tensor::scalar_tensor(Scalar::Float(0.0), dtype, device)?;
+            if hidden == 1 {
+                Tensor::where_(mask, &inf, &zero)
+            } else {
+                Tensor::where_(mask, &zero, &inf)
             }
         }
-        let (b, l) = (query.shape()[0], query.shape()[1]);
-        let d = e / self.num_heads;
-        let q = self.heads(&self.project(query, 0)?)?;
-        let k = self.heads(&self.project(key, 1)?)?;
-        let v = self.heads(&self.project(value, 2)?)?;
-        let mut scores = q
-            .matmul(&k.transpose(2, 3)?)?
-            .scale(1.0 / (d as f32).sqrt())?;
-        if let Some(mask) = attn_mask {
-            scores = scores.add(mask)?;
-        }
-        let weights = scores.softmax(3)?.dropout(self.dropout, self.training)?;
-        let out = weights.matmul(&v)?.transpose(1, 2)?.reshape(&[b, l, e])?;
-        self.out_proj.forward(&out)
+        d if is_floating_point(d) => mask.to_dtype(dtype),
+        other => Err(Error::DType {
+            op: "attention mask",
+            found: other,
+            supported: "uint8 (the labs' bool) or a float dtype (additive)",
+        }),
     }
 }
 
-impl Module for MultiheadAttention {
-    /// Self-attention: `attend(x, x, x, None)`.
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.attend(x, x, x, None)
-    }
+/// `softmax(q kᵀ / sqrt(head_dim) + mask) v`, with dropout on the attention weights
+/// when `training` (PyTorch's `F.scaled_dot_product_attention(q, k, v, attn_mask,
+/// dropout_p, is_causal)`, `training` standing for its caller's `self.training`).
+///
+/// `q` is `[B, H, L, Dh]`, `k` and `v` are `[B, H, S, Dh]` (same dtype and device); the
+/// output is `[B, H, L, Dh]`. `mask` broadcasts to `[B, H, L, S]`: a float mask is
+/// added to the scores (`-inf` hides a key), a uint8 mask keeps the keys where it is 1
+/// (PyTorch's bool `attn_mask` here). `causal` hides key `j > i` from query `i`
+/// (top-left aligned); it may be combined with a mask. A query that sees no key gets
+/// NaN, as in PyTorch's math path.
+///
+/// This is the naive (materialised) path; see the module doc.
+pub fn scaled_dot_product_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    causal: bool,
+    dropout_p: f32,
+    training: bool,
+) -> Result<Tensor> {
+    Ok(attention_with_weights(q, k, v, mask, causal, dropout_p, training)?.0)
+}
 
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(String, &Tensor)) {
-        f(join(prefix, "in_proj_weight"), &self.in_proj_weight);
-        f(join(prefix, "in_proj_bias"), &self.in_proj_bias);
-        self.out_proj.visit_parameters(&join(prefix, "out_proj"), f);
+/// [`scaled_dot_product_attention`] that also returns the attention weights
+/// `[B, H, L, S]` (after dropout, as `nn.MultiheadAttention` returns them with
+/// `need_weights=True`).
+pub fn attention_with_weights(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    causal: bool,
+    dropout_p: f32,
+    training: bool,
+) -> Result<(Tensor, Tensor)> {
+    check_qkv(q, k, v)?;
+    let (l, dh) = (q.shape()[2], q.shape()[3]);
+    let s = k.shape()[2];
+    let mut scores = q
+        .matmul(&k.transpose(2, 3)?)?
+        .scale(1.0 / (dh as f32).sqrt())?;
+    if causal {
+        let m = causal_mask_rect(l, s, q.device())?.to_dtype(q.dtype())?;
+        scores = scores.add(&m)?;
     }
-
-    fn train(&mut self, mode: bool) {
-        self.training = mode;
-        self.out_proj.train(mode);
+    if let Some(mask) = mask {
+        let m = additive_mask(mask, 0, q.dtype())?;
+        broadcast_check(&m, scores.shape())?;
+        scores = scores.add(&m)?;
     }
+    let weights = scores.softmax(3)?.dropout(dropout_p, training)?;
+    let out = weights.matmul(v)?;
+    Ok((out, weights))
+}
 
-    fn training(&self) -> bool {
-        self.training
+fn check_qkv(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
+    for (what, t) in [("query", q), ("key", k), ("value", v)] {
+        if t.shape().len() != 4 {
+            return Err(Error::InvalidArgument(format!(
+                "scaled_dot_product_attention: {what} must be [batch, heads, seq, head_dim], \
+                 got {:?}",
+                t.shape()
+            )));
+        }
+    }
+    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+    if qs[..2] != ks[..2] || ks[..3] != vs[..3] || qs[3] != ks[3] {
+        return Err(Error::InvalidArgument(format!(
+            "scaled_dot_product_attention: query {qs:?}, key {ks:?} and value {vs:?} must be \
+             [B, H, L, Dh], [B, H, S, Dh] and [B, H, S, Dv]"
+        )));
+    }
+    Ok(())
+}
+
+/// A mask must broadcast to the scores' shape (not widen them).
+fn broadcast_check(mask: &Tensor, scores: &[usize]) -> Result<()> {
+    let m = mask.shape();
+    let fits = m.len() <= scores.len()
+        && m.iter()
+            .rev()
+            .zip(scores.iter().rev())
+            .all(|(&a, &b)| a == b || a == 1);
+    if fits {
+        Ok(())
+    } else {
+        Err(Error::Shape {
+            op: "scaled_dot_product_attention (the mask must broadcast to [B, H, L, S])",
+            a: m.to_vec(),
+            b: scores.to_vec(),
+        })
     }
 }

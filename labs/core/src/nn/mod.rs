@@ -7,31 +7,41 @@
 //!
 //! The modules: [`Linear`], [`Embedding`], [`LayerNorm`], [`Dropout`], the activations,
 //! [`Sequential`] and [`Mlp`], [`MultiheadAttention`], [`TransformerEncoderLayer`] and
-//! [`TransformerDecoderLayer`]. Initial values come from a seeded host [`Rng`] with
+//! [`TransformerDecoderLayer`], their stacks [`TransformerEncoder`] and
+//! [`TransformerDecoder`], the encoder-decoder [`Transformer`], and the decoder-only
+//! [`Gpt2`]; the attention core is [`attention::scaled_dot_product_attention`]. Initial values come from a seeded host [`Rng`] with
 //! PyTorch's distributions and bounds (not its bits), so the same seed gives the same
 //! model on every device.
 
 mod activation;
-mod attention;
+pub mod attention;
 mod dropout;
 mod embedding;
+mod gpt2;
 mod init;
 mod linear;
+mod multihead_attention;
 mod norm;
 mod sequential;
 mod state;
 mod transformer;
+mod transformer_stack;
 
 pub use activation::{Gelu, Relu, Sigmoid, Tanh};
-pub use attention::{causal_mask, MultiheadAttention};
+pub use attention::{causal_mask, scaled_dot_product_attention};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
+pub use gpt2::{Gpt2, Gpt2Config};
 pub use init::Rng;
 pub use linear::Linear;
+pub use multihead_attention::{AttentionMasks, MultiheadAttention};
 pub use norm::LayerNorm;
 pub use sequential::{Mlp, Sequential};
 pub use state::{load, save};
-pub use transformer::{TransformerConfig, TransformerDecoderLayer, TransformerEncoderLayer};
+pub use transformer::{
+    Activation, DecoderMasks, TransformerConfig, TransformerDecoderLayer, TransformerEncoderLayer,
+};
+pub use transformer_stack::{Transformer, TransformerDecoder, TransformerEncoder};
 
 use crate::error::Result;
 use crate::tensor::Tensor;

@@ -1,0 +1,286 @@
+//! A GPT-2-style decoder-only language model, laid out and named as nanoGPT's `GPT`
+//! (which loads OpenAI's GPT-2 weights): token and position embeddings, `n_layer`
+//! pre-norm blocks, a final LayerNorm, and an LM head tied to the token embedding
+//! (the same tensor, so it is counted and updated once).
+//!
+//! ```text
+//! x = drop(wte(idx) + wpe(0..T))
+//! each block: x = x + attn(ln_1(x))   causal self-attention, one fused c_attn [3E, E]
+//!             x = x + mlp(ln_2(x))    c_fc E -> 4E, GELU (tanh form), c_proj 4E -> E
+//! logits = ln_f(x) wteᵀ
+//! ```
+//!
+//! Parameters (`transformer.wte.weight`, `transformer.h.0.attn.c_attn.weight`, ...,
+//! `transformer.ln_f.bias`) use `nn.Linear`'s `[out, in]` layout; GPT-2 small
+//! (`Gpt2Config::gpt2()`) has 124,439,808 of them. Initial values as GPT-2's: weights
+//! N(0, 0.02), the residual projections (`c_proj`) N(0, 0.02 / sqrt(2 n_layer)), biases
+//! zero, LayerNorms one and zero.
+
+use super::attention::scaled_dot_product_attention;
+use super::multihead_attention::packed_projection;
+use super::{join, Dropout, Embedding, LayerNorm, Linear, Module, Rng};
+use crate::alloc::Category;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::tensor::{Tensor, IGNORE_INDEX};
+
+/// The sizes of a GPT-2 model (nanoGPT's `GPTConfig`, biases on).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gpt2Config {
+    pub vocab: usize,
+    /// The longest sequence (the position table's rows).
+    pub n_positions: usize,
+    pub d_model: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+    /// Embedding, attention and residual dropout.
+    pub dropout: f32,
+}
+
+impl Gpt2Config {
+    /// GPT-2 small: vocabulary 50257, 1024 positions, d_model 768, 12 layers, 12 heads.
+    pub fn gpt2() -> Gpt2Config {
+        Gpt2Config {
+            vocab: 50257,
+            n_positions: 1024,
+            d_model: 768,
+            n_layer: 12,
+            n_head: 12,
+            dropout: 0.0,
+        }
+    }
+
+    /// The parameter count from the shapes alone (the head is tied, so not counted):
+    /// `V E + P E + n_layer (12 E² + 13 E) + 2 E`.
+    pub fn num_parameters(&self) -> usize {
+        let e = self.d_model;
+        let per_block = 2 * e // ln_1
+            + 3 * e * e + 3 * e // c_attn
+            + e * e + e // attn.c_proj
+            + 2 * e // ln_2
+            + 4 * e * e + 4 * e // c_fc
+            + 4 * e * e + e; // mlp.c_proj
+        self.vocab * e + self.n_positions * e + self.n_layer * per_block + 2 * e
+    }
+}
+
+/// A `Linear(in, out)` with weights N(0, std) and a zero bias.
+fn normal_linear(
+    inp: usize,
+    out: usize,
+    std: f32,
+    rng: &mut Rng,
+    device: &Device,
+) -> Result<Linear> {
+    let _parameters = Category::Parameter.scope();
+    let w: Vec<f32> = rng.normal(out * inp).into_iter().map(|v| v * std).collect();
+    let weight = Tensor::from_slice(&w, &[out, inp], device)?;
+    let bias = Tensor::zeros(&[out], crate::tensor::DType::F32, device)?;
+    Linear::from_parameters(weight, Some(bias))
+}
+
+/// Causal self-attention with the query, key and value projections in one `c_attn`.
+struct CausalSelfAttention {
+    c_attn: Linear,
+    c_proj: Linear,
+    n_head: usize,
+    dropout: f32,
+    resid_dropout: Dropout,
+    training: bool,
+}
+
+impl CausalSelfAttention {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, t, e) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+        let d = e / self.n_head;
+        let bias = self.c_attn.bias.as_ref().expect("c_attn has a bias");
+        let heads = |i| -> Result<Tensor> {
+            packed_projection(x, &self.c_attn.weight, bias, i)?
+                .reshape(&[b, t, self.n_head, d])?
+                .transpose(1, 2)
+        };
+        let (q, k, v) = (heads(0)?, heads(1)?, heads(2)?);
+        let y = scaled_dot_product_attention(&q, &k, &v, None, true, self.dropout, self.training)?;
+        let y = y.transpose(1, 2)?.reshape(&[b, t, e])?;
+        self.resid_dropout.forward(&self.c_proj.forward(&y)?)
+    }
+}
+
+struct Block {
+    ln_1: LayerNorm,
+    attn: CausalSelfAttention,
+    ln_2: LayerNorm,
+    c_fc: Linear,
+    mlp_proj: Linear,
+    mlp_dropout: Dropout,
+}
+
+impl Block {
+    fn new(c: &Gpt2Config, rng: &mut Rng, device: &Device) -> Result<Block> {
+        let e = c.d_model;
+        let proj_std = 0.02 / ((2 * c.n_layer) as f32).sqrt();
+        Ok(Block {
+            ln_1: LayerNorm::new(&[e], 1e-5, device)?,
+            attn: CausalSelfAttention {
+                c_attn: normal_linear(e, 3 * e, 0.02, rng, device)?,
+                c_proj: normal_linear(e, e, proj_std, rng, device)?,
+                n_head: c.n_head,
+                dropout: c.dropout,
+                resid_dropout: Dropout::new(c.dropout)?,
+                training: true,
+            },
+            ln_2: LayerNorm::new(&[e], 1e-5, device)?,
+            c_fc: normal_linear(e, 4 * e, 0.02, rng, device)?,
+            mlp_proj: normal_linear(4 * e, e, proj_std, rng, device)?,
+            mlp_dropout: Dropout::new(c.dropout)?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let x = x.add(&self.attn.forward(&self.ln_1.forward(x)?)?)?;
+        let h = self.c_fc.forward(&self.ln_2.forward(&x)?)?.gelu("tanh")?;
+        x.add(&self.mlp_dropout.forward(&self.mlp_proj.forward(&h)?)?)
+    }
+
+    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(String, &Tensor)) {
+        self.ln_1.visit_parameters(&join(prefix, "ln_1"), f);
+        self.attn
+            .c_attn
+            .visit_parameters(&join(prefix, "attn.c_attn"), f);
+        self.attn
+            .c_proj
+            .visit_parameters(&join(prefix, "attn.c_proj"), f);
+        self.ln_2.visit_parameters(&join(prefix, "ln_2"), f);
+        self.c_fc.visit_parameters(&join(prefix, "mlp.c_fc"), f);
+        self.mlp_proj
+            .visit_parameters(&join(prefix, "mlp.c_proj"), f);
+    }
+
+    fn train(&mut self, mode: bool) {
+        self.attn.training = mode;
+        self.attn.resid_dropout.train(mode);
+        self.mlp_dropout.train(mode);
+    }
+}
+
+/// A GPT-2 language model; [`Module::forward`] maps int64 token ids `[B, T]` to logits
+/// `[B, T, vocab]`.
+pub struct Gpt2 {
+    pub config: Gpt2Config,
+    wte: Embedding,
+    wpe: Embedding,
+    drop: Dropout,
+    h: Vec<Block>,
+    ln_f: LayerNorm,
+    training: bool,
+}
+
+impl Gpt2 {
+    pub fn new(config: Gpt2Config, rng: &mut Rng, device: &Device) -> Result<Gpt2> {
+        let c = config;
+        if c.n_head == 0 || !c.d_model.is_multiple_of(c.n_head) {
+            return Err(Error::InvalidArgument(format!(
+                "Gpt2: d_model {} must be divisible by n_head {}",
+                c.d_model, c.n_head
+            )));
+        }
+        let table = |rows: usize, rng: &mut Rng| -> Result<Embedding> {
+            let _parameters = Category::Parameter.scope();
+            let w: Vec<f32> = rng
+                .normal(rows * c.d_model)
+                .into_iter()
+                .map(|v| v * 0.02)
+                .collect();
+            Embedding::from_weight(Tensor::from_slice(&w, &[rows, c.d_model], device)?)
+        };
+        let wte = table(c.vocab, rng)?;
+        let wpe = table(c.n_positions, rng)?;
+        let h = (0..c.n_layer)
+            .map(|_| Block::new(&c, rng, device))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Gpt2 {
+            config: c,
+            wte,
+            wpe,
+            drop: Dropout::new(c.dropout)?,
+            h,
+            ln_f: LayerNorm::new(&[c.d_model], 1e-5, device)?,
+            training: true,
+        })
+    }
+
+    /// The LM head's weight, which is the token embedding's (`lm_head.weight is
+    /// wte.weight`).
+    pub fn lm_head_weight(&self) -> &Tensor {
+        &self.wte.weight
+    }
+
+    /// The mean cross-entropy of the next-token predictions: `logits(idx)` against
+    /// `targets` (int64 `[B, T]`, `IGNORE_INDEX` (-100) skipping a position), as
+    /// nanoGPT's `forward(idx, targets)`.
+    pub fn loss(&self, idx: &Tensor, targets: &Tensor) -> Result<Tensor> {
+        if targets.shape() != idx.shape() {
+            return Err(Error::Shape {
+                op: "Gpt2::loss (targets against idx)",
+                a: targets.shape().to_vec(),
+                b: idx.shape().to_vec(),
+            });
+        }
+        let logits = self.forward(idx)?;
+        let n = idx.numel();
+        logits
+            .reshape(&[n, self.config.vocab])?
+            .cross_entropy(&targets.reshape(&[n])?, IGNORE_INDEX)
+    }
+}
+
+impl Module for Gpt2 {
+    fn forward(&self, idx: &Tensor) -> Result<Tensor> {
+        let [_, t] = idx.shape() else {
+            return Err(Error::InvalidArgument(format!(
+                "Gpt2: idx must be int64 token ids [batch, seq], got {:?}",
+                idx.shape()
+            )));
+        };
+        let t = *t;
+        if t > self.config.n_positions {
+            return Err(Error::InvalidArgument(format!(
+                "Gpt2: cannot forward a sequence of length {t}, the block size is only {}",
+                self.config.n_positions
+            )));
+        }
+        let pos: Vec<i64> = (0..t as i64).collect();
+        let pos = Tensor::from_slice(&pos, &[t], idx.device())?;
+        let mut x = self
+            .drop
+            .forward(&self.wte.forward(idx)?.add(&self.wpe.forward(&pos)?)?)?;
+        for block in &self.h {
+            x = block.forward(&x)?;
+        }
+        let x = self.ln_f.forward(&x)?;
+        x.matmul(&self.wte.weight.transpose(0, 1)?)
+    }
+
+    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(String, &Tensor)) {
+        let p = join(prefix, "transformer");
+        self.wte.visit_parameters(&join(&p, "wte"), f);
+        self.wpe.visit_parameters(&join(&p, "wpe"), f);
+        let h = join(&p, "h");
+        for (i, block) in self.h.iter().enumerate() {
+            block.visit_parameters(&join(&h, &i.to_string()), f);
+        }
+        self.ln_f.visit_parameters(&join(&p, "ln_f"), f);
+    }
+
+    fn train(&mut self, mode: bool) {
+        self.training = mode;
+        self.drop.train(mode);
+        for b in &mut self.h {
+            b.train(mode);
+        }
+    }
+
+    fn training(&self) -> bool {
+        self.training
+    }
+}

@@ -1,0 +1,314 @@
+//! `nn.MultiheadAttention` with PyTorch's layout: one `in_proj_weight [3E, E]` and
+//! `in_proj_bias [3E]` holding the query, key and value projections one above the
+//! other, and `out_proj` (a Linear `E -> E`). Inputs are `[batch, seq, E]`
+//! (`batch_first=True`). The heads attend through
+//! [`scaled_dot_product_attention`](super::attention::scaled_dot_product_attention)
+//! (or, when the weights are asked for, the same path returning them), then their
+//! outputs are joined and projected.
+
+use super::attention::{additive_mask, attention_with_weights, scaled_dot_product_attention};
+use super::{join, Linear, Module, Rng};
+use crate::alloc::Category;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::tensor::{DType, Tensor};
+
+pub struct MultiheadAttention {
+    pub embed_dim: usize,
+    pub num_heads: usize,
+    /// Dropout on the attention weights (training only).
+    pub dropout: f32,
+    /// `[3 * embed_dim, embed_dim]`: the query, key and value projections' weights.
+    pub in_proj_weight: Tensor,
+    /// `[3 * embed_dim]`.
+    pub in_proj_bias: Tensor,
+    pub out_proj: Linear,
+    training: bool,
+}
+
+/// The masks of one attention call, as `nn.MultiheadAttention.forward` takes them.
+///
+/// * `attn_mask`: `[L, S]` or `[B * H, L, S]`; a float mask is added to the scores, a
+///   uint8 mask hides the positions where it is 1 (PyTorch's bool mask, true = "not
+///   allowed to attend").
+/// * `key_padding_mask`: `[B, S]`; uint8 1 (or a float `-inf`) marks a padding key
+///   that no query attends to.
+/// * `is_causal`: with no `attn_mask`, applies the causal mask (query `i` sees keys
+///   `0..=i`) without building it; with one, the mask given is used (PyTorch's hint).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttentionMasks<'a> {
+    pub attn_mask: Option<&'a Tensor>,
+    pub key_padding_mask: Option<&'a Tensor>,
+    pub is_causal: bool,
+}
+
+impl<'a> AttentionMasks<'a> {
+    /// Only an `attn_mask` (or none).
+    pub fn attn(attn_mask: Option<&'a Tensor>) -> AttentionMasks<'a> {
+        AttentionMasks {
+            attn_mask,
+            ..Default::default()
+        }
+    }
+}
+
+impl MultiheadAttention {
+    /// PyTorch's initialisation: `in_proj_weight` Xavier-uniform, biases zero,
+    /// `out_proj.weight` as a Linear's; float32 on `device`.
+    pub fn new(
+        embed_dim: usize,
+        num_heads: usize,
+        dropout: f32,
+        rng: &mut Rng,
+        device: &Device,
+    ) -> Result<MultiheadAttention> {
+        let _parameters = Category::Parameter.scope();
+        let e = embed_dim;
+        let bound = (6.0 / (e + 3 * e).max(1) as f32).sqrt();
+        let in_proj_weight =
+            Tensor::from_slice(&rng.uniform(3 * e * e, bound), &[3 * e, e], device)?;
+        let in_proj_bias = Tensor::zeros(&[3 * e], DType::F32, device)?;
+        let linear = Linear::new(e, e, true, rng, device)?;
+        let out_bias = Tensor::zeros(&[e], DType::F32, device)?;
+        let out_proj = Linear::from_parameters(linear.weight.detach(), Some(out_bias))?;
+        MultiheadAttention::from_parameters(
+            num_heads,
+            dropout,
+            in_proj_weight,
+            in_proj_bias,
+            out_proj,
+        )
+    }
+
+    /// Over given parameters (`in_proj_weight [3E, E]`, `in_proj_bias [3E]`, an
+    /// `out_proj` Linear `E -> E`).
+    pub fn from_parameters(
+        num_heads: usize,
+        dropout: f32,
+        in_proj_weight: Tensor,
+        in_proj_bias: Tensor,
+        out_proj: Linear,
+    ) -> Result<MultiheadAttention> {
+        let e = out_proj.in_features();
+        if num_heads == 0 || (e / num_heads) * num_heads != e {
+            return Err(Error::InvalidArgument(format!(
+                "MultiheadAttention: embed_dim {e} must be divisible by num_heads {num_heads}"
+            )));
+        }
+        if in_proj_weight.shape() != [3 * e, e] || in_proj_bias.shape() != [3 * e] {
+            return Err(Error::Shape {
+                op: "MultiheadAttention (in_proj_weight vs [3E, E])",
+                a: in_proj_weight.shape().to_vec(),
+                b: vec![3 * e, e],
+            });
+        }
+        in_proj_weight.set_category(Category::Parameter)?;
+        in_proj_bias.set_category(Category::Parameter)?;
+        Ok(MultiheadAttention {
+            embed_dim: e,
+            num_heads,
+            dropout,
+            in_proj_weight: in_proj_weight.detach().requires_grad_(true),
+            in_proj_bias: in_proj_bias.detach().requires_grad_(true),
+            out_proj,
+            training: true,
+        })
+    }
+
+    /// Attention of `query [B, L, E]` over `key`, `value [B, S, E]` with an optional
+    /// additive float (or uint8) mask `[L, S]`: the output `[B, L, E]` (PyTorch's
+    /// `attn_output` with `need_weights=False`).
+    pub fn attend(
+        &self,
+        query: &Tensor,
+        key: &Tensor,
+        value: &Tensor,
+        attn_mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        Ok(self
+            .forward_qkv(query, key, value, AttentionMasks::attn(attn_mask), false)?
+            .0)
+    }
+
+    /// PyTorch's `forward(query, key, value, key_padding_mask, need_weights, attn_mask,
+    /// average_attn_weights=True, is_causal)`: the output `[B, L, E]` and, with
+    /// `need_weights`, the attention weights averaged over the heads `[B, L, S]`.
+    /// Without them the heads go through `scaled_dot_product_attention` (the path a
+    /// fused kernel takes); with them, through the same naive path returning them.
+    pub fn forward_qkv(
+        &self,
+        query: &Tensor,
+        key: &Tensor,
+        value: &Tensor,
+        masks: AttentionMasks,
+        need_weights: bool,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let e = self.embed_dim;
+        for (what, t) in [("query", query), ("key", key), ("value", value)] {
+            if t.shape().len() != 3 || t.shape()[2] != e {
+                return Err(Error::InvalidArgument(format!(
+                    "MultiheadAttention: {what} must be [batch, seq, {e}], got {:?}",
+                    t.shape()
+                )));
+            }
+        }
+        let (b, l) = (query.shape()[0], query.shape()[1]);
+        let s = key.shape()[1];
+        if key.shape()[..2] != value.shape()[..2] || key.shape()[0] != b {
+            return Err(Error::InvalidArgument(format!(
+                "MultiheadAttention: key {:?} and value {:?} must be [batch, seq, E] with \
+                 query's batch {b}",
+                key.shape(),
+                value.shape()
+            )));
+        }
+        let mask = self.merged_mask(&masks, b, l, s, query.dtype(), query.device())?;
+        let causal = masks.is_causal && masks.attn_mask.is_none();
+        let q = self.heads(&packed_projection(
+            query,
+            &self.in_proj_weight,
+            &self.in_proj_bias,
+            0,
+        )?)?;
+        let k = self.heads(&packed_projection(
+            key,
+            &self.in_proj_weight,
+            &self.in_proj_bias,
+            1,
+        )?)?;
+        let v = self.heads(&packed_projection(
+            value,
+            &self.in_proj_weight,
+            &self.in_proj_bias,
+            2,
+        )?)?;
+        let (out, weights) = if need_weights {
+            let (o, w) = attention_with_weights(
+                &q,
+                &k,
+                &v,
+                mask.as_ref(),
+                causal,
+                self.dropout,
+                self.training,
+            )?;
+            // `average_attn_weights=True`: the mean over the heads.
+            (o, Some(w.mean_dims(&[1], false)?))
+        } else {
+            let o = scaled_dot_product_attention(
+                &q,
+                &k,
+                &v,
+                mask.as_ref(),
+                causal,
+                self.dropout,
+                self.training,
+            )?;
+            (o, None)
+        };
+        let out = out.transpose(1, 2)?.reshape(&[b, l, e])?;
+        Ok((self.out_proj.forward(&out)?, weights))
+    }
+
+    /// `[B, L, E]` -> `[B, H, L, D]`.
+    fn heads(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, l) = (x.shape()[0], x.shape()[1]);
+        let d = self.embed_dim / self.num_heads;
+        x.reshape(&[b, l, self.num_heads, d])?.transpose(1, 2)
+    }
+
+    /// `attn_mask` and `key_padding_mask` as one additive float mask broadcasting to
+    /// `[B, H, L, S]` (PyTorch merges them the same way), checked against the shapes.
+    fn merged_mask(
+        &self,
+        masks: &AttentionMasks,
+        b: usize,
+        l: usize,
+        s: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Option<Tensor>> {
+        let h = self.num_heads;
+        let attn = match masks.attn_mask {
+            None => None,
+            Some(m) => {
+                check_device(m, device)?;
+                let m4 = match m.shape() {
+                    [ml, ms] if (*ml, *ms) == (l, s) => m.reshape(&[1, 1, l, s])?,
+                    [n, ml, ms] if (*n, *ml, *ms) == (b * h, l, s) => m.reshape(&[b, h, l, s])?,
+                    other => {
+                        return Err(Error::InvalidArgument(format!(
+                            "MultiheadAttention: attn_mask must be [{l}, {s}] or \
+                             [{}, {l}, {s}] (batch * heads, L, S), got {other:?}",
+                            b * h
+                        )))
+                    }
+                };
+                Some(additive_mask(&m4, 1, dtype)?)
+            }
+        };
+        let padding = match masks.key_padding_mask {
+            None => None,
+            Some(m) => {
+                check_device(m, device)?;
+                if m.shape() != [b, s] {
+                    return Err(Error::InvalidArgument(format!(
+                        "MultiheadAttention: key_padding_mask must be [{b}, {s}] (batch, \
+                         key length), got {:?}",
+                        m.shape()
+                    )));
+                }
+                Some(additive_mask(&m.reshape(&[b, 1, 1, s])?, 1, dtype)?)
+            }
+        };
+        Ok(match (attn, padding) {
+            (Some(a), Some(p)) => Some(a.add(&p)?),
+            (a, p) => a.or(p),
+        })
+    }
+}
+
+fn check_device(mask: &Tensor, device: &Device) -> Result<()> {
+    if mask.device().id() != device.id() {
+        return Err(Error::DeviceMismatch {
+            a: device.id(),
+            b: mask.device().id(),
+        });
+    }
+    Ok(())
+}
+
+/// `x Wᵢᵀ + bᵢ` for the `i`-th of the blocks of rows a packed projection stacks
+/// (`[n E, E]` weight, `[n E]` bias: MultiheadAttention's query, key, value; GPT-2's
+/// `c_attn`). The block is picked with `index_select`, whose gradient flows back into
+/// the shared weight; the copy is of an `E x E` weight, not of the activations.
+pub(crate) fn packed_projection(x: &Tensor, w: &Tensor, b: &Tensor, i: usize) -> Result<Tensor> {
+    let e = w.shape()[1];
+    let rows: Vec<i64> = (i * e..(i + 1) * e).map(|r| r as i64).collect();
+    let rows = Tensor::from_slice(&rows, &[e], x.device())?;
+    let wi = w.index_select(0, &rows)?;
+    let bi = b.index_select(0, &rows)?;
+    x.matmul(&wi.transpose(0, 1)?)?.add(&bi)
+}
+
+impl Module for MultiheadAttention {
+    /// Self-attention: `attend(x, x, x, None)`.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.attend(x, x, x, None)
+    }
+
+    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(String, &Tensor)) {
+        f(join(prefix, "in_proj_weight"), &self.in_proj_weight);
+        f(join(prefix, "in_proj_bias"), &self.in_proj_bias);
+        self.out_proj.visit_parameters(&join(prefix, "out_proj"), f);
+    }
+
+    fn train(&mut self, mode: bool) {
+        self.training = mode;
+        self.out_proj.train(mode);
+    }
+
+    fn training(&self) -> bool {
+        self.training
+    }
+}
