@@ -58,7 +58,7 @@ pub type PolicyFn = Arc<dyn Fn(&GradOp) -> CheckpointPolicy + Send + Sync>;
 /// the rest (elementwise ops, norms, softmax, dropout).
 pub fn save_matmul_and_attention(op: &GradOp) -> CheckpointPolicy {
     match op {
-        GradOp::Matmul => CheckpointPolicy::MustSave,
+        GradOp::Matmul | GradOp::Attention { .. } => CheckpointPolicy::MustSave,
         _ => CheckpointPolicy::PreferRecompute,
     }
 }

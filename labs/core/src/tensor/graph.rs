@@ -100,6 +100,13 @@ pub enum GradOp {
         correction: usize,
         keepdim: bool,
     },
+    /// Fused attention (`fused_attention`) with its scale and causal mask; inputs: q,
+    /// k, v; saved: q, k, v (dense), the output and the float32 log-sum-exp of each
+    /// query row: never the scores.
+    Attention {
+        scale: f32,
+        causal: bool,
+    },
 }
 
 impl GradOp {
@@ -126,6 +133,7 @@ impl GradOp {
             GradOp::NllLoss { .. } => "NllLossBackward".into(),
             GradOp::MaxDim { .. } => "MaxBackward".into(),
             GradOp::Var { .. } => "VarBackward".into(),
+            GradOp::Attention { .. } => "ScaledDotProductFlashAttentionBackward".into(),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! when it is already there and copies otherwise, and an operation on tensors of two
 //! devices is an error.
 
+mod attention;
 mod broadcast;
 mod cast;
 mod compare;
