@@ -57,7 +57,8 @@ pub struct OffloadStats {
     /// Tensors copied to the host, and their bytes.
     pub offloaded: usize,
     pub offloaded_bytes: u64,
-    /// Tensors left on the device (below `min_bytes`, or already on the host).
+    /// Tensors left on the device (below `min_bytes`, parameters, or tensors already
+    /// on the host).
     pub kept_on_device: usize,
     /// Tensors whose copy back was started by a prefetch before backward unpacked them.
     pub prefetched: usize,
@@ -150,7 +151,10 @@ impl OffloadHooks {
 impl SavedTensorsHooks for OffloadHooks {
     fn pack(&self, t: &Tensor, saved_by: &GradOp) -> Result<Packed> {
         let device = t.device().clone();
-        if t.nbytes() < self.options.min_bytes || device.id() == DeviceId::Cpu {
+        // A parameter (a leaf that requires grad) stays on the device anyway: copying
+        // it out would cost bandwidth and pinned memory for nothing.
+        let parameter = t.is_leaf() && t.requires_grad();
+        if parameter || t.nbytes() < self.options.min_bytes || device.id() == DeviceId::Cpu {
             self.stats.lock().unwrap().kept_on_device += 1;
             t.mark_saved(saved_by);
             return Ok(Box::new(Slot::OnDevice(t.detach())));

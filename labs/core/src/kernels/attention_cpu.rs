@@ -188,12 +188,12 @@ fn run_typed<E: FloatElement>(kernel: &AttentionKernel, memory: &dyn HostAccess)
                                 (&kf[(b * tk + j) * d..][..d], &vf[(b * tk + j) * d..][..d]);
                             let p = (dot(qi, kj) * scale - lr.get(r)).exp();
                             let ds = p * (dot(gi, vj) - dr.get(r));
-                            for c in 0..d {
-                                acc[c] += ds * kj[c];
+                            for (a, kc) in acc.iter_mut().zip(kj) {
+                                *a += ds * kc;
                             }
                         }
-                        for c in 0..d {
-                            dqr.set(r * d + c, E::narrow(acc[c] * scale));
+                        for (c, a) in acc.iter().enumerate() {
+                            dqr.set(r * d + c, E::narrow(a * scale));
                         }
                     }
                 }
@@ -261,9 +261,11 @@ fn run_typed<E: FloatElement>(kernel: &AttentionKernel, memory: &dyn HostAccess)
                             let (qi, gi) = (&qf[r * d..][..d], &gf[r * d..][..d]);
                             let p = (dot(qi, kj) * scale - lr.get(r)).exp();
                             let ds = p * (dot(gi, vj) - dr.get(r));
-                            for c in 0..d {
-                                dv_acc[c] += p * gi[c];
-                                dk_acc[c] += ds * qi[c];
+                            for (a, g) in dv_acc.iter_mut().zip(gi) {
+                                *a += p * g;
+                            }
+                            for (a, qc) in dk_acc.iter_mut().zip(qi) {
+                                *a += ds * qc;
                             }
                         }
                         for c in 0..d {
