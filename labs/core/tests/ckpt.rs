@@ -394,3 +394,75 @@ fn offload_without_pinned_memory_is_a_plain_copy() {
     assert_same(&plain, &got, "pageable offload");
     assert!(hooks.stats().offloaded > 0);
 }
+
+/// Two passes through a retained graph: each unpacks again (a checkpointed region is
+/// recomputed again, an offloaded tensor copied back again), so the gradients are
+/// those of two passes without hooks, bit for bit.
+#[test]
+fn a_retained_graph_unpacks_again_on_the_second_pass() {
+    let _s = serial();
+    let device = test_device();
+    let block = Block::new(32, 0.3, &device);
+    let x = Tensor::randn(&[16, 32], 8, &device).unwrap();
+    let twice_of = |run: &dyn Fn(&Block, &Tensor) -> Tensor| -> Grads {
+        block.clear();
+        device.manual_seed(7);
+        let xi = x.detach().requires_grad_(true);
+        let mut h = xi.clone();
+        for _ in 0..2 {
+            h = run(&block, &h);
+        }
+        let l = loss(&h);
+        l.backward_with(None, true).unwrap();
+        l.backward_with(None, false).unwrap();
+        let e = l.backward().unwrap_err().to_string();
+        assert!(e.contains("second time"), "{e}");
+        (block.grads(), xi.grad().unwrap().to_vec::<f32>().unwrap())
+    };
+    let want = twice_of(&|b, x| b.forward(x).unwrap());
+    let checked = twice_of(&|b, x| {
+        let b = b.clone();
+        checkpoint(move |xs| b.forward(&xs[0]), std::slice::from_ref(x)).unwrap()
+    });
+    assert_same(&want, &checked, "checkpointing, retained");
+    let offloaded = twice_of(&|b, x| {
+        let (_guard, _) = save_on_cpu(OffloadOptions {
+            min_bytes: 0,
+            ..OffloadOptions::default()
+        });
+        b.forward(x).unwrap()
+    });
+    assert_same(&want, &offloaded, "offload, retained");
+}
+
+/// A checkpointed region around the fused attention kernel, selective or not, gives
+/// the gradients of the plain run bit for bit.
+#[test]
+fn checkpointing_a_fused_attention_region() {
+    let _s = serial();
+    let device = test_device();
+    let (b, h, t, d) = (1, 2, 17, 8);
+    let q = Tensor::randn(&[b, h, t, d], 21, &device)
+        .unwrap()
+        .requires_grad_(true);
+    let region = |xs: &[Tensor]| -> labs_core::Result<Tensor> {
+        let a = Tensor::fused_attention(&xs[0], &xs[0], &xs[0], true, None)?;
+        a.gelu("tanh")?.mul(&xs[0])
+    };
+    let grads = |options: Option<CheckpointOptions>| -> Vec<f32> {
+        q.clear_grad();
+        let x = q.scale(0.5).unwrap();
+        let y = match options {
+            None => region(std::slice::from_ref(&x)).unwrap(),
+            Some(o) => checkpoint_with(region, std::slice::from_ref(&x), o).unwrap(),
+        };
+        loss(&y).backward().unwrap();
+        q.grad().unwrap().to_vec::<f32>().unwrap()
+    };
+    let plain = grads(None);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for policy in [None, Some(Arc::new(save_matmul_and_attention) as _)] {
+        let got = grads(Some(CheckpointOptions { policy }));
+        assert_eq!(bits(&plain), bits(&got));
+    }
+}
