@@ -69,6 +69,20 @@ pub(super) fn input_grads(op: &GradOp, grad: &Tensor, saved: &[Tensor]) -> Resul
             };
             vec![side(0, a)?, side(1, b)?]
         }
+        GradOp::Attention { scale, causal } => {
+            let s = |i| saved_at(saved, i, "attention");
+            let (dq, dk, dv) = Tensor::fused_attention_backward(
+                s(0)?,
+                s(1)?,
+                s(2)?,
+                s(3)?,
+                s(4)?,
+                grad,
+                *scale,
+                *causal,
+            )?;
+            vec![dq, dk, dv]
+        }
         GradOp::Softmax { .. }
         | GradOp::LayerNorm { .. }
         | GradOp::Dropout { .. }

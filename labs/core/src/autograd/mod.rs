@@ -6,8 +6,21 @@
 //! unless asked to retain the graph; a second pass through a released graph is an
 //! error that says so. Gradients are computed with recording off (no double backward).
 
+mod checkpoint;
 mod derivatives;
+mod offload;
 mod retained;
+mod saved_hooks;
+
+pub use checkpoint::{
+    checkpoint, checkpoint_with, save_matmul_and_attention, CheckpointOptions, CheckpointPolicy,
+    PolicyFn,
+};
+pub use offload::{save_on_cpu, OffloadHooks, OffloadOptions, OffloadStats};
+pub use saved_hooks::{
+    current_saved_tensors_hooks, install_saved_tensors_hooks, saved_tensors_hooks, FnHooks,
+    PackedSaved, SavedTensorsHooks,
+};
 
 pub use retained::{retained_by, retained_graph, RetainedGraph};
 mod derivatives_rows;
@@ -60,27 +73,19 @@ impl Tensor {
             return accumulate(&self.grad_slot().expect("a leaf that requires grad"), grad);
         };
         let order = topological_order(&root);
+        let next_packed = next_packed_positions(&order);
         let mut pending: HashMap<*const Node, Tensor> = HashMap::new();
         pending.insert(Arc::as_ptr(&root), grad);
-        for node in order {
-            let Some(grad) = pending.remove(&Arc::as_ptr(&node)) else {
+        for (position, node) in order.iter().enumerate() {
+            let Some(grad) = pending.remove(&Arc::as_ptr(node)) else {
                 continue; // no gradient reached it (an input that needs none)
             };
-            let saved = {
-                let mut slot = node.saved.lock().unwrap();
-                if retain_graph {
-                    slot.clone()
-                } else {
-                    slot.take()
-                }
-            };
-            let Some(saved) = saved else {
-                return Err(Error::InvalidArgument(format!(
-                    "backward: trying to backward through the graph a second time \
-                     ({} released its saved tensors); pass retain_graph=true to the first pass",
-                    node.op.name()
-                )));
-            };
+            let saved = saved_tensors(node, retain_graph)?;
+            // The node after this one that holds packed tensors may start bringing them
+            // back while this one computes (an offload hook's prefetch).
+            if let Some(next) = next_packed.get(position + 1).copied().flatten() {
+                prefetch(&order[next])?;
+            }
             let grads = derivatives::input_grads(&node.op, &grad, &saved)?;
             drop(saved);
             for (edge, g) in node.inputs.iter().zip(grads) {
@@ -100,6 +105,74 @@ impl Tensor {
         }
         Ok(())
     }
+}
+
+/// The tensors `node` saved, unpacked by their hooks if hooks packed them; released
+/// from the node unless the graph is retained. An error for a released node.
+fn saved_tensors(node: &Node, retain_graph: bool) -> Result<Vec<Tensor>> {
+    let released = || {
+        Error::InvalidArgument(format!(
+            "backward: trying to backward through the graph a second time \
+             ({} released its saved tensors); pass retain_graph=true to the first pass",
+            node.op.name()
+        ))
+    };
+    let plain = {
+        let mut slot = node.saved.lock().unwrap();
+        if retain_graph {
+            slot.clone()
+        } else {
+            slot.take()
+        }
+    };
+    let plain = plain.ok_or_else(released)?;
+    let Some(packed) = &node.packed else {
+        return Ok(plain);
+    };
+    let mut slot = packed.items.lock().unwrap();
+    let items = slot.as_ref().ok_or_else(released)?;
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            Ok(p) => out.push(packed.hooks.unpack(p)?),
+            Err(e) => {
+                return Err(Error::InvalidArgument(format!(
+                    "backward: a saved-tensor pack hook of {} failed during forward: {e}",
+                    node.op.name()
+                )))
+            }
+        }
+    }
+    if !retain_graph {
+        slot.take();
+    }
+    Ok(out)
+}
+
+/// Asks `node`'s hooks to start bringing its packed tensors back.
+fn prefetch(node: &Node) -> Result<()> {
+    if let Some(packed) = &node.packed {
+        if let Some(items) = packed.items.lock().unwrap().as_ref() {
+            for p in items.iter().flatten() {
+                packed.hooks.prefetch(p)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// For each position in `order`, the first position at or after it whose node holds
+/// packed tensors.
+fn next_packed_positions(order: &[Arc<Node>]) -> Vec<Option<usize>> {
+    let mut out = vec![None; order.len()];
+    let mut next = None;
+    for (i, node) in order.iter().enumerate().rev() {
+        if node.packed.is_some() {
+            next = Some(i);
+        }
+        out[i] = next;
+    }
+    out
 }
 
 /// A tensor of ones of `t`'s shape, dtype and device (the implicit gradient of a

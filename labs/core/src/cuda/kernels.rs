@@ -180,18 +180,23 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
             U64(n as u64),
         ],
         Kernel::Cast { x, out, n, .. } => vec![U64(x), U64(out), U64(n as u64)],
-        Kernel::Rows(ref k) => k
-            .params()
-            .into_iter()
-            .map(|p| match p {
-                Param::U64(v) => U64(v),
-                Param::U32(v) => U32(v),
-                Param::F32(v) => F32(v),
-            })
-            .collect(),
+        Kernel::Rows(ref k) => row_args(k.params()),
+        Kernel::Attention(ref k) => row_args(k.params()),
         // `function` refuses it before arguments are built: cuBLAS runs it (blas.rs).
         Kernel::Gemm(_) => unreachable!("a gemm is not launched as a module"),
     }
+}
+
+/// Arguments listed as [`Param`]s (the row and attention kernels).
+fn row_args(params: Vec<Param>) -> Vec<Arg> {
+    params
+        .into_iter()
+        .map(|p| match p {
+            Param::U64(v) => Arg::U64(v),
+            Param::U32(v) => Arg::U32(v),
+            Param::F32(v) => Arg::F32(v),
+        })
+        .collect()
 }
 
 impl ModuleCache {

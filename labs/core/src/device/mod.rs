@@ -141,6 +141,19 @@ impl Device {
         current
     }
 
+    /// The generator's `(seed, offset)` without advancing it (`get_rng_state`):
+    /// activation checkpointing saves it at the forward to replay the same dropout
+    /// masks in the recomputation.
+    pub fn rng_state(&self) -> (u64, u64) {
+        *self.inner.generator.lock().unwrap()
+    }
+
+    /// Puts the generator back to a state [`Device::rng_state`] returned
+    /// (`set_rng_state`).
+    pub fn set_rng_state(&self, state: (u64, u64)) {
+        *self.inner.generator.lock().unwrap() = state;
+    }
+
     pub fn is_cuda(&self) -> bool {
         matches!(self.id(), DeviceId::Cuda(_))
     }

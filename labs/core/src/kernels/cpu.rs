@@ -176,6 +176,7 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
             n,
         } => super::cpu_rows::strided_scatter(width, src, dst, &layout, n, memory),
         Kernel::Rows(ref k) => super::cpu_rows::run(k, memory),
+        Kernel::Attention(ref k) => super::attention_cpu::run(k, memory),
         Kernel::Gemm(g) => {
             g.validate()?;
             match float(g.dtype, "gemm")? {

@@ -14,6 +14,8 @@
 //! The matrix product, [`Gemm`], is a launch like the others but a library's: cuBLAS on
 //! `cuda`, a CPU GEMM crate on `sim` and `cpu`.
 
+pub mod attention;
+mod attention_cpu;
 pub mod cpu;
 mod cpu_rows;
 mod gemm;
@@ -25,6 +27,7 @@ pub mod source;
 pub mod special;
 mod strided;
 
+pub use attention::{AttentionKernel, ATTENTION_MAX_HEAD_DIM};
 pub use gemm::{Gemm, Operand};
 pub use ops::{BinaryOp, CompareOp, UnaryOp};
 pub use optim::{AdamStep, SgdStep};
@@ -166,6 +169,9 @@ pub enum Kernel {
     /// A row kernel of a training step (softmax, layer norm, dropout, ...: see
     /// [`RowKernel`]).
     Rows(RowKernel),
+    /// A fused attention kernel (forward, or a step of its backward: see
+    /// [`AttentionKernel`]).
+    Attention(AttentionKernel),
 }
 
 impl Kernel {
@@ -226,6 +232,7 @@ impl Kernel {
             Kernel::SgdStep(s) => s.n,
             Kernel::AdamStep(s) => s.n,
             Kernel::Rows(ref k) => k.elements(),
+            Kernel::Attention(ref k) => k.elements(),
         }
     }
 }

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use super::attention::ATTENTION_FUNCTIONS;
 use super::rows::ROW_FUNCTIONS;
 use super::{BinaryOp, CompareOp, Kernel, UnaryOp};
 use crate::dtype::DType;
@@ -24,6 +25,7 @@ const SPIN_CU: &str = include_str!("../../../../kernels/spin.cu");
 const STRIDED_CU: &str = include_str!("../../../../kernels/strided.cu");
 const REDUCE_CU: &str = include_str!("../../../../kernels/reduce.cu");
 const ROWS_CU: &str = include_str!("../../../../kernels/rows.cu");
+const ATTENTION_CU: &str = include_str!("../../../../kernels/attention.cu");
 const SCATTER_CU: &str = include_str!("../../../../kernels/scatter.cu");
 const OPTIM_CU: &str = include_str!("../../../../kernels/optim.cu");
 
@@ -236,6 +238,25 @@ fn rows_module(suffix: &str) -> Module {
     }
 }
 
+/// The fused attention kernels for one float dtype: the dtype's section of
+/// `kernels/dtypes.cu`, then `kernels/attention.cu` with every `NAME_DT` renamed
+/// `NAME_{dtype}`.
+fn attention_module(suffix: &str) -> Module {
+    let mut source = format!(
+        "// Generated: the {suffix} section of kernels/dtypes.cu, then kernels/attention.cu.\n"
+    );
+    source.push_str(dtype_section(suffix));
+    source.push_str(&ATTENTION_CU.replace("_DT(", &format!("_{suffix}(")));
+    Module {
+        name: format!("attention_{suffix}"),
+        source,
+        functions: ATTENTION_FUNCTIONS
+            .iter()
+            .map(|f| format!("{f}_{suffix}"))
+            .collect(),
+    }
+}
+
 fn fixed_module(name: &str, source: &str, functions: &[&str]) -> Module {
     Module {
         name: name.into(),
@@ -311,6 +332,9 @@ fn registry() -> &'static Registry {
         for dtype in FLOAT_DTYPES {
             modules.push(optim_module(name(dtype)));
         }
+        for dtype in FLOAT_DTYPES {
+            modules.push(attention_module(name(dtype)));
+        }
         let mut by_name = HashMap::new();
         for (m, module) in modules.iter().enumerate() {
             for (f, function) in module.functions.iter().enumerate() {
@@ -369,6 +393,11 @@ pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
             )
         }
         Kernel::Rows(ref k) => (
+            format!("{}_{}", k.name(), name(k.dtype())),
+            k.name(),
+            k.dtype(),
+        ),
+        Kernel::Attention(ref k) => (
             format!("{}_{}", k.name(), name(k.dtype())),
             k.name(),
             k.dtype(),

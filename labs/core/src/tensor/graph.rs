@@ -11,6 +11,7 @@
 use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
+use super::saved_hooks::PackedSaved;
 use super::{DType, Tensor};
 use crate::kernels::{BinaryOp, UnaryOp};
 
@@ -99,6 +100,13 @@ pub enum GradOp {
         correction: usize,
         keepdim: bool,
     },
+    /// Fused attention (`fused_attention`) with its scale and causal mask; inputs: q,
+    /// k, v; saved: q, k, v (dense), the output and the float32 log-sum-exp of each
+    /// query row: never the scores.
+    Attention {
+        scale: f32,
+        causal: bool,
+    },
 }
 
 impl GradOp {
@@ -125,6 +133,7 @@ impl GradOp {
             GradOp::NllLoss { .. } => "NllLossBackward".into(),
             GradOp::MaxDim { .. } => "MaxBackward".into(),
             GradOp::Var { .. } => "VarBackward".into(),
+            GradOp::Attention { .. } => "ScaledDotProductFlashAttentionBackward".into(),
         }
     }
 }
@@ -154,8 +163,11 @@ pub struct Node {
     /// One entry per input: `None` for an input that needs no gradient.
     pub inputs: Vec<Option<Edge>>,
     /// The tensors the derivative reads, stored without their own graph (detached);
-    /// `None` once a backward pass released them.
+    /// `None` once a backward pass released them. Empty when saved-tensor hooks were
+    /// installed as the op ran: the tensors are then in `packed`.
     pub saved: Mutex<Option<Vec<Tensor>>>,
+    /// The saved tensors as the installed saved-tensor hooks packed them, if any were.
+    pub packed: Option<PackedSaved>,
 }
 
 /// A tensor's place in the graph.
@@ -174,6 +186,14 @@ thread_local! {
 /// Whether ops record a graph on this thread (`torch.is_grad_enabled()`).
 pub fn is_grad_enabled() -> bool {
     GRAD_ENABLED.with(Cell::get)
+}
+
+/// Turns recording on until dropped, then restores what it was (`torch.enable_grad()`):
+/// how a recomputation inside a backward pass (which runs with recording off) records.
+pub fn enable_grad() -> NoGradGuard {
+    NoGradGuard {
+        previous: GRAD_ENABLED.with(|g| g.replace(true)),
+    }
 }
 
 /// Turns recording off until dropped, then restores what it was (`torch.no_grad()`);
@@ -273,15 +293,26 @@ impl Tensor {
         if !is_grad_enabled() || !inputs.iter().any(|t| t.requires_grad()) {
             return out;
         }
-        // What autograd keeps for backward is an activation from now on, unless it was
-        // already something more specific (a parameter, an input).
-        for t in &saved {
-            t.mark_saved(&op);
-        }
+        let (saved, packed) = match super::saved_hooks::current_saved_tensors_hooks() {
+            // The hooks decide where each saved tensor lives (and its category).
+            Some(hooks) => (
+                Vec::new(),
+                Some(super::saved_hooks::pack_all(hooks, &saved, &op)),
+            ),
+            None => {
+                // What autograd keeps for backward is an activation from now on, unless
+                // it was already something more specific (a parameter, an input).
+                for t in &saved {
+                    t.mark_saved(&op);
+                }
+                (saved.iter().map(Tensor::detach).collect(), None)
+            }
+        };
         let node = Node {
             op,
             inputs: inputs.iter().map(|t| t.edge()).collect(),
-            saved: Mutex::new(Some(saved.iter().map(Tensor::detach).collect())),
+            saved: Mutex::new(Some(saved)),
+            packed,
         };
         out.grad = Some(Grad::Output(Arc::new(node)));
         out

@@ -3,6 +3,7 @@
 //! when it is already there and copies otherwise, and an operation on tensors of two
 //! devices is an error.
 
+mod attention;
 mod broadcast;
 mod cast;
 mod compare;
@@ -18,17 +19,22 @@ mod ops;
 mod pointwise;
 mod promote;
 mod reduce;
+mod saved_hooks;
 mod softmax;
 mod stats;
 mod views;
 
 pub use crate::dtype::{DType, Element};
 pub use broadcast::broadcast_shapes;
-pub use graph::{is_grad_enabled, no_grad, Edge, GradOp, GradSlot, NoGradGuard, Node};
+pub use graph::{enable_grad, is_grad_enabled, no_grad, Edge, GradOp, GradSlot, NoGradGuard, Node};
 pub use layout::Layout;
 pub use loss::IGNORE_INDEX;
 pub use matmul::MatmulOptions;
 pub use promote::{is_floating_point, promote_types, result_type, Scalar};
+pub use saved_hooks::{
+    current_saved_tensors_hooks, push_saved_tensors_hooks, Packed, PackedSaved, SavedTensorsHooks,
+    SavedTensorsHooksGuard,
+};
 
 use std::sync::Arc;
 

@@ -1,0 +1,260 @@
+//! Activation checkpointing with PyTorch's non-reentrant semantics
+//! (`torch.utils.checkpoint.checkpoint(fn, *inputs, use_reentrant=False)`), built as
+//! PyTorch builds it: out of saved-tensor hooks.
+//!
+//! In forward, the region runs under a pack hook that keeps nothing but a number (the
+//! tensor's position among those the region saved): the region's internal activations
+//! are freed as soon as the region no longer uses them, and only its inputs are kept.
+//! The first time backward unpacks one of those numbers, the region runs again from its
+//! inputs, with recording on and the device generators put back to where they were at
+//! the forward (so dropout draws the same masks), under a hook that keeps what it saves;
+//! unpacking then hands back the recomputed tensor at that position. The original
+//! graph's nodes differentiate with the recomputed tensors, so the gradients are those
+//! of the run without checkpointing, bit for bit.
+//!
+//! **Selective** checkpointing (`create_selective_checkpoint_contexts(policy_fn)`): a
+//! policy decides, per saved tensor, from the op that produced it, whether to keep it
+//! from the forward (matmuls, attention: costly to redo) or to recompute it (cheap
+//! elementwise and norm ops). Unlike PyTorch, which also skips the saved ops'
+//! computation in the recomputation, the recomputation here re-runs every op of the
+//! region: the policy buys the memory trade-off, not the compute saving.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::tensor::{
+    enable_grad, push_saved_tensors_hooks, GradOp, Packed, SavedTensorsHooks, Tensor,
+};
+
+/// What to do with a saved tensor in a selectively checkpointed region (PyTorch's
+/// `torch.utils.checkpoint.CheckpointPolicy`). `Must` and `Prefer` behave the same
+/// here; the names follow PyTorch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointPolicy {
+    MustSave,
+    PreferSave,
+    MustRecompute,
+    PreferRecompute,
+}
+
+impl CheckpointPolicy {
+    fn saves(self) -> bool {
+        matches!(
+            self,
+            CheckpointPolicy::MustSave | CheckpointPolicy::PreferSave
+        )
+    }
+}
+
+/// A selective policy: given the op that produced a saved tensor (its `grad_fn`'s op,
+/// or the saving op itself for a tensor it made: its own output, a dropout mask, a
+/// norm's statistics), whether to keep it.
+pub type PolicyFn = Arc<dyn Fn(&GradOp) -> CheckpointPolicy + Send + Sync>;
+
+/// The common selective policy: keep what matmuls and attention produced, recompute
+/// the rest (elementwise ops, norms, softmax, dropout).
+pub fn save_matmul_and_attention(op: &GradOp) -> CheckpointPolicy {
+    match op {
+        GradOp::Matmul | GradOp::Attention { .. } => CheckpointPolicy::MustSave,
+        _ => CheckpointPolicy::PreferRecompute,
+    }
+}
+
+/// Options of [`checkpoint_with`].
+#[derive(Clone, Default)]
+pub struct CheckpointOptions {
+    /// `None`: recompute everything (plain checkpointing).
+    pub policy: Option<PolicyFn>,
+}
+
+type RegionFn = dyn Fn(&[Tensor]) -> Result<Tensor> + Send + Sync;
+
+/// What a checkpointed region keeps between its forward and its recomputation.
+struct Frame {
+    f: Box<RegionFn>,
+    /// The region's inputs, detached, and whether each required a gradient.
+    inputs: Vec<(Tensor, bool)>,
+    /// Each device's generator state when the forward began.
+    rng: Vec<(Device, (u64, u64))>,
+    policy: Option<PolicyFn>,
+    /// Tensors saved in the forward so far (the next one's position).
+    saved_count: AtomicUsize,
+    /// Positions whose tensor the forward kept (selective policy).
+    kept: Mutex<HashSet<usize>>,
+    /// Recomputed tensors not yet unpacked, by position.
+    recomputed: Mutex<HashMap<usize, Tensor>>,
+}
+
+/// What the forward's pack hook returned.
+enum Slot {
+    /// Recomputed when needed.
+    Recompute(usize),
+    /// Kept from the forward (selective policy), detached.
+    Kept(Tensor),
+}
+
+/// The forward's hooks.
+struct ForwardHooks(Arc<Frame>);
+
+/// The recomputation's hooks: they keep what the region saves, by position.
+struct RecomputeHooks {
+    frame: Arc<Frame>,
+    next: AtomicUsize,
+}
+
+/// The op whose output `t` is, for a policy: its producer, or the saving op for a
+/// tensor with no graph of its own.
+fn producer(t: &Tensor, saved_by: &GradOp) -> GradOp {
+    t.grad_fn()
+        .map_or_else(|| saved_by.clone(), |n| n.op.clone())
+}
+
+impl SavedTensorsHooks for ForwardHooks {
+    fn pack(&self, t: &Tensor, saved_by: &GradOp) -> Result<Packed> {
+        let frame = &self.0;
+        let position = frame.saved_count.fetch_add(1, Ordering::SeqCst);
+        // A leaf that requires grad (a parameter) lives anyway: keeping it costs nothing.
+        let keep = (t.requires_grad() && t.is_leaf())
+            || frame
+                .policy
+                .as_ref()
+                .is_some_and(|p| p(&producer(t, saved_by)).saves());
+        if keep {
+            frame.kept.lock().unwrap().insert(position);
+            t.mark_saved(saved_by);
+            return Ok(Box::new(Slot::Kept(t.detach())));
+        }
+        Ok(Box::new(Slot::Recompute(position)))
+    }
+
+    fn unpack(&self, packed: &Packed) -> Result<Tensor> {
+        let slot = packed
+            .downcast_ref::<Slot>()
+            .ok_or_else(|| Error::InvalidArgument("checkpoint: a foreign packed value".into()))?;
+        let position = match slot {
+            Slot::Kept(t) => return Ok(t.clone()),
+            Slot::Recompute(p) => *p,
+        };
+        let frame = &self.0;
+        let present = frame.recomputed.lock().unwrap().contains_key(&position);
+        if !present {
+            recompute(frame)?;
+        }
+        frame
+            .recomputed
+            .lock()
+            .unwrap()
+            .remove(&position)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "checkpoint: the recomputation did not save tensor {position} of the \
+                     forward (is the region deterministic in what it computes?)"
+                ))
+            })
+    }
+}
+
+impl SavedTensorsHooks for RecomputeHooks {
+    fn pack(&self, t: &Tensor, saved_by: &GradOp) -> Result<Packed> {
+        let position = self.next.fetch_add(1, Ordering::SeqCst);
+        if !self.frame.kept.lock().unwrap().contains(&position) {
+            t.mark_saved(saved_by);
+            self.frame
+                .recomputed
+                .lock()
+                .unwrap()
+                .insert(position, t.detach());
+        }
+        Ok(Box::new(()))
+    }
+
+    fn unpack(&self, _: &Packed) -> Result<Tensor> {
+        Err(Error::InvalidArgument(
+            "checkpoint: the recomputed graph is not differentiated itself".into(),
+        ))
+    }
+}
+
+/// Re-runs the region from its inputs with the forward's generator states, recording,
+/// keeping what it saves in the frame.
+fn recompute(frame: &Arc<Frame>) -> Result<()> {
+    let _recording = enable_grad();
+    let now: Vec<(u64, u64)> = frame.rng.iter().map(|(d, _)| d.rng_state()).collect();
+    for (device, state) in &frame.rng {
+        device.set_rng_state(*state);
+    }
+    let hooks = Arc::new(RecomputeHooks {
+        frame: frame.clone(),
+        next: AtomicUsize::new(0),
+    });
+    let result = {
+        let _hooks = push_saved_tensors_hooks(hooks.clone());
+        let inputs: Vec<Tensor> = (frame.inputs.iter())
+            .map(|(t, requires)| t.detach().requires_grad_(*requires))
+            .collect();
+        (frame.f)(&inputs)
+    };
+    for ((device, _), state) in frame.rng.iter().zip(now) {
+        device.set_rng_state(state);
+    }
+    drop(result?);
+    let (forward, again) = (
+        frame.saved_count.load(Ordering::SeqCst),
+        hooks.next.load(Ordering::SeqCst),
+    );
+    if forward != again {
+        return Err(Error::InvalidArgument(format!(
+            "checkpoint: the recomputation saved {again} tensors, the forward {forward}: \
+             the region must run the same ops each time"
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `f(inputs)` without keeping the region's internal activations; backward
+/// recomputes them (`checkpoint(fn, *inputs, use_reentrant=False)`). `f` is kept for
+/// the recomputation, hence `'static`: capture modules through an `Arc`.
+pub fn checkpoint<F>(f: F, inputs: &[Tensor]) -> Result<Tensor>
+where
+    F: Fn(&[Tensor]) -> Result<Tensor> + Send + Sync + 'static,
+{
+    checkpoint_with(f, inputs, CheckpointOptions::default())
+}
+
+/// [`checkpoint`] with options: a selective policy
+/// (`create_selective_checkpoint_contexts`).
+pub fn checkpoint_with<F>(f: F, inputs: &[Tensor], options: CheckpointOptions) -> Result<Tensor>
+where
+    F: Fn(&[Tensor]) -> Result<Tensor> + Send + Sync + 'static,
+{
+    let mut rng: Vec<(Device, (u64, u64))> = Vec::new();
+    for t in inputs {
+        let d = t.device();
+        if !rng.iter().any(|(known, _)| known.same(d)) {
+            rng.push((d.clone(), d.rng_state()));
+        }
+    }
+    for t in inputs {
+        // The inputs are what the region keeps: activations of the step.
+        if let Ok(allocator) = t.device().allocator() {
+            let _ = allocator.mark_saved(&t.allocation(), || "CheckpointBackward".into());
+        }
+    }
+    let frame = Arc::new(Frame {
+        f: Box::new(f),
+        inputs: inputs
+            .iter()
+            .map(|t| (t.detach(), t.requires_grad()))
+            .collect(),
+        rng,
+        policy: options.policy,
+        saved_count: AtomicUsize::new(0),
+        kept: Mutex::new(HashSet::new()),
+        recomputed: Mutex::new(HashMap::new()),
+    });
+    let _hooks = push_saved_tensors_hooks(Arc::new(ForwardHooks(frame.clone())));
+    (frame.f)(inputs)
+}

@@ -1,0 +1,105 @@
+//! Saved-tensor hooks (PyTorch's `torch.autograd.graph.saved_tensors_hooks`): while a
+//! guard from [`push_saved_tensors_hooks`] lives, every tensor an op saves for backward
+//! is handed to the hooks' `pack` as the op records its node, and the node keeps only
+//! what `pack` returned; the backward pass hands that back to `unpack` when the node's
+//! derivative needs the tensor. Activation offload (`autograd::offload`) and
+//! activation checkpointing (`autograd::checkpoint`) are both such a pair.
+//!
+//! The stack of installed hooks is per thread, as PyTorch's; the innermost wins. It
+//! lives here rather than in `autograd` because recording happens here, as ops run.
+//!
+//! A packed tensor is not marked as an activation: where it lives is the hooks'
+//! business (an offload hook that keeps a small tensor on the device marks it itself),
+//! so the allocator's categories keep saying what is on the device.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
+
+use super::{GradOp, Tensor};
+use crate::error::Result;
+
+/// What a pack hook returned for one saved tensor: anything the matching unpack hook
+/// understands (an index, a host copy, the tensor itself).
+pub type Packed = Box<dyn Any + Send + Sync>;
+
+/// A pack/unpack pair. `Send + Sync` because the nodes holding the packed values (and
+/// the hooks, to unpack them) may be dropped or differentiated on another thread.
+pub trait SavedTensorsHooks: Send + Sync {
+    /// Called once for each tensor an op saves while the hooks are installed, right
+    /// after the op's kernels are enqueued. `tensor` still carries its graph (its
+    /// `grad_fn` says which op produced it); `saved_by` is the op saving it.
+    fn pack(&self, tensor: &Tensor, saved_by: &GradOp) -> Result<Packed>;
+
+    /// The tensor again, when backward reaches the node (each time, for a graph
+    /// retained across passes).
+    fn unpack(&self, packed: &Packed) -> Result<Tensor>;
+
+    /// Backward will soon reach the node holding `packed`: a hook that moved the tensor
+    /// away may start bringing it back now. The default does nothing.
+    fn prefetch(&self, _packed: &Packed) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A node's saved tensors as its hooks packed them, in the order the op saved them.
+/// A pack that failed is kept as its error and reported by backward, since recording
+/// itself cannot fail.
+pub struct PackedSaved {
+    pub hooks: Arc<dyn SavedTensorsHooks>,
+    /// `None` once a backward pass released them.
+    pub items: Mutex<Option<Vec<Result<Packed>>>>,
+}
+
+thread_local! {
+    static HOOKS: RefCell<Vec<Arc<dyn SavedTensorsHooks>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The innermost installed hooks of this thread, if any.
+pub fn current_saved_tensors_hooks() -> Option<Arc<dyn SavedTensorsHooks>> {
+    HOOKS.with(|h| h.borrow().last().cloned())
+}
+
+/// Installs `hooks` for this thread until the guard drops. Guards nest (the innermost
+/// wins) and must be dropped in reverse order, as scopes are.
+pub fn push_saved_tensors_hooks(hooks: Arc<dyn SavedTensorsHooks>) -> SavedTensorsHooksGuard {
+    let depth = HOOKS.with(|h| {
+        let mut h = h.borrow_mut();
+        h.push(hooks);
+        h.len()
+    });
+    SavedTensorsHooksGuard { depth }
+}
+
+/// Removes its hooks when dropped.
+#[must_use = "the hooks apply only while the guard is alive"]
+pub struct SavedTensorsHooksGuard {
+    depth: usize,
+}
+
+impl Drop for SavedTensorsHooksGuard {
+    fn drop(&mut self) {
+        HOOKS.with(|h| {
+            let mut h = h.borrow_mut();
+            debug_assert_eq!(
+                h.len(),
+                self.depth,
+                "saved-tensor hook guards dropped out of order"
+            );
+            h.truncate(self.depth - 1);
+        });
+    }
+}
+
+/// Packs `saved` (the tensors an op saves, with their graph) with `hooks`.
+pub(super) fn pack_all(
+    hooks: Arc<dyn SavedTensorsHooks>,
+    saved: &[Tensor],
+    op: &GradOp,
+) -> PackedSaved {
+    let items = saved.iter().map(|t| hooks.pack(t, op)).collect();
+    PackedSaved {
+        hooks,
+        items: Mutex::new(Some(items)),
+    }
+}

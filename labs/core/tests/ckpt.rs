@@ -1,0 +1,468 @@
+//! What a training step can give back: saved-tensor hooks, activation offload to pinned
+//! host memory, activation checkpointing (full and selective). Gradients are compared
+//! bit for bit with the run without hooks; memory by the allocator's categories. Runs
+//! on the simulated GPU by default and on the GPU with `LABS_DEVICE=cuda`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use labs_core::alloc::Category;
+use labs_core::autograd::{
+    checkpoint, checkpoint_with, retained_graph, save_matmul_and_attention, save_on_cpu,
+    saved_tensors_hooks, CheckpointOptions, OffloadOptions,
+};
+use labs_core::testing::test_device;
+use labs_core::{Device, Tensor};
+
+/// The tests share one device and measure its memory: one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The parameters of a small MLP block, `x -> ln -> x W1 -> gelu -> dropout -> W2 ->
+/// tanh + x`, width `d`, hidden `4d`.
+#[derive(Clone)]
+struct Block {
+    w1: Tensor,
+    w2: Tensor,
+    ln_w: Tensor,
+    p: f32,
+}
+
+impl Block {
+    fn new(d: usize, p: f32, device: &Device) -> Block {
+        let w = |shape: &[usize], seed| {
+            Tensor::randn(shape, seed, device)
+                .unwrap()
+                .scale(0.1)
+                .unwrap()
+                .requires_grad_(true)
+        };
+        Block {
+            w1: w(&[d, 4 * d], 11),
+            w2: w(&[4 * d, d], 12),
+            ln_w: Tensor::full(&[d], 1.0f32, device)
+                .unwrap()
+                .requires_grad_(true),
+            p,
+        }
+    }
+
+    fn forward(&self, x: &Tensor) -> labs_core::Result<Tensor> {
+        let d = x.shape()[1];
+        let h = x.layer_norm(&[d], Some(&self.ln_w), None, 1e-5)?;
+        let h = h.matmul(&self.w1)?.gelu("none")?.dropout(self.p, true)?;
+        h.matmul(&self.w2)?
+            .unary(labs_core::kernels::UnaryOp::Tanh)?
+            .add(x)
+    }
+
+    fn params(&self) -> [&Tensor; 3] {
+        [&self.w1, &self.w2, &self.ln_w]
+    }
+
+    fn grads(&self) -> Vec<Vec<f32>> {
+        (self.params().iter())
+            .map(|p| p.grad().expect("a gradient").to_vec::<f32>().unwrap())
+            .collect()
+    }
+
+    fn clear(&self) {
+        for p in self.params() {
+            p.clear_grad();
+        }
+    }
+}
+
+/// `sum(y * r)` for a fixed random `r` (so that no gradient is trivially 1).
+fn loss(y: &Tensor) -> Tensor {
+    let r = Tensor::randn(y.shape(), 99, y.device()).unwrap();
+    y.mul(&r).unwrap().sum_all().unwrap()
+}
+
+/// Runs `layers` blocks (the same parameters) on `x` through `run`, backward, and
+/// returns the parameters' and the input's gradients.
+fn step(
+    block: &Block,
+    x: &Tensor,
+    layers: usize,
+    run: &dyn Fn(&Block, &Tensor) -> Tensor,
+) -> (Vec<Vec<f32>>, Vec<f32>) {
+    block.clear();
+    x.device().manual_seed(7);
+    let x = x.detach().requires_grad_(true);
+    let mut h = x.clone();
+    for _ in 0..layers {
+        h = run(block, &h);
+    }
+    loss(&h).backward().unwrap();
+    (block.grads(), x.grad().unwrap().to_vec::<f32>().unwrap())
+}
+
+type Grads = (Vec<Vec<f32>>, Vec<f32>);
+
+/// Bit-equal gradients, or a panic naming the first difference (not the whole lists).
+fn assert_same(a: &Grads, b: &Grads, what: &str) {
+    let flat = |g: &Grads| -> Vec<u32> {
+        g.0.iter()
+            .flatten()
+            .chain(&g.1)
+            .map(|v| v.to_bits())
+            .collect()
+    };
+    let (fa, fb) = (flat(a), flat(b));
+    assert_eq!(fa.len(), fb.len(), "{what}: gradient lengths");
+    if let Some(i) = (0..fa.len()).find(|&i| fa[i] != fb[i]) {
+        panic!(
+            "{what}: element {i} of the flattened gradients: {} vs {}",
+            f32::from_bits(fa[i]),
+            f32::from_bits(fb[i])
+        );
+    }
+}
+
+fn activation_bytes(device: &Device) -> u64 {
+    device.allocator().unwrap().stats().by_category[Category::Activation.index()].current
+}
+
+fn activation_peak(device: &Device) -> u64 {
+    device.allocator().unwrap().stats().by_category[Category::Activation.index()].peak
+}
+
+#[test]
+fn hooks_see_every_saved_tensor_and_nest_innermost_first() {
+    let _s = serial();
+    let device = test_device();
+    let block = Block::new(16, 0.0, &device);
+    let x = Tensor::randn(&[8, 16], 1, &device).unwrap();
+    let plain = step(&block, &x, 1, &|b, x| b.forward(x).unwrap());
+
+    let (outer_packs, inner_packs, unpacks) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let counting = |packs: &Arc<AtomicUsize>| {
+        let (packs, unpacks) = (packs.clone(), unpacks.clone());
+        saved_tensors_hooks(
+            move |t: &Tensor| {
+                packs.fetch_add(1, Ordering::SeqCst);
+                Ok(Box::new(t.detach()) as labs_core::tensor::Packed)
+            },
+            move |p: &labs_core::tensor::Packed| {
+                unpacks.fetch_add(1, Ordering::SeqCst);
+                Ok(p.downcast_ref::<Tensor>().unwrap().clone())
+            },
+        )
+    };
+    let hooked = {
+        let _outer = counting(&outer_packs);
+        step(&block, &x, 1, &|b, x| {
+            let _inner = counting(&inner_packs);
+            b.forward(x).unwrap()
+        })
+    };
+    assert_same(&plain, &hooked, "identity hooks change nothing");
+    // The block saves: layer norm (x, mean, rstd, weight), matmul (2), gelu (1),
+    // dropout (none at p = 0: it returns its input), matmul (2), tanh (1), add (none).
+    let inner = inner_packs.load(Ordering::SeqCst);
+    assert_eq!(
+        inner, 10,
+        "every tensor the block saved went through the inner pack"
+    );
+    // The loss (mul by r: saves both operands) was recorded under the outer hooks only.
+    assert_eq!(outer_packs.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        unpacks.load(Ordering::SeqCst),
+        inner + 2,
+        "each unpacked once"
+    );
+}
+
+#[test]
+fn a_failing_pack_hook_is_reported_by_backward() {
+    let _s = serial();
+    let device = test_device();
+    let a = Tensor::randn(&[4], 1, &device)
+        .unwrap()
+        .requires_grad_(true);
+    let y = {
+        let _h = saved_tensors_hooks(
+            |_: &Tensor| Err(labs_core::Error::InvalidArgument("no room".into())),
+            |_: &labs_core::tensor::Packed| unreachable!(),
+        );
+        a.mul(&a).unwrap().sum_all().unwrap()
+    };
+    let e = y.backward().unwrap_err().to_string();
+    assert!(e.contains("pack hook") && e.contains("no room"), "{e}");
+}
+
+#[test]
+fn checkpointing_gives_bit_equal_gradients_with_dropout() {
+    let _s = serial();
+    let device = test_device();
+    let block = Block::new(32, 0.3, &device);
+    let x = Tensor::randn(&[16, 32], 2, &device).unwrap();
+    let plain = step(&block, &x, 3, &|b, x| b.forward(x).unwrap());
+    let rng_after_plain = device.rng_state();
+    let checked = step(&block, &x, 3, &|b, x| {
+        let b = b.clone();
+        checkpoint(move |xs| b.forward(&xs[0]), std::slice::from_ref(x)).unwrap()
+    });
+    assert_same(&plain, &checked, "gradients differ bit for bit");
+    // The recomputations put the generator back: it ends where the plain run left it.
+    assert_eq!(device.rng_state(), rng_after_plain);
+    let selective = step(&block, &x, 3, &|b, x| {
+        let b = b.clone();
+        let options = CheckpointOptions {
+            policy: Some(Arc::new(save_matmul_and_attention)),
+        };
+        checkpoint_with(
+            move |xs| b.forward(&xs[0]),
+            std::slice::from_ref(x),
+            options,
+        )
+        .unwrap()
+    });
+    assert_same(
+        &plain,
+        &selective,
+        "selective checkpointing changes gradients",
+    );
+}
+
+#[test]
+fn checkpointing_lowers_the_activation_peak_by_the_region_internals() {
+    let _s = serial();
+    let device = test_device();
+    let (n, d) = (64, 64);
+    let block = Block::new(d, 0.1, &device);
+    let x = Tensor::randn(&[n, d], 4, &device).unwrap();
+    let allocator = device.allocator().unwrap();
+
+    // The region's internal saved bytes: what one block's graph saved, measured.
+    let internal = {
+        let xi = x.detach().requires_grad_(true);
+        let y = block.forward(&xi).unwrap();
+        retained_graph(&y).saved_bytes
+    };
+    assert!(
+        internal > (n * 4 * d * 4) as u64,
+        "the block saves its hidden layer"
+    );
+
+    let peak = |run: &dyn Fn(&Block, &Tensor) -> Tensor| -> u64 {
+        allocator.reset_peak_stats();
+        let base = activation_bytes(&device);
+        step(&block, &x, 4, run);
+        activation_peak(&device) - base
+    };
+    let plain = peak(&|b, x| b.forward(x).unwrap());
+    let checked = peak(&|b, x| {
+        let b = b.clone();
+        checkpoint(move |xs| b.forward(&xs[0]), std::slice::from_ref(x)).unwrap()
+    });
+    assert!(
+        checked + internal <= plain,
+        "checkpointed peak {checked} + one region's internals {internal} > plain {plain}"
+    );
+    let selective = peak(&|b, x| {
+        let b = b.clone();
+        let options = CheckpointOptions {
+            policy: Some(Arc::new(save_matmul_and_attention)),
+        };
+        checkpoint_with(
+            move |xs| b.forward(&xs[0]),
+            std::slice::from_ref(x),
+            options,
+        )
+        .unwrap()
+    });
+    assert!(
+        checked < selective && selective < plain,
+        "selective ({selective}) lies between full checkpointing ({checked}) and none ({plain})"
+    );
+}
+
+#[test]
+fn offload_moves_saved_activations_off_the_device_and_back() {
+    let _s = serial();
+    let device = test_device();
+    // 256 x 256 float32: 256 KiB activations, 1 MiB hidden ones.
+    let (n, d) = (256, 256);
+    let block = Block::new(d, 0.2, &device);
+    let x = Tensor::randn(&[n, d], 5, &device).unwrap();
+    let plain = step(&block, &x, 3, &|b, x| b.forward(x).unwrap());
+
+    // In forward: activations of the hooked run stay on the host.
+    let options = OffloadOptions {
+        min_bytes: 64 << 10,
+        ..OffloadOptions::default()
+    };
+    let base = activation_bytes(&device);
+    let allocator = device.allocator().unwrap();
+    let deferred = allocator.stats().num_deferred_frees;
+    block.clear();
+    device.manual_seed(7);
+    let (y, hooks) = {
+        let (_guard, hooks) = save_on_cpu(options);
+        let xi = x.detach().requires_grad_(true);
+        let mut h = xi.clone();
+        for _ in 0..3 {
+            h = block.forward(&h).unwrap();
+        }
+        (h, hooks)
+    };
+    let stats = hooks.stats();
+    assert!(stats.offloaded >= 3 * 5, "{stats:?}");
+    // Left on the device: the layer norms' mean and rstd (1 KiB each) and the
+    // parameters (already counted as such); nothing of the offloaded bytes.
+    let on_device = activation_bytes(&device) - base;
+    assert!(
+        on_device < 16 << 10,
+        "{on_device} bytes of activations on the device after an offloaded forward"
+    );
+    assert!(stats.offloaded_bytes > 3 * (n * 4 * d * 4) as u64);
+    // The hooks do not wait for their copies: each offloaded tensor's device block is
+    // recorded on the copy stream, so its free waits for the copy (`record_stream`)
+    // rather than making the next allocation reuse it under the copy. All but one
+    // are free now: the first block's input shares the storage of `x`, still held.
+    drop(y);
+    let deferred = allocator.stats().num_deferred_frees - deferred;
+    assert!(
+        deferred + 1 >= stats.offloaded as u64,
+        "{deferred} frees waited for the copy stream, {} tensors offloaded",
+        stats.offloaded
+    );
+
+    let offloaded = step(&block, &x, 3, &|b, x| {
+        // One guard per block, as a training loop wraps its model.
+        let (_guard, _) = save_on_cpu(options);
+        b.forward(x).unwrap()
+    });
+    assert_same(&plain, &offloaded, "offloading changes gradients");
+}
+
+#[test]
+fn offload_prefetches_the_next_node_while_one_is_unpacked() {
+    let _s = serial();
+    let device = test_device();
+    let block = Block::new(128, 0.0, &device);
+    let x = Tensor::randn(&[128, 128], 6, &device).unwrap();
+    let plain = step(&block, &x, 2, &|b, x| b.forward(x).unwrap());
+    for prefetch in [true, false] {
+        let options = OffloadOptions {
+            min_bytes: 0,
+            prefetch,
+            ..OffloadOptions::default()
+        };
+        let (guard, hooks) = save_on_cpu(options);
+        let got = step(&block, &x, 2, &|b, x| b.forward(x).unwrap());
+        drop(guard);
+        assert_same(&plain, &got, "offload");
+        let s = hooks.stats();
+        // Parameters stay: w1 and w2 of each of the two blocks (the layer norm saves
+        // its weight without its graph, so it travels like any tensor).
+        assert_eq!(s.kept_on_device, 2 * 2, "the parameters stay on the device");
+        assert_eq!(s.prefetched + s.fetched_on_demand, s.offloaded);
+        if prefetch {
+            // Every node but the first reached was brought back ahead of its use
+            // (and two nodes save nothing, so some starts come from the node before).
+            assert!(s.fetched_on_demand <= 2, "{s:?}");
+        } else {
+            assert_eq!(s.prefetched, 0);
+        }
+    }
+}
+
+#[test]
+fn offload_without_pinned_memory_is_a_plain_copy() {
+    let _s = serial();
+    let device = test_device();
+    let block = Block::new(64, 0.2, &device);
+    let x = Tensor::randn(&[64, 64], 7, &device).unwrap();
+    let plain = step(&block, &x, 2, &|b, x| b.forward(x).unwrap());
+    let options = OffloadOptions {
+        pin_memory: false,
+        min_bytes: 0,
+        prefetch: true,
+    };
+    let (guard, hooks) = save_on_cpu(options);
+    let got = step(&block, &x, 2, &|b, x| b.forward(x).unwrap());
+    drop(guard);
+    assert_same(&plain, &got, "pageable offload");
+    assert!(hooks.stats().offloaded > 0);
+}
+
+/// Two passes through a retained graph: each unpacks again (a checkpointed region is
+/// recomputed again, an offloaded tensor copied back again), so the gradients are
+/// those of two passes without hooks, bit for bit.
+#[test]
+fn a_retained_graph_unpacks_again_on_the_second_pass() {
+    let _s = serial();
+    let device = test_device();
+    let block = Block::new(32, 0.3, &device);
+    let x = Tensor::randn(&[16, 32], 8, &device).unwrap();
+    let twice_of = |run: &dyn Fn(&Block, &Tensor) -> Tensor| -> Grads {
+        block.clear();
+        device.manual_seed(7);
+        let xi = x.detach().requires_grad_(true);
+        let mut h = xi.clone();
+        for _ in 0..2 {
+            h = run(&block, &h);
+        }
+        let l = loss(&h);
+        l.backward_with(None, true).unwrap();
+        l.backward_with(None, false).unwrap();
+        let e = l.backward().unwrap_err().to_string();
+        assert!(e.contains("second time"), "{e}");
+        (block.grads(), xi.grad().unwrap().to_vec::<f32>().unwrap())
+    };
+    let want = twice_of(&|b, x| b.forward(x).unwrap());
+    let checked = twice_of(&|b, x| {
+        let b = b.clone();
+        checkpoint(move |xs| b.forward(&xs[0]), std::slice::from_ref(x)).unwrap()
+    });
+    assert_same(&want, &checked, "checkpointing, retained");
+    let offloaded = twice_of(&|b, x| {
+        let (_guard, _) = save_on_cpu(OffloadOptions {
+            min_bytes: 0,
+            ..OffloadOptions::default()
+        });
+        b.forward(x).unwrap()
+    });
+    assert_same(&want, &offloaded, "offload, retained");
+}
+
+/// A checkpointed region around the fused attention kernel, selective or not, gives
+/// the gradients of the plain run bit for bit.
+#[test]
+fn checkpointing_a_fused_attention_region() {
+    let _s = serial();
+    let device = test_device();
+    let (b, h, t, d) = (1, 2, 17, 8);
+    let q = Tensor::randn(&[b, h, t, d], 21, &device)
+        .unwrap()
+        .requires_grad_(true);
+    let region = |xs: &[Tensor]| -> labs_core::Result<Tensor> {
+        let a = Tensor::fused_attention(&xs[0], &xs[0], &xs[0], true, None)?;
+        a.gelu("tanh")?.mul(&xs[0])
+    };
+    let grads = |options: Option<CheckpointOptions>| -> Vec<f32> {
+        q.clear_grad();
+        let x = q.scale(0.5).unwrap();
+        let y = match options {
+            None => region(std::slice::from_ref(&x)).unwrap(),
+            Some(o) => checkpoint_with(region, std::slice::from_ref(&x), o).unwrap(),
+        };
+        loss(&y).backward().unwrap();
+        q.grad().unwrap().to_vec::<f32>().unwrap()
+    };
+    let plain = grads(None);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for policy in [None, Some(Arc::new(save_matmul_and_attention) as _)] {
+        let got = grads(Some(CheckpointOptions { policy }));
+        assert_eq!(bits(&plain), bits(&got));
+    }
+}

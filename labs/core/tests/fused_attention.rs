@@ -1,0 +1,282 @@
+//! The fused attention kernel against a float64 reference `softmax(q kᵀ · s) v` on the
+//! host: outputs for odd lengths, causal and not, in every float dtype; gradients
+//! against central differences of the reference; the node saves q, k, v, the output
+//! and the log-sum-exp, never the scores. Runs on the simulated GPU by default (the CPU
+//! twins) and on the GPU with `LABS_DEVICE=cuda` (`kernels/attention.cu`).
+
+use labs_core::autograd::retained_graph;
+use labs_core::testing::test_device;
+use labs_core::{DType, Device, Tensor};
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// The reference in float64: `(out, lse)` for `[bh, tq, d]`, `[bh, tk, d]` inputs.
+fn reference(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    (bh, tq, tk, d): (usize, usize, usize, usize),
+    causal: bool,
+) -> (Vec<f64>, Vec<f64>) {
+    let scale = 1.0 / (d as f64).sqrt();
+    let mut out = vec![0.0; bh * tq * d];
+    let mut lse = vec![0.0; bh * tq];
+    for b in 0..bh {
+        for i in 0..tq {
+            let keys = if causal { tk.min(i + 1) } else { tk };
+            let s: Vec<f64> = (0..keys)
+                .map(|j| {
+                    (0..d)
+                        .map(|c| q[(b * tq + i) * d + c] * k[(b * tk + j) * d + c])
+                        .sum::<f64>()
+                        * scale
+                })
+                .collect();
+            let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let l: f64 = s.iter().map(|x| (x - m).exp()).sum();
+            for c in 0..d {
+                out[(b * tq + i) * d + c] = (0..keys)
+                    .map(|j| (s[j] - m).exp() / l * v[(b * tk + j) * d + c])
+                    .sum();
+            }
+            lse[b * tq + i] = m + l.ln();
+        }
+    }
+    (out, lse)
+}
+
+fn host(t: &Tensor) -> Vec<f64> {
+    t.to_dtype(DType::F32)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+        .into_iter()
+        .map(f64::from)
+        .collect()
+}
+
+/// The largest `|got - want| / (1 + |want|)`.
+fn max_error(got: &[f64], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| (g - w).abs() / (1.0 + w.abs()))
+        .fold(0.0, f64::max)
+}
+
+fn inputs(
+    shape_q: [usize; 4],
+    tk: usize,
+    dtype: DType,
+    device: &Device,
+) -> (Tensor, Tensor, Tensor) {
+    let [b, h, tq, d] = shape_q;
+    let make = |t: usize, seed| {
+        Tensor::from_slice(&values(b * h * t * d, seed), &[b, h, t, d], device)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap()
+    };
+    (make(tq, 1), make(tk, 2), make(tk, 3))
+}
+
+#[test]
+fn forward_matches_the_reference_for_odd_lengths_causal_or_not() {
+    let device = test_device();
+    // Tolerances: float32 sums in another order than float64; half types round
+    // their inputs and outputs (bf16 keeps 8 bits).
+    for (dtype, tolerance) in [
+        (DType::F32, 2e-5),
+        (DType::F16, 2e-3),
+        (DType::BF16, 1.6e-2),
+    ] {
+        for (tq, tk) in [(1, 1), (7, 7), (65, 65), (130, 130), (7, 65), (65, 7)] {
+            for d in [16, 64, 128] {
+                if dtype != DType::F32 && d != 64 {
+                    continue; // the half types once per length
+                }
+                for causal in [false, true] {
+                    let (q, k, v) = inputs([2, 2, tq, d], tk, dtype, &device);
+                    let out = Tensor::fused_attention(&q, &k, &v, causal, None).unwrap();
+                    assert_eq!(out.shape(), &[2, 2, tq, d]);
+                    assert_eq!(out.dtype(), dtype);
+                    let (want, _) =
+                        reference(&host(&q), &host(&k), &host(&v), (4, tq, tk, d), causal);
+                    let err = max_error(&host(&out), &want);
+                    assert!(
+                        err < tolerance,
+                        "{dtype} tq={tq} tk={tk} d={d} causal={causal}: error {err:e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_node_saves_inputs_output_and_log_sum_exp_only() {
+    let device = test_device();
+    let (b, h, t, d) = (2, 3, 65, 32);
+    let (q, k, v) = inputs([b, h, t, d], t, DType::F32, &device);
+    let (q, k, v) = (
+        q.requires_grad_(true),
+        k.requires_grad_(true),
+        v.requires_grad_(true),
+    );
+    let out = Tensor::fused_attention(&q, &k, &v, true, None).unwrap();
+    let node = out.grad_fn().expect("a recorded node");
+    assert_eq!(node.op.name(), "ScaledDotProductFlashAttentionBackward");
+    let saved = node.saved.lock().unwrap().clone().unwrap();
+    let shapes: Vec<(Vec<usize>, DType)> = saved
+        .iter()
+        .map(|t| (t.shape().to_vec(), t.dtype()))
+        .collect();
+    let full = vec![b, h, t, d];
+    assert_eq!(
+        shapes,
+        vec![
+            (full.clone(), DType::F32),
+            (full.clone(), DType::F32),
+            (full.clone(), DType::F32),
+            (full, DType::F32),
+            (vec![b, h, t], DType::F32),
+        ]
+    );
+    // The lse is the reference's.
+    let (_, lse) = reference(&host(&q), &host(&k), &host(&v), (b * h, t, t, d), true);
+    assert!(max_error(&host(&saved[4]), &lse) < 2e-5);
+    // In bytes: four [B, H, T, D] tensors and one [B, H, T] float32, no T x T scores.
+    let bytes = (4 * b * h * t * d * 4 + b * h * t * 4) as u64;
+    assert_eq!(retained_graph(&out).saved_bytes, bytes);
+    assert!(
+        saved.iter().all(|s| s.numel() < b * h * t * t),
+        "nothing of the scores' size"
+    );
+}
+
+/// Central differences of `sum(reference(q, k, v) * w)` in float64.
+#[test]
+fn gradients_match_finite_differences_of_the_reference() {
+    let device = test_device();
+    for causal in [false, true] {
+        for (tq, tk, d) in [(5, 5, 4), (3, 6, 8), (7, 2, 3)] {
+            let bh = 2;
+            let (q, k, v) = inputs([1, bh, tq, d], tk, DType::F32, &device);
+            let (q, k, v) = (
+                q.requires_grad_(true),
+                k.requires_grad_(true),
+                v.requires_grad_(true),
+            );
+            let w = values(bh * tq * d, 9);
+            let out = Tensor::fused_attention(&q, &k, &v, causal, None).unwrap();
+            let wt = Tensor::from_slice(&w, out.shape(), &device).unwrap();
+            out.mul(&wt).unwrap().sum_all().unwrap().backward().unwrap();
+            let mut xs = [host(&q), host(&k), host(&v)];
+            let loss = |xs: &[Vec<f64>; 3]| -> f64 {
+                let (o, _) = reference(&xs[0], &xs[1], &xs[2], (bh, tq, tk, d), causal);
+                o.iter().zip(&w).map(|(o, w)| o * *w as f64).sum()
+            };
+            for (which, leaf) in [&q, &k, &v].into_iter().enumerate() {
+                let analytic = host(&leaf.grad().unwrap());
+                for i in 0..xs[which].len() {
+                    let h = 1e-5;
+                    let x0 = xs[which][i];
+                    xs[which][i] = x0 + h;
+                    let up = loss(&xs);
+                    xs[which][i] = x0 - h;
+                    let down = loss(&xs);
+                    xs[which][i] = x0;
+                    let numeric = (up - down) / (2.0 * h);
+                    assert!(
+                        (analytic[i] - numeric).abs() < 1e-4 * (1.0 + numeric.abs()),
+                        "causal={causal} tq={tq} tk={tk} d={d}: d{}[{i}] = {} vs {numeric}",
+                        ["q", "k", "v"][which],
+                        analytic[i]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gradients_agree_with_the_naive_composition_in_half_types() {
+    let device = test_device();
+    let (b, h, t, d) = (1, 2, 33, 64);
+    for (dtype, tolerance) in [(DType::F32, 1e-4), (DType::F16, 1e-2), (DType::BF16, 6e-2)] {
+        let grads = |fused: bool| -> Vec<Vec<f64>> {
+            let (q, k, v) = inputs([b, h, t, d], t, dtype, &device);
+            let (q, k, v) = (
+                q.requires_grad_(true),
+                k.requires_grad_(true),
+                v.requires_grad_(true),
+            );
+            let out = if fused {
+                Tensor::fused_attention(&q, &k, &v, true, None).unwrap()
+            } else {
+                // The naive composition, in float32 from the same rounded inputs.
+                let f = |x: &Tensor| x.to_dtype(DType::F32).unwrap();
+                let mask = labs_core::nn::causal_mask(t, &device).unwrap();
+                let s = f(&q)
+                    .matmul(&f(&k).transpose(2, 3).unwrap())
+                    .unwrap()
+                    .scale(1.0 / (d as f32).sqrt())
+                    .unwrap()
+                    .add(&mask)
+                    .unwrap();
+                s.softmax(3).unwrap().matmul(&f(&v)).unwrap()
+            };
+            let w = Tensor::from_slice(&values(b * h * t * d, 5), &[b, h, t, d], &device)
+                .unwrap()
+                .to_dtype(out.dtype())
+                .unwrap();
+            out.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
+            [&q, &k, &v]
+                .iter()
+                .map(|x| host(&x.grad().unwrap()))
+                .collect()
+        };
+        let (fused, naive) = (grads(true), grads(false));
+        for (which, (f, n)) in fused.iter().zip(&naive).enumerate() {
+            let err = max_error(f, n);
+            assert!(
+                err < tolerance,
+                "{dtype} d{}: error {err:e}",
+                ["q", "k", "v"][which]
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_inputs_are_refused_with_clear_errors() {
+    let device = test_device();
+    let t = |shape: &[usize]| Tensor::zeros(shape, DType::F32, &device).unwrap();
+    let e = |q: &Tensor, k: &Tensor, v: &Tensor| {
+        Tensor::fused_attention(q, k, v, false, None)
+            .unwrap_err()
+            .to_string()
+    };
+    let ok = t(&[1, 2, 4, 8]);
+    assert!(e(&t(&[2, 4, 8]), &ok, &ok).contains("[batch, heads, seq, head_dim]"));
+    let wide = t(&[1, 1, 4, 129]);
+    assert!(e(&wide, &wide, &wide).contains("head_dim must be 1 to 128"));
+    assert!(e(&ok, &t(&[1, 2, 4, 4]), &ok).contains("matching"));
+    let empty = t(&[1, 2, 0, 8]);
+    assert!(e(&ok, &empty, &empty).contains("no keys"));
+    let half = ok.to_dtype(DType::F16).unwrap();
+    assert!(Tensor::fused_attention(&ok, &half, &half, false, None).is_err());
+    let ints = Tensor::zeros(&[1, 2, 4, 8], DType::I64, &device).unwrap();
+    assert!(Tensor::fused_attention(&ints, &ints, &ints, false, None).is_err());
+}
