@@ -51,6 +51,7 @@ LAB03_DEMO_PARTS=(
 LAB05_PARTS=(
   "explain=1. An out-of-memory error, explained"
   "explain-fraction=1b. The same under a memory fraction"
+  "too-large=1c. Requests larger than the device"
   "fragmentation=2. Fragmentation:"
   "pending-free=3. A block freed on another stream"
   "recovery=4. Recovering from out-of-memory"

@@ -162,3 +162,47 @@ pub fn print(device: &Device, e: &Explained) {
         bytes(e.observer_saw_allocated)
     );
 }
+
+/// What became of one request made alone on a fresh allocator.
+pub struct Alone {
+    pub what: &'static str,
+    pub bytes: u64,
+    pub error: Option<Error>,
+}
+
+// ANCHOR: too_large
+/// Tutorial 000's `torch.randn(100000, 100000)` (float32), and a request of one and a
+/// half times the device, each alone on a fresh allocator: on Linux a request past the
+/// device's memory fails; nothing spills into host memory.
+pub fn too_large(device: &Device) -> Result<Vec<Alone>> {
+    let total = device.mem_info()?.total;
+    let mut out = Vec::new();
+    for (what, bytes) in [
+        ("randn(100000, 100000), float32", 100_000u64 * 100_000 * 4),
+        ("1.5 x the device", total + total / 2),
+    ] {
+        let a = Allocator::new(device.backend_arc(), Config::parse("")?)?;
+        let error = match a.malloc(bytes as usize, &device.default_stream()?) {
+            Ok(b) => {
+                a.free(b)?;
+                None
+            }
+            Err(e) if e.is_out_of_memory() => Some(e),
+            Err(e) => return Err(e),
+        };
+        out.push(Alone { what, bytes, error });
+    }
+    Ok(out)
+}
+// ANCHOR_END: too_large
+
+pub fn print_too_large(device: &Device, rows: &[Alone]) {
+    println!("1c. Requests larger than the device, each alone, on {device}\n");
+    for r in rows {
+        match &r.error {
+            None => println!("{} ({}): served", r.what, bytes(r.bytes)),
+            Some(e) => println!("{} ({}): {e}", r.what, bytes(r.bytes)),
+        }
+    }
+    println!();
+}

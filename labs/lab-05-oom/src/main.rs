@@ -153,6 +153,7 @@ fn experiments(device: &Device) -> Result<()> {
     for fraction in [1.0, 0.25] {
         explain::print(device, &explain::provoke(device, fraction)?);
     }
+    explain::print_too_large(device, &explain::too_large(device)?);
     let rows = [
         fragmentation::run(device, false)?,
         fragmentation::run(device, true)?,
