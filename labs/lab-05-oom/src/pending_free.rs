@@ -1,12 +1,12 @@
 //! Experiment 3: a free pending on another stream (PyTorch issue 189504). A block used
 //! by a second stream and marked with `record_stream` is freed while that stream is
 //! still busy: the allocator may not reuse it until the stream's event completes. A
-//! request that only this block could serve then arrives. PyTorch's allocator queries
-//! pending events without waiting; when the request then fails it releases its cache
-//! (waiting for the events first) and allocates anew, counting a retry, and issue
-//! 189504 reports cases where it raises out-of-memory instead. The retry ladder here
-//! waits for the pending frees' events before releasing anything, and serves the
-//! request with the very block that was freed.
+//! request that only this block could serve then arrives. PyTorch's allocator, once it
+//! has waited for the pending events, asks only the driver for new memory and does not
+//! search its pool again (chapter 2 has the whole chain): under a cap it can raise
+//! out-of-memory with the fitting block in its pool. The retry ladder here searches
+//! again after waiting, and serves the request with the very block that was freed,
+//! without releasing any cache.
 
 use std::time::{Duration, Instant};
 

@@ -72,6 +72,7 @@ impl SimBackend {
         }
     }
 
+    // ANCHOR: dry_backend
     /// A dry run of a simulated GPU with `capacity` bytes: the same memory and streams,
     /// no work and no values.
     pub fn dry(id: DeviceId, capacity: u64) -> Self {
@@ -94,6 +95,7 @@ impl SimBackend {
             self.id
         ))
     }
+    // ANCHOR_END: dry_backend
 
     /// Bytes of host memory actually materialised behind device allocations.
     pub fn backed_bytes(&self) -> u64 {
@@ -289,10 +291,12 @@ impl Copies for SimBackend {
 
     fn copy_dtoh(&self, dst: &mut [u8], src: DevicePtr, stream: &Stream) -> Result<()> {
         stream.check_device(self.id)?;
+        // ANCHOR: dry_read_back
         if self.dry {
             let _ = (dst, src);
             return Err(self.no_values("reading device memory back"));
         }
+        // ANCHOR_END: dry_read_back
         stream.synchronize()?;
         if self.inline || self.pinned.contains(dst.as_ptr() as usize, dst.len()) {
             return self.memory.read(dst, src);
@@ -397,6 +401,7 @@ impl Copies for SimBackend {
 }
 
 impl Kernels for SimBackend {
+    // ANCHOR: sim_launch
     fn launch(&self, kernel: &Kernel, stream: &Stream) -> Result<()> {
         stream.check_device(self.id)?;
         if let Kernel::Gemm(g) = kernel {
@@ -411,6 +416,7 @@ impl Kernels for SimBackend {
         let kernel = kernel.clone();
         self.enqueue(stream, move |m| cpu::run(&kernel, m))
     }
+    // ANCHOR_END: sim_launch
 }
 
 impl HostMemory for SimBackend {
