@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use labs_core::device::ENV_SIM_CAPACITY;
 use labs_core::format::parse_bytes;
-use labs_core::Device;
+use labs_core::{Device, DeviceId};
 
 use lab_05::model::MlpSpec;
 use lab_05::{explain, finder, fit, fragmentation, pending_free, recovery, share};
@@ -18,6 +18,10 @@ use lab_05::{explain, finder, fit, fragmentation, pending_free, recovery, share}
 struct Cli {
     #[command(flatten)]
     device: labs_core::cli::DeviceFlag,
+    /// The size of the simulated or dry-run device, e.g. 24GiB (default:
+    /// LABS_SIM_CAPACITY, else 16GiB); for `fit`, the GPU's size to fit.
+    #[arg(long, global = true, value_name = "SIZE")]
+    capacity: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -39,9 +43,6 @@ enum Command {
     /// The largest batch that fits a GPU of --capacity, found on the dry-run device
     /// and, on a GPU, checked by a real run.
     Fit {
-        /// The GPU's size, e.g. 24GiB (default: LABS_SIM_CAPACITY, else 16GiB).
-        #[arg(long)]
-        capacity: Option<String>,
         /// The model: mlp (an nn::Mlp with Adam).
         #[arg(long, default_value = "mlp")]
         model: String,
@@ -70,8 +71,13 @@ fn main() -> std::process::ExitCode {
 
 fn run(cli: Cli) -> Result<()> {
     let flag = cli.device.name.as_deref();
+    let capacity = match (&cli.capacity, std::env::var(ENV_SIM_CAPACITY).ok()) {
+        (Some(c), _) => Some(size("--capacity", c)?),
+        (None, Some(e)) => Some(size(ENV_SIM_CAPACITY, &e)?),
+        (None, None) => None,
+    };
     match cli.command {
-        None => experiments(&cli.device.open().context("choosing a device")?),
+        None => experiments(&open(&cli.device, cli.capacity.as_ref().and(capacity))?),
         Some(Command::Share) => {
             let device = cli.device.open()?;
             let children =
@@ -99,7 +105,6 @@ fn run(cli: Cli) -> Result<()> {
             Duration::from_millis(hold_ms),
         )?),
         Some(Command::Fit {
-            capacity,
             model,
             input,
             width,
@@ -110,11 +115,7 @@ fn run(cli: Cli) -> Result<()> {
             if model != "mlp" {
                 bail!("--model {model}: unknown model; available: mlp");
             }
-            let capacity = match (capacity, std::env::var(ENV_SIM_CAPACITY).ok()) {
-                (Some(c), _) => size("--capacity", &c)?,
-                (None, Some(e)) => size(ENV_SIM_CAPACITY, &e)?,
-                (None, None) => labs_core::device::DEFAULT_SIM_CAPACITY,
-            };
+            let capacity = capacity.unwrap_or(labs_core::device::DEFAULT_SIM_CAPACITY);
             let spec = MlpSpec {
                 input,
                 hidden: width,
@@ -134,6 +135,23 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// The device `--device` names; with `--capacity`, a fresh simulated or dry-run
+/// device of that size instead of the shared one (a GPU's size is its own).
+fn open(flag: &labs_core::cli::DeviceFlag, capacity: Option<u64>) -> Result<Device> {
+    let device = flag.open().context("choosing a device")?;
+    Ok(match (device.id(), capacity) {
+        (DeviceId::Sim(_), Some(c)) => Device::new_sim(c),
+        (DeviceId::Dry(_), Some(c)) => Device::new_dry(c),
+        (_, Some(_)) => {
+            eprintln!(
+                "note: --capacity applies to the sim and dry devices only; ignored on {device}"
+            );
+            device
+        }
+        (_, None) => device,
+    })
+}
+
 /// A size from a flag or the environment: exact, and more than zero.
 fn size(name: &str, text: &str) -> Result<u64> {
     match parse_bytes(text) {
@@ -146,7 +164,9 @@ fn size(name: &str, text: &str) -> Result<u64> {
 fn experiments(device: &Device) -> Result<()> {
     let props = device.properties()?;
     println!("Device {device}: {}", props.name);
-    if !device.is_cuda() {
+    if device.is_dry() {
+        println!("(a dry run: every allocation of the simulated GPU, no kernels, no values)");
+    } else if !device.is_cuda() {
         println!("(no GPU in use: the simulated GPU, whose allocator is the same code)");
     }
     println!();

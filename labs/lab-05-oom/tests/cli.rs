@@ -37,6 +37,19 @@ fn the_default_command_prints_every_experiment() {
 }
 
 #[test]
+fn a_dry_run_of_the_experiments_gives_the_simulated_gpus_memory_figures() {
+    // From experiment 4 on: the training experiments, whose tables are memory only.
+    let tail = |device: &str| {
+        let text = run(&["--device", device]);
+        let start = text.find("4. Recovering").expect("experiment 4");
+        text[start..].replace(&format!("{device}:0"), "DEVICE")
+    };
+    let (sim, dry) = (tail("sim"), tail("dry"));
+    assert_eq!(sim, dry);
+    assert!(dry.contains("Largest batch that fits:"), "{dry}");
+}
+
+#[test]
 fn share_runs_two_children_that_both_finish() {
     let text = run(&["share", "--device", "sim"]);
     assert!(
