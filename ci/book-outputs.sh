@@ -48,6 +48,15 @@ LAB03_DEMO_PARTS=(
   "demo-files=wrote "
   "demo-leak=A planted leak"
 )
+LAB05_PARTS=(
+  "explain=1. An out-of-memory error, explained"
+  "explain-fraction=1b. The same under a memory fraction"
+  "too-large=1c. Requests larger than the device"
+  "fragmentation=2. Fragmentation:"
+  "pending-free=3. A block freed on another stream"
+  "recovery=4. Recovering from out-of-memory"
+  "finder=5. A batch-size finder"
+)
 LAB06_PARTS=(
   "event=An event recorded after a kernel"
   "timing=Timing 10 kernels"
@@ -194,6 +203,10 @@ gpu)
   whole lab-03/demo-gpu "lab-03 demo --device cuda -o lab-03-demo"
   parts lab-03 "lab-03 demo --device cuda -o lab-03-demo" "${LAB03_DEMO_PARTS[@]}"
   whole lab-03/smi-gpu "lab-03 smi --device cuda"
+  whole lab-05/all-gpu "lab-05 --device cuda"
+  parts lab-05 "lab-05 --device cuda" "${LAB05_PARTS[@]}"
+  whole lab-05/share-gpu "lab-05 share --device cuda"
+  whole lab-05/fit-gpu "lab-05 fit --capacity 24GiB --model mlp --device cuda"
   whole lab-06/all-gpu "lab-06 --device cuda"
   parts lab-06 "lab-06 --device cuda" "${LAB06_PARTS[@]}"
   whole lab-08/all-gpu "lab-08 --device cuda"
@@ -234,7 +247,7 @@ sim)
   # The labs' defaults: no device, allocator or capacity override from the caller.
   unset LABS_DEVICE LABS_ALLOC_CONF LABS_SIM_CAPACITY LABS_DATA_DIR LABS_SHARED_DIR
   echo "building the labs..." >&2
-  cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-06 -p lab-08 -p lab-09
+  cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-05 -p lab-06 -p lab-08 -p lab-09
   bin_dir=${CARGO_TARGET_DIR:-$root/target}/release
   # Commands run in an empty folder that sees the repository's data/ as ./data, so that
   # files they write (an exported trace) stay out of the checkout while paths read as
@@ -270,6 +283,10 @@ sim)
     "lab-03 export-trace data/snapshots/mlp_adam.pickle -o mlp_adam.trace.csv.gz" \
     "lab-02 replay mlp_adam.trace.csv.gz --device sim --conf expandable_segments:False" \
     "lab-02 replay mlp_adam.trace.csv.gz --device sim --conf expandable_segments:True"
+  whole lab-05/all-sim "lab-05 --device sim"
+  parts lab-05 "lab-05 --device sim" "${LAB05_PARTS[@]}"
+  whole lab-05/share-sim "lab-05 share --device sim"
+  whole lab-05/fit-sim "lab-05 fit --capacity 24GiB --model mlp --device sim"
   whole lab-06/all-sim "lab-06 --device sim"
   parts lab-06 "lab-06 --device sim" "${LAB06_PARTS[@]}"
   whole lab-08/all-sim "lab-08 --device sim"

@@ -47,10 +47,11 @@ cp "$bench" "$out/bin/bench-train-step"
 # Debug info goes; symbol names stay, so that backtraces (the memory history's, the
 # leak guard's) name their functions on the GPU machine too.
 # lab-09 keeps its line tables: its leak guard names the source line of each leak, and
-# its tests check that line (the release profile keeps line tables for this reason).
+# its tests check that line (the release profile keeps line tables for this reason);
+# lab-05 too: its out-of-memory report names the line of each large live allocation.
 for f in "$out"/bin/* "$out"/tests/*; do
   case "$(basename "$f")" in
-    lab-09 | lab09-*) ;;
+    lab-09 | lab09-* | lab-05 | lab05-*) ;;
     *) strip --strip-debug "$f" 2>/dev/null || true ;;
   esac
 done

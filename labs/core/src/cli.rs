@@ -53,8 +53,9 @@ pub fn open_device(flag: Option<&str>) -> crate::Result<crate::Device> {
 /// The `--device` flag every lab takes: `#[command(flatten)]` it into a lab's arguments.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct DeviceFlag {
-    /// Device to run on: cuda, cuda:N, sim or cpu (default: LABS_DEVICE, else the first
-    /// GPU, else the simulated GPU).
+    /// Device to run on: cuda, cuda:N, sim, dry (the simulated GPU's allocations without
+    /// kernels or values) or cpu (default: LABS_DEVICE, else the first GPU, else the
+    /// simulated GPU).
     #[arg(long = "device", value_name = "DEVICE", global = true)]
     pub name: Option<String>,
 }

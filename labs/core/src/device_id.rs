@@ -1,4 +1,4 @@
-//! Names of devices as users write them: `cpu`, `cuda`, `cuda:1`, `sim`, `sim:0`, and
+//! Names of devices as users write them: `cpu`, `cuda`, `cuda:1`, `sim`, `sim:0`, `dry`, and
 //! the address types of their memory. A bottom layer: errors, backends and the registry
 //! all name devices.
 
@@ -15,6 +15,9 @@ pub enum DeviceId {
     Cuda(usize),
     /// A simulated GPU in host memory, by ordinal.
     Sim(usize),
+    /// A dry run of the simulated GPU: its allocator and every allocation, but no
+    /// kernels, no copies and no values (what fits, known before running).
+    Dry(usize),
 }
 // ANCHOR_END: device_id
 
@@ -30,6 +33,7 @@ impl fmt::Display for DeviceId {
             DeviceId::Cpu => write!(f, "cpu"),
             DeviceId::Cuda(n) => write!(f, "cuda:{n}"),
             DeviceId::Sim(n) => write!(f, "sim:{n}"),
+            DeviceId::Dry(n) => write!(f, "dry:{n}"),
         }
     }
 }
@@ -53,8 +57,9 @@ impl FromStr for DeviceId {
             "cpu" if !s.contains(':') => Ok(DeviceId::Cpu),
             "cuda" | "gpu" => Ok(DeviceId::Cuda(index)),
             "sim" => Ok(DeviceId::Sim(index)),
+            "dry" => Ok(DeviceId::Dry(index)),
             _ => Err(ParseDeviceError(format!(
-                "invalid device `{s}`: expected cpu, cuda, cuda:N, sim or sim:N"
+                "invalid device `{s}`: expected cpu, cuda, cuda:N, sim, sim:N, dry or dry:N"
             ))),
         }
     }
@@ -86,16 +91,19 @@ mod tests {
 
     #[test]
     fn parses_and_prints() {
-        for text in ["cpu", "cuda:0", "cuda:3", "sim:0", "sim:2"] {
+        for text in [
+            "cpu", "cuda:0", "cuda:3", "sim:0", "sim:2", "dry:0", "dry:1",
+        ] {
             assert_eq!(text.parse::<DeviceId>().unwrap().to_string(), text);
         }
         assert_eq!("cuda".parse::<DeviceId>().unwrap(), DeviceId::Cuda(0));
         assert_eq!("sim".parse::<DeviceId>().unwrap(), DeviceId::Sim(0));
+        assert_eq!("dry".parse::<DeviceId>().unwrap(), DeviceId::Dry(0));
     }
 
     #[test]
     fn rejects_garbage() {
-        for text in ["tpu", "cuda:x", "cpu:1", "", "cuda:-1"] {
+        for text in ["tpu", "cuda:x", "cpu:1", "", "cuda:-1", "dry:x"] {
             let err = text.parse::<DeviceId>().unwrap_err().to_string();
             assert!(err.contains("invalid device"), "{text}: {err}");
         }

@@ -64,6 +64,7 @@ pub struct OomReport {
     pub suggestion: Suggestion,
 }
 
+// ANCHOR: suggest
 impl OomReport {
     /// Picks the suggestion these figures call for, for a request of `requested` bytes
     /// on a device of `capacity` bytes.
@@ -82,6 +83,7 @@ impl OomReport {
         }
     }
 }
+// ANCHOR_END: suggest
 
 /// The whole message of an out-of-memory error with a report: PyTorch's sentences
 /// first, then the report's own lines.

@@ -184,7 +184,7 @@ fn bad_device_names_are_clear_errors() {
     assert!(matches!(err, Error::InvalidArgument(_)));
     assert!(err
         .to_string()
-        .contains("expected cpu, cuda, cuda:N, sim or sim:N"));
+        .contains("expected cpu, cuda, cuda:N, sim, sim:N, dry or dry:N"));
 }
 
 #[test]

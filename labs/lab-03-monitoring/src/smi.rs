@@ -64,7 +64,7 @@ impl Source {
                 nvml: Box::new(open_nvml()?),
                 only: only_named.then_some(ordinal as u32),
             }),
-            DeviceId::Sim(_) => Ok(Source::Sim(device.clone())),
+            DeviceId::Sim(_) | DeviceId::Dry(_) => Ok(Source::Sim(device.clone())),
             DeviceId::Cpu => Err(SmiError::NotAGpu(device.id())),
         }
     }
@@ -138,7 +138,7 @@ pub fn sim_report(device: &Device) -> Result<GpuReport, SmiError> {
     let used = mem.total.saturating_sub(mem.free);
     Ok(GpuReport {
         index: match device.id() {
-            DeviceId::Sim(i) => i as u32,
+            DeviceId::Sim(i) | DeviceId::Dry(i) => i as u32,
             _ => 0,
         },
         name: props.name,

@@ -53,7 +53,7 @@ pub(crate) fn to_snapshot(
     sites: &HashMap<u64, Vec<Frame>>,
 ) -> Snapshot {
     let ordinal = match device {
-        DeviceId::Cuda(n) | DeviceId::Sim(n) => n as i64,
+        DeviceId::Cuda(n) | DeviceId::Sim(n) | DeviceId::Dry(n) => n as i64,
         DeviceId::Cpu => -1,
     };
     let mut out = Vec::new();

@@ -1,4 +1,4 @@
-//! The device registry: one handle type over three backends (`cuda`, `sim`, `cpu`),
+//! The device registry: one handle type over the backends (`cuda`, `sim`, `dry`, `cpu`),
 //! each device created once per process and owning its caching allocator, and the
 //! selection rule every lab uses. It sits above the backends and the allocator: it is
 //! the one place that builds them.
@@ -61,6 +61,10 @@ impl Device {
                 id,
                 select::sim_capacity_from_env()?,
             )),
+            DeviceId::Dry(_) => Arc::new(crate::sim::SimBackend::dry(
+                id,
+                select::sim_capacity_from_env()?,
+            )),
             DeviceId::Cuda(ordinal) => Arc::new(crate::cuda::CudaBackend::open(ordinal)?),
         };
         let device = Device::from_backend(backend);
@@ -83,6 +87,20 @@ impl Device {
             .expect("a free index");
         let id = DeviceId::Sim(index);
         let device = Device::from_backend(Arc::new(crate::sim::SimBackend::new(id, capacity)));
+        map.insert(id, device.clone());
+        device
+    }
+
+    /// A new dry-run device of the given capacity, registered under the next free
+    /// `dry:N`: the simulated GPU's allocations without its work, to learn what fits on
+    /// a GPU of that size before running on it.
+    pub fn new_dry(capacity: u64) -> Device {
+        let mut map = registry().lock().unwrap();
+        let index = (0..)
+            .find(|i| !map.contains_key(&DeviceId::Dry(*i)))
+            .expect("a free index");
+        let id = DeviceId::Dry(index);
+        let device = Device::from_backend(Arc::new(crate::sim::SimBackend::dry(id, capacity)));
         map.insert(id, device.clone());
         device
     }
@@ -156,6 +174,11 @@ impl Device {
 
     pub fn is_cuda(&self) -> bool {
         matches!(self.id(), DeviceId::Cuda(_))
+    }
+
+    /// A dry run: allocations without kernels, copies or values.
+    pub fn is_dry(&self) -> bool {
+        matches!(self.id(), DeviceId::Dry(_))
     }
 
     pub fn properties(&self) -> Result<DeviceProperties> {

@@ -6,9 +6,10 @@ use crate::error::{Error, Result};
 use crate::format::{bytes, parse_bytes};
 
 // ANCHOR: env_vars
-/// Environment variable naming the device (`cuda`, `cuda:1`, `sim`, `cpu`).
+/// Environment variable naming the device (`cuda`, `cuda:1`, `sim`, `dry`, `cpu`).
 pub const ENV_DEVICE: &str = "LABS_DEVICE";
-/// Environment variable setting the simulated GPU's capacity (`16GiB`, `80GiB`, ...).
+/// Environment variable setting the simulated GPU's capacity (`16GiB`, `80GiB`, ...),
+/// and the dry-run device's.
 pub const ENV_SIM_CAPACITY: &str = "LABS_SIM_CAPACITY";
 /// The simulated GPU's capacity unless `LABS_SIM_CAPACITY` says otherwise.
 pub const DEFAULT_SIM_CAPACITY: u64 = 16 << 30;

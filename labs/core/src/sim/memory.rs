@@ -352,6 +352,12 @@ impl SimMemory {
         }
     }
 
+    /// Checks that `len` bytes at `addr` lie inside one live allocation (mapped, for a
+    /// reserved range) without touching them: what a dry run checks in place of a copy.
+    pub fn check_range(&self, addr: u64, len: usize) -> Result<()> {
+        self.find(addr, len).map(|_| ())
+    }
+
     /// Runs `f` with host pointers to each `(address, length)` range. Every allocation
     /// involved stays locked for the call (locks are taken in address order, so two
     /// kernels never deadlock). Ranges may alias: callers use raw pointers, as a kernel

@@ -2,6 +2,12 @@
 //! capacity and refuses allocations beyond it with the GPU's error, runs each stream on
 //! its own thread, has events, and runs the CPU twin of every kernel. The host device
 //! (`cpu`) is the same machinery with the capacity of the machine and inline execution.
+//!
+//! A dry run (`dry`) is the simulated GPU with its work taken out: memory is reserved
+//! and freed exactly as on `sim` (and, backed only when touched, costs no host memory),
+//! but kernels, fills and copies are skipped and reading values back is an error. The
+//! allocator above it sees the same requests in the same order, so a training step's
+//! peak memory on any capacity is known in the time its allocations take.
 
 mod memory;
 mod pinned;
@@ -26,6 +32,8 @@ pub struct SimBackend {
     id: DeviceId,
     memory: Arc<SimMemory>,
     inline: bool,
+    /// A dry run: no kernels, no copies, no values.
+    dry: bool,
     default_stream: Arc<SimStream>,
     streams: Mutex<Vec<Weak<SimStream>>>,
     next_handle: AtomicU64,
@@ -40,6 +48,7 @@ impl SimBackend {
             id,
             memory: Arc::new(SimMemory::new(id, capacity)),
             inline: false,
+            dry: false,
             streams: Mutex::new(vec![Arc::downgrade(&default_stream)]),
             default_stream,
             next_handle: AtomicU64::new(1),
@@ -55,12 +64,38 @@ impl SimBackend {
             id: DeviceId::Cpu,
             memory: Arc::new(SimMemory::new(DeviceId::Cpu, capacity)),
             inline: true,
+            dry: false,
             streams: Mutex::new(vec![Arc::downgrade(&default_stream)]),
             default_stream,
             next_handle: AtomicU64::new(1),
             pinned: PinnedHost::default(),
         }
     }
+
+    // ANCHOR: dry_backend
+    /// A dry run of a simulated GPU with `capacity` bytes: the same memory and streams,
+    /// no work and no values.
+    pub fn dry(id: DeviceId, capacity: u64) -> Self {
+        SimBackend {
+            dry: true,
+            ..SimBackend::new(id, capacity)
+        }
+    }
+
+    /// Whether this is a dry run.
+    pub fn is_dry(&self) -> bool {
+        self.dry
+    }
+
+    /// The error of reading values back from a dry run.
+    fn no_values(&self, what: &str) -> crate::error::Error {
+        crate::error::Error::InvalidArgument(format!(
+            "{what} on {}: a dry run has no values (it runs allocations only; use sim or \
+             cuda to compute)",
+            self.id
+        ))
+    }
+    // ANCHOR_END: dry_backend
 
     /// Bytes of host memory actually materialised behind device allocations.
     pub fn backed_bytes(&self) -> u64 {
@@ -99,6 +134,8 @@ impl Backend for SimBackend {
     fn properties(&self) -> Result<DeviceProperties> {
         let name = if self.inline {
             "host memory".to_string()
+        } else if self.dry {
+            "Dry run of the simulated GPU (allocations only)".to_string()
         } else {
             "Simulated GPU (host memory)".to_string()
         };
@@ -239,6 +276,9 @@ impl Copies for SimBackend {
     // ANCHOR: sim_copies
     fn copy_htod(&self, dst: DevicePtr, src: &[u8], stream: &Stream) -> Result<()> {
         stream.check_device(self.id)?;
+        if self.dry {
+            return self.memory.check_range(dst, src.len());
+        }
         stream.synchronize()?;
         if self.inline || self.pinned.contains(src.as_ptr() as usize, src.len()) {
             return self.memory.write(dst, src);
@@ -251,6 +291,12 @@ impl Copies for SimBackend {
 
     fn copy_dtoh(&self, dst: &mut [u8], src: DevicePtr, stream: &Stream) -> Result<()> {
         stream.check_device(self.id)?;
+        // ANCHOR: dry_read_back
+        if self.dry {
+            let _ = (dst, src);
+            return Err(self.no_values("reading device memory back"));
+        }
+        // ANCHOR_END: dry_read_back
         stream.synchronize()?;
         if self.inline || self.pinned.contains(dst.as_ptr() as usize, dst.len()) {
             return self.memory.read(dst, src);
@@ -269,6 +315,10 @@ impl Copies for SimBackend {
         stream: &Stream,
     ) -> Result<()> {
         stream.check_device(self.id)?;
+        if self.dry {
+            self.memory.check_range(src, bytes)?;
+            return self.memory.check_range(dst, bytes);
+        }
         self.enqueue(stream, move |m| {
             m.access(&[(src, bytes), (dst, bytes)], |p| unsafe {
                 std::ptr::copy(p[0], p[1], bytes)
@@ -286,6 +336,9 @@ impl Copies for SimBackend {
         stream: &Stream,
     ) -> Result<()> {
         stream.check_device(self.id)?;
+        if self.dry {
+            return self.memory.check_range(dst, count * pattern.width());
+        }
         self.enqueue(stream, move |m| {
             m.access(&[(dst, count * pattern.width())], |p| unsafe {
                 cpu::fill(p[0], pattern, count)
@@ -301,6 +354,9 @@ impl Copies for SimBackend {
         stream: &Stream,
     ) -> Result<()> {
         stream.check_device(self.id)?;
+        if self.dry {
+            return self.memory.check_range(dst, bytes);
+        }
         let src = src as usize;
         if self.pinned.contains(src, bytes) {
             return self.enqueue(stream, move |m| {
@@ -325,6 +381,10 @@ impl Copies for SimBackend {
         stream: &Stream,
     ) -> Result<()> {
         stream.check_device(self.id)?;
+        if self.dry {
+            let _ = (dst, src, bytes);
+            return Err(self.no_values("reading device memory back"));
+        }
         let dst = dst as usize;
         if self.pinned.contains(dst, bytes) {
             return self.enqueue(stream, move |m| {
@@ -341,15 +401,22 @@ impl Copies for SimBackend {
 }
 
 impl Kernels for SimBackend {
+    // ANCHOR: sim_launch
     fn launch(&self, kernel: &Kernel, stream: &Stream) -> Result<()> {
         stream.check_device(self.id)?;
         if let Kernel::Gemm(g) = kernel {
             // cuBLAS checks its arguments when called, not when the work runs: so here.
             g.validate()?;
         }
+        if self.dry {
+            // Allocations only: the kernel's memory was allocated by the op; its work
+            // and its values are what a dry run leaves out.
+            return Ok(());
+        }
         let kernel = kernel.clone();
         self.enqueue(stream, move |m| cpu::run(&kernel, m))
     }
+    // ANCHOR_END: sim_launch
 }
 
 impl HostMemory for SimBackend {
@@ -390,12 +457,15 @@ impl ManagedMemory for SimBackend {
         stream: &Stream,
     ) -> Result<()> {
         stream.check_device(self.id)?;
+        if self.dry {
+            return self.memory.check_range(ptr, bytes);
+        }
         // One memory for host and device: a prefetch only has to be ordered and valid.
         self.enqueue(stream, move |m| m.access(&[(ptr, bytes)], |_| ()))
     }
 
     fn managed_advise(&self, ptr: DevicePtr, bytes: usize, _advice: ManagedAdvice) -> Result<()> {
-        self.memory.access(&[(ptr, bytes)], |_| ())
+        self.memory.check_range(ptr, bytes)
     }
 }
 

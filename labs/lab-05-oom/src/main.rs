@@ -1,0 +1,192 @@
+//! `cargo run --release -p lab-05 [-- --device cuda|sim|dry|cpu]`: the experiments of
+//! chapter 5. `share` runs two processes on one device under memory fractions; `fit`
+//! finds the largest batch that fits a GPU of a given size on the dry-run device.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use labs_core::device::ENV_SIM_CAPACITY;
+use labs_core::format::parse_bytes;
+use labs_core::{Device, DeviceId};
+
+use lab_05::model::MlpSpec;
+use lab_05::{explain, finder, fit, fragmentation, pending_free, recovery, share};
+
+#[derive(Parser)]
+#[command(name = "lab-05", about = "Chapter 5: out of memory")]
+struct Cli {
+    #[command(flatten)]
+    device: labs_core::cli::DeviceFlag,
+    /// The size of the simulated or dry-run device, e.g. 24GiB (default:
+    /// LABS_SIM_CAPACITY, else 16GiB); for `fit`, the GPU's size to fit.
+    #[arg(long, global = true, value_name = "SIZE")]
+    capacity: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Two children of this program share the device, each capped at a fraction of 0.4.
+    Share,
+    /// One child of `share` (started by it).
+    #[command(hide = true)]
+    ShareChild {
+        #[arg(long)]
+        index: usize,
+        #[arg(long)]
+        fraction: f64,
+        #[arg(long)]
+        hold_ms: u64,
+    },
+    /// The largest batch that fits a GPU of --capacity, found on the dry-run device
+    /// and, on a GPU, checked by a real run.
+    Fit {
+        /// The model: mlp (an nn::Mlp with Adam).
+        #[arg(long, default_value = "mlp")]
+        model: String,
+        /// Input features.
+        #[arg(long, default_value_t = 2048)]
+        input: usize,
+        /// Hidden layers' width.
+        #[arg(long, default_value_t = 2048)]
+        width: usize,
+        /// Hidden layers.
+        #[arg(long, default_value_t = 8)]
+        depth: usize,
+        /// Training steps per trial.
+        #[arg(long, default_value_t = 2)]
+        steps: usize,
+        /// The largest batch tried.
+        #[arg(long, default_value_t = 1 << 22)]
+        max_batch: usize,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    labs_core::cli::quiet_broken_pipe();
+    labs_core::cli::exit(run(Cli::parse()))
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let flag = cli.device.name.as_deref();
+    let capacity = match (&cli.capacity, std::env::var(ENV_SIM_CAPACITY).ok()) {
+        (Some(c), _) => Some(size("--capacity", c)?),
+        (None, Some(e)) => Some(size(ENV_SIM_CAPACITY, &e)?),
+        (None, None) => None,
+    };
+    match cli.command {
+        None => experiments(&open(&cli.device, cli.capacity.as_ref().and(capacity))?),
+        Some(Command::Share) => {
+            let device = cli.device.open()?;
+            let children =
+                share::run_children(Some(&device.id().to_string()), Duration::from_millis(1500))?;
+            share::print(&device.to_string(), &children);
+            if !device.is_cuda() {
+                println!(
+                    "(on the simulated GPU each process has a simulated device of its own: \
+                     the fractions cap each process, but only a GPU is really shared)"
+                );
+            }
+            if children.iter().any(|c| !c.success) {
+                bail!("a child failed");
+            }
+            Ok(())
+        }
+        Some(Command::ShareChild {
+            index,
+            fraction,
+            hold_ms,
+        }) => Ok(share::child(
+            &labs_core::cli::open_device(flag)?,
+            index,
+            fraction,
+            Duration::from_millis(hold_ms),
+        )?),
+        Some(Command::Fit {
+            model,
+            input,
+            width,
+            depth,
+            steps,
+            max_batch,
+        }) => {
+            if model != "mlp" {
+                bail!("--model {model}: unknown model; available: mlp");
+            }
+            let capacity = capacity.unwrap_or(labs_core::device::DEFAULT_SIM_CAPACITY);
+            let spec = MlpSpec {
+                input,
+                hidden: width,
+                layers: depth,
+                output: 16,
+            };
+            let device = cli.device.open()?;
+            let prediction = fit::predict(capacity, spec, steps, max_batch)?;
+            let check = if device.is_cuda() {
+                Some(fit::check(&device, &prediction, spec, steps)?)
+            } else {
+                None
+            };
+            fit::print(spec, steps, &prediction, check.as_ref());
+            Ok(())
+        }
+    }
+}
+
+/// The device `--device` names; with `--capacity`, a fresh simulated or dry-run
+/// device of that size instead of the shared one (a GPU's size is its own).
+fn open(flag: &labs_core::cli::DeviceFlag, capacity: Option<u64>) -> Result<Device> {
+    let device = flag.open().context("choosing a device")?;
+    Ok(match (device.id(), capacity) {
+        (DeviceId::Sim(_), Some(c)) => Device::new_sim(c),
+        (DeviceId::Dry(_), Some(c)) => Device::new_dry(c),
+        (_, Some(_)) => {
+            eprintln!(
+                "note: --capacity applies to the sim and dry devices only; ignored on {device}"
+            );
+            device
+        }
+        (_, None) => device,
+    })
+}
+
+/// A size from a flag or the environment: exact, and more than zero.
+fn size(name: &str, text: &str) -> Result<u64> {
+    match parse_bytes(text) {
+        Ok(0) => bail!("{name}: the size must be more than 0 bytes"),
+        Ok(n) => Ok(n),
+        Err(e) => bail!("{name}: {e}"),
+    }
+}
+
+fn experiments(device: &Device) -> Result<()> {
+    let props = device.properties()?;
+    println!("Device {device}: {}", props.name);
+    if device.is_dry() {
+        println!("(a dry run: every allocation of the simulated GPU, no kernels, no values)");
+    } else if !device.is_cuda() {
+        println!("(no GPU in use: the simulated GPU, whose allocator is the same code)");
+    }
+    println!();
+    for fraction in [1.0, 0.25] {
+        explain::print(device, &explain::provoke(device, fraction)?);
+    }
+    explain::print_too_large(device, &explain::too_large(device)?);
+    let rows = [
+        fragmentation::run(device, false)?,
+        fragmentation::run(device, true)?,
+    ];
+    fragmentation::print(device, &rows);
+    if device.is_dry() {
+        println!("3. (skipped on a dry run: it needs a stream that really works)\n");
+    } else {
+        let busy = Duration::from_millis(300);
+        pending_free::print(device, &pending_free::run(device, busy)?, busy);
+    }
+    let spec = MlpSpec::for_device(device);
+    recovery::print(device, spec, &recovery::run(device, spec)?);
+    finder::print(device, spec, &finder::run(device, spec)?);
+    Ok(())
+}
