@@ -9,6 +9,7 @@
 // is a comparison (NaN fails it, an infinity exceeds FLT_MAX), so it needs no header.
 // The CPU twin is labs/core/src/kernels/amp_cpu.rs.
 
+// ANCHOR: unscale_kernel
 extern "C" __global__ void non_finite_check_and_unscale(ELEM* grad, float* found_inf,
                                                         float inv_scale,
                                                         unsigned long long n) {
@@ -19,3 +20,4 @@ extern "C" __global__ void non_finite_check_and_unscale(ELEM* grad, float* found
         grad[i] = from_float(inv_scale == 1.0f ? g : __fmul_rn(g, inv_scale));
     }
 }
+// ANCHOR_END: unscale_kernel
