@@ -66,6 +66,14 @@ LAB06_PARTS=(
   "record-stream=A block freed on stream A"
   "threads-note?=(On sim:"
 )
+LAB07_PARTS=(
+  "full-vs-mixed=1. Full against mixed precision"
+  "categories=2. Where the memory goes"
+  "underflow=3a. Float16 gradients that underflow"
+  "overflow=3b. A forced overflow"
+  "curves=4. Loss curves"
+  "gemm=5. Matrix product throughput"
+)
 LAB08_PARTS=(
   "host-memory=Getting host memory for copies"
   "bandwidth=Copy bandwidth between host memory"
@@ -209,6 +217,8 @@ gpu)
   whole lab-05/fit-gpu "lab-05 fit --capacity 24GiB --model mlp --device cuda"
   whole lab-06/all-gpu "lab-06 --device cuda"
   parts lab-06 "lab-06 --device cuda" "${LAB06_PARTS[@]}"
+  whole lab-07/all-gpu "lab-07 --device cuda"
+  parts lab-07 "lab-07 --device cuda" "${LAB07_PARTS[@]}"
   whole lab-08/all-gpu "lab-08 --device cuda"
   parts lab-08 "lab-08 --device cuda" "${LAB08_PARTS[@]}"
   whole lab-08/bench-gpu "lab-08 bench --device cuda --json --pytorch {pytorch}"
@@ -247,7 +257,7 @@ sim)
   # The labs' defaults: no device, allocator or capacity override from the caller.
   unset LABS_DEVICE LABS_ALLOC_CONF LABS_SIM_CAPACITY LABS_DATA_DIR LABS_SHARED_DIR
   echo "building the labs..." >&2
-  cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-05 -p lab-06 -p lab-08 -p lab-09
+  cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-05 -p lab-06 -p lab-07 -p lab-08 -p lab-09
   bin_dir=${CARGO_TARGET_DIR:-$root/target}/release
   # Commands run in an empty folder that sees the repository's data/ as ./data, so that
   # files they write (an exported trace) stay out of the checkout while paths read as
@@ -289,6 +299,8 @@ sim)
   whole lab-05/fit-sim "lab-05 fit --capacity 24GiB --model mlp --device sim"
   whole lab-06/all-sim "lab-06 --device sim"
   parts lab-06 "lab-06 --device sim" "${LAB06_PARTS[@]}"
+  whole lab-07/all-sim "lab-07 --device sim"
+  parts lab-07 "lab-07 --device sim" "${LAB07_PARTS[@]}"
   whole lab-08/all-sim "lab-08 --device sim"
   parts lab-08 "lab-08 --device sim" "${LAB08_PARTS[@]}"
   whole lab-08/bench-sim "lab-08 bench --device sim"

@@ -128,7 +128,7 @@ fn categories_appear_in_memory_stats_and_live_blocks() {
             >= stats["allocated_bytes.category.parameter.current"]
     );
     let table = a.stats().category_summary();
-    assert_eq!(table.lines().count(), 8, "{table}");
+    assert_eq!(table.lines().count(), Category::COUNT + 1, "{table}");
     assert!(
         table.lines().any(|l| l.starts_with("parameter ")),
         "{table}"

@@ -34,12 +34,15 @@ pub enum Category {
     Temporary,
     /// Memory not made through a tensor (raw allocator use, replays).
     Other,
+    /// Half-precision copies of float32 weights that autocast keeps for the rest of its
+    /// region (PyTorch's autocast cache; its profiler counts them as temporaries).
+    AutocastCache,
 }
 // ANCHOR_END: category
 
 impl Category {
     /// How many categories there are.
-    pub const COUNT: usize = 7;
+    pub const COUNT: usize = 8;
 
     pub const ALL: [Category; Category::COUNT] = [
         Category::Parameter,
@@ -49,6 +52,7 @@ impl Category {
         Category::Activation,
         Category::Temporary,
         Category::Other,
+        Category::AutocastCache,
     ];
 
     /// PyTorch's memory profiler's name for the category.
@@ -61,6 +65,7 @@ impl Category {
             Category::Activation => "activation",
             Category::Temporary => "temporary",
             Category::Other => "other",
+            Category::AutocastCache => "autocast_cache",
         }
     }
 

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use crate::alloc::Category;
 use crate::error::{Error, Result};
-use crate::tensor::{no_grad, Edge, GradSlot, Node, Tensor};
+use crate::tensor::{autocast_disabled, no_grad, Edge, GradSlot, Node, Tensor};
 
 impl Tensor {
     /// Gradients of this one-element tensor (a loss) with respect to every leaf it
@@ -50,6 +50,9 @@ impl Tensor {
             ));
         }
         let _off = no_grad();
+        // Derivatives run in the dtypes the forward pass chose, as PyTorch's backward
+        // does: a region around `backward` must not recast the gradients.
+        let _no_autocast = autocast_disabled();
         let grad = match grad {
             Some(g) if g.shape() == self.shape() => g,
             Some(g) => {

@@ -110,6 +110,12 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
             U32(s.first as u32),
             U64(s.n as u64),
         ],
+        Kernel::UnscaleGrad(u) => vec![
+            U64(u.grad),
+            U64(u.found_inf),
+            F32(u.inv_scale),
+            U64(u.n as u64),
+        ],
         Kernel::AdamStep(s) => vec![
             U64(s.param),
             U64(s.grad),

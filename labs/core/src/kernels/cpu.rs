@@ -168,6 +168,11 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
             Float::F16 => optim_cpu::adam::<f16>(&s, memory),
             Float::BF16 => optim_cpu::adam::<bf16>(&s, memory),
         },
+        Kernel::UnscaleGrad(u) => match float(u.dtype, "non_finite_check_and_unscale")? {
+            Float::F32 => super::amp_cpu::unscale::<f32>(&u, memory),
+            Float::F16 => super::amp_cpu::unscale::<f16>(&u, memory),
+            Float::BF16 => super::amp_cpu::unscale::<bf16>(&u, memory),
+        },
         Kernel::StridedScatter {
             width,
             src,

@@ -16,6 +16,8 @@
 
 pub mod attention;
 mod attention_cpu;
+mod amp;
+mod amp_cpu;
 pub mod cpu;
 mod cpu_rows;
 mod gemm;
@@ -28,6 +30,7 @@ pub mod special;
 mod strided;
 
 pub use attention::{AttentionKernel, ATTENTION_MAX_HEAD_DIM};
+pub use amp::UnscaleGrad;
 pub use gemm::{Gemm, Operand};
 pub use ops::{BinaryOp, CompareOp, UnaryOp};
 pub use optim::{AdamStep, SgdStep};
@@ -109,6 +112,9 @@ pub enum Kernel {
     SgdStep(SgdStep),
     /// One fused Adam or AdamW step of a parameter (see [`AdamStep`]).
     AdamStep(AdamStep),
+    /// The gradient scaler's unscale and non-finite check of one gradient (see
+    /// [`UnscaleGrad`]).
+    UnscaleGrad(UnscaleGrad),
     /// `out[i] = op(a[a_layout(i)], b[b_layout(i)])` into `n` dense elements: a binary op
     /// on operands of any layout, broadcast ones (stride 0) included. `a` and `b` are the
     /// addresses of each view's first element.
@@ -231,6 +237,7 @@ impl Kernel {
             Kernel::Gemm(g) => g.m * g.n * g.batch,
             Kernel::SgdStep(s) => s.n,
             Kernel::AdamStep(s) => s.n,
+            Kernel::UnscaleGrad(u) => u.n,
             Kernel::Rows(ref k) => k.elements(),
             Kernel::Attention(ref k) => k.elements(),
         }

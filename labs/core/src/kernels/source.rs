@@ -28,6 +28,7 @@ const ROWS_CU: &str = include_str!("../../../../kernels/rows.cu");
 const ATTENTION_CU: &str = include_str!("../../../../kernels/attention.cu");
 const SCATTER_CU: &str = include_str!("../../../../kernels/scatter.cu");
 const OPTIM_CU: &str = include_str!("../../../../kernels/optim.cu");
+const AMP_CU: &str = include_str!("../../../../kernels/amp.cu");
 
 /// The float dtypes (every elementwise op and the reductions have kernels for them).
 pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -285,6 +286,24 @@ fn optim_module(suffix: &str) -> Module {
     }
 }
 
+/// The gradient scaler's check for one gradient dtype: the dtype's section of
+/// `kernels/dtypes.cu`, then `kernels/amp.cu` with the function renamed
+/// `non_finite_check_and_unscale_{dtype}`.
+fn amp_module(suffix: &str) -> Module {
+    let mut source =
+        format!("// Generated: the {suffix} section of kernels/dtypes.cu, then kernels/amp.cu.\n");
+    source.push_str(dtype_section(suffix));
+    source.push_str(&AMP_CU.replace(
+        "void non_finite_check_and_unscale(",
+        &format!("void non_finite_check_and_unscale_{suffix}("),
+    ));
+    Module {
+        name: format!("amp_{suffix}"),
+        source,
+        functions: vec![format!("non_finite_check_and_unscale_{suffix}")],
+    }
+}
+
 struct Registry {
     modules: Vec<Module>,
     /// Function name -> (module index, function index).
@@ -334,6 +353,7 @@ fn registry() -> &'static Registry {
         }
         for dtype in FLOAT_DTYPES {
             modules.push(attention_module(name(dtype)));
+            modules.push(amp_module(name(dtype)));
         }
         let mut by_name = HashMap::new();
         for (m, module) in modules.iter().enumerate() {
@@ -404,6 +424,11 @@ pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
         ),
         Kernel::SgdStep(s) => (format!("sgd_step_{}", name(s.dtype)), "sgd_step", s.dtype),
         Kernel::AdamStep(s) => (format!("adam_step_{}", name(s.dtype)), "adam_step", s.dtype),
+        Kernel::UnscaleGrad(u) => (
+            format!("non_finite_check_and_unscale_{}", name(u.dtype)),
+            "non_finite_check_and_unscale",
+            u.dtype,
+        ),
         Kernel::Gemm(_) => {
             return Err(Error::InvalidArgument(
                 "gemm has no generated CUDA module: the cuda backend runs it through cuBLAS".into(),
@@ -564,5 +589,26 @@ mod tests {
         assert!(function(&int_adam).is_err());
         let gemm = Kernel::Gemm(crate::kernels::Gemm::dense(DType::F32, 1, 1, 1, [0, 0, 0]));
         assert!(function(&gemm).is_err());
+    }
+
+    #[test]
+    fn the_scaler_check_has_a_module_per_float_dtype_and_none_for_integers() {
+        let unscale = |dtype| {
+            Kernel::UnscaleGrad(crate::kernels::UnscaleGrad {
+                dtype,
+                grad: 0,
+                found_inf: 0,
+                inv_scale: 1.0,
+                n: 1,
+            })
+        };
+        let (m, f) = function(&unscale(DType::F16)).unwrap();
+        assert_eq!(
+            (m.name.as_str(), f),
+            ("amp_f16", "non_finite_check_and_unscale_f16")
+        );
+        assert!(m.source.contains("void non_finite_check_and_unscale_f16("));
+        assert!(m.source.contains("typedef unsigned short ELEM;"));
+        assert!(function(&unscale(DType::I32)).is_err());
     }
 }

@@ -98,12 +98,7 @@ impl Module for Linear {
         } else {
             x.reshape(&[rows, self.in_features()])?
         };
-        let mut y = x2.matmul(&self.weight.transpose(0, 1)?)?;
-        if let Some(b) = &self.bias {
-            // `[rows, out] + [out]`: the broadcasting add, whose backward sums the rows'
-            // gradients into the bias's.
-            y = y.add(b)?;
-        }
+        let y = x2.linear(&self.weight, self.bias.as_ref())?;
         let mut out_shape = x.shape().to_vec();
         out_shape[rank - 1] = self.out_features();
         if rank == 2 {

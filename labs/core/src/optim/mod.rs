@@ -7,11 +7,16 @@
 //!
 //! Parameters may be `float32`, `float16` or `bfloat16` (a gradient has its
 //! parameter's dtype); the state is `float32` in every case (see `kernels/optim.rs`).
+//!
+//! [`GradScaler`] is PyTorch's loss scaler for float16 mixed precision: it wraps an
+//! optimizer's step, skipping it when the scaled gradients overflowed.
 
 mod adam;
+mod grad_scaler;
 mod sgd;
 
 pub use adam::{Adam, AdamW};
+pub use grad_scaler::{GradScaler, ScalerStage};
 pub use sgd::Sgd;
 
 use crate::dtype::FillPattern;

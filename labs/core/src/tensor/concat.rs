@@ -13,6 +13,9 @@ impl Tensor {
     /// PyTorch's `cat(tensors, dim)`: the tensors joined along `dim`; every other
     /// dimension, the dtype and the device must agree.
     pub fn cat(tensors: &[&Tensor], dim: usize) -> Result<Tensor> {
+        if let Some(args) = super::autocast_args("cat", tensors)? {
+            return Tensor::cat(&args.iter().collect::<Vec<_>>(), dim);
+        }
         let Some(first) = tensors.first() else {
             return Err(Error::InvalidArgument(
                 "cat: expected a non-empty list of tensors".into(),

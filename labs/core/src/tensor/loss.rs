@@ -17,6 +17,9 @@ impl Tensor {
     /// target[n]]` over the rows whose target is not `ignore_index` (NaN when all are).
     pub fn nll_loss(&self, target: &Tensor, ignore_index: i64) -> Result<Tensor> {
         const OP: &str = "nll_loss";
+        if let Some(args) = super::autocast_args(OP, &[self])? {
+            return args[0].nll_loss(target, ignore_index);
+        }
         self.check_float(OP)?;
         target.check_same_device(self)?;
         let &[rows, cols] = self.shape() else {
@@ -99,6 +102,9 @@ impl Tensor {
     /// PyTorch's `mse_loss(input, target)` with mean reduction: `mean((input -
     /// target)^2)`, differentiable in both.
     pub fn mse_loss(&self, target: &Tensor) -> Result<Tensor> {
+        if let Some(args) = super::autocast_args("mse_loss", &[self, target])? {
+            return args[0].mse_loss(&args[1]);
+        }
         let d = self.sub(target)?;
         d.mul(&d)?.mean_all()
     }

@@ -102,6 +102,9 @@ impl Tensor {
 
     /// [`matmul`](Self::matmul) with options (TF32 for `float32`).
     pub fn matmul_with(&self, other: &Tensor, options: MatmulOptions) -> Result<Tensor> {
+        if let Some(args) = super::autocast_args(OP, &[self, other])? {
+            return args[0].matmul_with(&args[1], options);
+        }
         let out = self.matmul_unrecorded(other, options)?;
         // Both gradients are products with the other operand (dA = g Bᵀ, dB = Aᵀ g): both
         // are saved.
@@ -112,6 +115,28 @@ impl Tensor {
             vec![self.clone(), other.clone()],
         ))
     }
+
+    // ANCHOR: linear
+    /// PyTorch's `F.linear(x, weight, bias)`: `x @ weightᵀ + bias` for `x [rows, in]`,
+    /// `weight [out, in]`, `bias [out]`. Under autocast every operand is cast to the
+    /// region's dtype before the product, the weight (a leaf) through the cast cache.
+    pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let inputs: Vec<&Tensor> = [Some(self), Some(weight), bias]
+            .into_iter()
+            .flatten()
+            .collect();
+        if let Some(args) = super::autocast_args("linear", &inputs)? {
+            return args[0].linear(&args[1], args.get(2));
+        }
+        let y = self.matmul(&weight.transpose(0, 1)?)?;
+        match bias {
+            // `[rows, out] + [out]`: the broadcasting add, whose backward sums the
+            // rows' gradients into the bias's.
+            Some(b) => y.add(b),
+            None => Ok(y),
+        }
+    }
+    // ANCHOR_END: linear
 
     fn matmul_unrecorded(&self, other: &Tensor, options: MatmulOptions) -> Result<Tensor> {
         self.check_same_device(other)?;

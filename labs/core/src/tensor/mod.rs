@@ -4,6 +4,7 @@
 //! devices is an error.
 
 mod attention;
+mod autocast;
 mod broadcast;
 mod cast;
 mod compare;
@@ -25,6 +26,11 @@ mod stats;
 mod views;
 
 pub use crate::dtype::{DType, Element};
+pub(crate) use autocast::autocast_args;
+pub use autocast::{
+    autocast, autocast_cache_len, autocast_disabled, autocast_dtype, cast_policy,
+    clear_autocast_cache, AutocastGuard, CastPolicy, FP32_OPS, LOWER_PRECISION_OPS, PROMOTE_OPS,
+};
 pub use broadcast::broadcast_shapes;
 pub use graph::{enable_grad, is_grad_enabled, no_grad, Edge, GradOp, GradSlot, NoGradGuard, Node};
 pub use layout::Layout;

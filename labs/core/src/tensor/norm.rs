@@ -20,6 +20,13 @@ impl Tensor {
         eps: f32,
     ) -> Result<Tensor> {
         const OP: &str = "layer_norm";
+        let inputs: Vec<&Tensor> = [Some(self), weight, bias].into_iter().flatten().collect();
+        if let Some(args) = super::autocast_args(OP, &inputs)? {
+            let mut rest = args[1..].iter();
+            let w = weight.and_then(|_| rest.next());
+            let b = bias.and_then(|_| rest.next());
+            return args[0].layer_norm(normalized_shape, w, b, eps);
+        }
         self.check_float(OP)?;
         let rank = self.shape().len();
         if normalized_shape.len() > rank

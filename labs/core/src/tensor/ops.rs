@@ -87,6 +87,9 @@ impl Tensor {
     /// Integer tensors run the ops with an integer expression in their own dtype, and
     /// are promoted to float32 for the others (`exp` of an int32 tensor is float32).
     pub fn unary_with(&self, op: UnaryOp, alpha: f32) -> Result<Tensor> {
+        if let Some(args) = super::autocast_args(op.name(), &[self])? {
+            return args[0].unary_with(op, alpha);
+        }
         if !self.is_floating_point() && op.int_cuda().is_none() {
             return self.promoted_to_float()?.unary_with(op, alpha);
         }
@@ -142,6 +145,9 @@ impl Tensor {
     /// `op` applied to pairs of elements of two tensors, broadcast together (PyTorch's
     /// rules) in their promoted dtype (see `broadcast.rs`).
     pub fn binary_with(&self, op: BinaryOp, other: &Tensor, alpha: f32) -> Result<Tensor> {
+        if let Some(args) = super::autocast_args(op.name(), &[self, other])? {
+            return args[0].broadcast_binary(op, &args[1], alpha);
+        }
         self.broadcast_binary(op, other, alpha)
     }
 

@@ -14,6 +14,9 @@ impl Tensor {
     /// size-1 dimensions (PyTorch's `sum(dim, keepdim)`). An empty `dims` sums nothing
     /// and returns a copy, as PyTorch's `sum(dim=[])` does not: use [`Tensor::sum_all`].
     pub fn sum_dims(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+        if let Some(args) = super::autocast_args("sum", &[self])? {
+            return args[0].sum_dims(dims, keepdim);
+        }
         self.reduce_dims("sum", dims, keepdim, 1.0)
     }
 
@@ -28,6 +31,9 @@ impl Tensor {
 
     /// The sum of every element, as a tensor of shape `[]`.
     pub fn sum_all(&self) -> Result<Tensor> {
+        if let Some(args) = super::autocast_args("sum", &[self])? {
+            return args[0].sum_all();
+        }
         let dims: Vec<usize> = (0..self.shape().len()).collect();
         self.reduce_dims("sum", &dims, false, 1.0)
     }

@@ -49,6 +49,9 @@ impl Tensor {
 
     fn softmax_impl(&self, dim: usize, log: bool) -> Result<Tensor> {
         let name = if log { "log_softmax" } else { "softmax" };
+        if let Some(args) = super::autocast_args(name, &[self])? {
+            return args[0].softmax_impl(dim, log);
+        }
         self.check_float(name)?;
         self.layout.check_dim(name, dim)?;
         let x = self.dim_last(dim)?;

@@ -1,0 +1,275 @@
+//! `torch.amp.GradScaler`: loss scaling for float16 training. A float16 gradient
+//! smaller than 2^-24 is zero; multiplying the loss by a large factor (the scale)
+//! multiplies every gradient by it, lifting small ones into range. Before the
+//! optimizer step the gradients are divided by the scale again (`unscale_`), in float32,
+//! and checked: if any is infinite or NaN the scale was too large, the step is skipped
+//! and the scale halved; after `growth_interval` steps in a row without one it is
+//! doubled, so it keeps probing for the largest scale that does not overflow.
+//!
+//! The update rule is PyTorch's (`_amp_update_scale_`), in float32:
+//!
+//! ```text
+//! if found_inf:  scale *= backoff_factor;  tracker = 0
+//! else:          tracker += 1
+//!                if tracker == growth_interval: scale *= growth_factor (if finite); tracker = 0
+//! ```
+//!
+//! A training step is `scaler.scale(&loss)?.backward()?; scaler.step(&mut opt)?;
+//! scaler.update()?`, with an optional `scaler.unscale_(&opt)?` before `step` to clip or
+//! inspect the true gradients. Each optimizer is unscaled at most once between updates,
+//! as in PyTorch.
+
+use std::collections::HashMap;
+
+use super::Optimizer;
+use crate::error::{Error, Result};
+use crate::kernels::{Kernel, UnscaleGrad};
+use crate::tensor::{no_grad, DType, Tensor};
+
+/// Where an optimizer is in the scaler's cycle since the last `update`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScalerStage {
+    /// Nothing done yet.
+    Ready,
+    /// `unscale_` ran: the gradients hold true values.
+    Unscaled,
+    /// `step` ran (or was skipped for an overflow).
+    Stepped,
+}
+
+struct OptimizerState {
+    stage: ScalerStage,
+    /// One float32 on the device, 1 when some gradient was not finite.
+    found_inf: Tensor,
+}
+
+// ANCHOR: grad_scaler
+/// PyTorch's `GradScaler("cuda")`.
+pub struct GradScaler {
+    scale: f32,
+    growth_factor: f32,
+    backoff_factor: f32,
+    growth_interval: u32,
+    /// Steps in a row without an overflow since the last growth or backoff.
+    growth_tracker: u32,
+    /// Per optimizer (by address), what happened since the last update.
+    per_optimizer: HashMap<usize, OptimizerState>,
+}
+// ANCHOR_END: grad_scaler
+
+/// A stable key for an optimizer while it is borrowed (its address).
+fn key(optimizer: &dyn Optimizer) -> usize {
+    optimizer as *const dyn Optimizer as *const () as usize
+}
+
+impl Default for GradScaler {
+    fn default() -> GradScaler {
+        GradScaler::new()
+    }
+}
+
+impl GradScaler {
+    /// PyTorch's defaults: `init_scale=2**16, growth_factor=2.0, backoff_factor=0.5,
+    /// growth_interval=2000`.
+    pub fn new() -> GradScaler {
+        GradScaler::with_options(65536.0, 2.0, 0.5, 2000).expect("the defaults are valid")
+    }
+
+    /// A scaler with chosen constants; as in PyTorch, `growth_factor` must exceed 1 and
+    /// `backoff_factor` lie in (0, 1).
+    pub fn with_options(
+        init_scale: f32,
+        growth_factor: f32,
+        backoff_factor: f32,
+        growth_interval: u32,
+    ) -> Result<GradScaler> {
+        if !(init_scale.is_finite() && init_scale > 0.0) {
+            return Err(Error::InvalidArgument(format!(
+                "GradScaler: init_scale must be positive and finite, got {init_scale}"
+            )));
+        }
+        if growth_factor.is_nan() || growth_factor <= 1.0 {
+            return Err(Error::InvalidArgument(format!(
+                "GradScaler: the growth factor must be > 1, got {growth_factor}"
+            )));
+        }
+        if !(backoff_factor > 0.0 && backoff_factor < 1.0) {
+            return Err(Error::InvalidArgument(format!(
+                "GradScaler: the backoff factor must be < 1 and > 0, got {backoff_factor}"
+            )));
+        }
+        if growth_interval == 0 {
+            return Err(Error::InvalidArgument(
+                "GradScaler: growth_interval must be at least 1".into(),
+            ));
+        }
+        Ok(GradScaler {
+            scale: init_scale,
+            growth_factor,
+            backoff_factor,
+            growth_interval,
+            growth_tracker: 0,
+            per_optimizer: HashMap::new(),
+        })
+    }
+
+    /// The current scale (`get_scale()`).
+    pub fn get_scale(&self) -> f32 {
+        self.scale
+    }
+
+    /// Good steps in a row counted toward the next growth (`_growth_tracker`).
+    pub fn growth_tracker(&self) -> u32 {
+        self.growth_tracker
+    }
+
+    /// Where `optimizer` is in the cycle since the last `update`.
+    pub fn stage(&self, optimizer: &dyn Optimizer) -> ScalerStage {
+        self.per_optimizer
+            .get(&key(optimizer))
+            .map_or(ScalerStage::Ready, |s| s.stage)
+    }
+
+    // ANCHOR: scale
+    /// `loss * scale`, in float32 (a half-precision loss is widened first, as PyTorch's
+    /// float32 scale tensor promotes it): the tensor to call `backward` on.
+    pub fn scale(&self, loss: &Tensor) -> Result<Tensor> {
+        loss.check_float_dtype("GradScaler.scale")?;
+        loss.to_dtype(DType::F32)?.mul_scalar(self.scale as f64)
+    }
+    // ANCHOR_END: scale
+
+    // ANCHOR: unscale
+    /// Divides every gradient of `optimizer`'s parameters by the scale, in place, and
+    /// records on the device whether any was infinite or NaN: one fused kernel per
+    /// gradient writing one shared flag. At most once per optimizer between updates.
+    pub fn unscale_(&mut self, optimizer: &dyn Optimizer) -> Result<()> {
+        match self.stage(optimizer) {
+            ScalerStage::Ready => {}
+            ScalerStage::Unscaled => {
+                return Err(Error::InvalidArgument(
+                    "unscale_() has already been called on this optimizer since the last \
+                     update()"
+                        .into(),
+                ))
+            }
+            ScalerStage::Stepped => {
+                return Err(Error::InvalidArgument(
+                    "unscale_() is being called after step()".into(),
+                ))
+            }
+        }
+        let Some(device) = optimizer.params().first().map(|p| p.device().clone()) else {
+            return Err(Error::InvalidArgument(
+                "GradScaler.unscale_: the optimizer has no parameters".into(),
+            ));
+        };
+        let found_inf = Tensor::zeros(&[1], DType::F32, &device)?;
+        // PyTorch computes the inverse in float64 and rounds it to float32.
+        let inv_scale = (1.0 / self.scale as f64) as f32;
+        let _off = no_grad();
+        for p in optimizer.params() {
+            let Some(g) = p.grad() else { continue };
+            if g.dtype() == DType::F16 {
+                return Err(Error::InvalidArgument(
+                    "GradScaler: attempting to unscale float16 gradients; keep the \
+                     parameters (master weights) in float32 and let autocast make the \
+                     float16 copies"
+                        .into(),
+                ));
+            }
+            g.check_float_dtype("unscale_")?;
+            g.check_same_device(&found_inf)?;
+            if !g.is_contiguous() {
+                return Err(Error::InvalidArgument(format!(
+                    "unscale_: the gradient of shape {:?} is not contiguous",
+                    g.shape()
+                )));
+            }
+            device.launch(&Kernel::UnscaleGrad(UnscaleGrad {
+                dtype: g.dtype(),
+                grad: g.ptr(),
+                found_inf: found_inf.ptr(),
+                inv_scale,
+                n: g.numel(),
+            }))?;
+        }
+        self.per_optimizer.insert(
+            key(optimizer),
+            OptimizerState {
+                stage: ScalerStage::Unscaled,
+                found_inf,
+            },
+        );
+        Ok(())
+    }
+    // ANCHOR_END: unscale
+
+    // ANCHOR: step
+    /// Unscales the gradients if `unscale_` did not, then runs `optimizer.step()` unless
+    /// a gradient was not finite. Returns whether the step ran. Reading the flag waits
+    /// for the checks (PyTorch's `found_inf.item()` does too).
+    pub fn step(&mut self, optimizer: &mut dyn Optimizer) -> Result<bool> {
+        match self.stage(optimizer) {
+            ScalerStage::Ready => self.unscale_(optimizer)?,
+            ScalerStage::Unscaled => {}
+            ScalerStage::Stepped => {
+                return Err(Error::InvalidArgument(
+                    "step() has already been called since the last update()".into(),
+                ))
+            }
+        }
+        let state = self
+            .per_optimizer
+            .get_mut(&key(optimizer))
+            .expect("unscaled above");
+        state.stage = ScalerStage::Stepped;
+        let overflow = state.found_inf.item::<f32>()? != 0.0;
+        if !overflow {
+            optimizer.step()?;
+        }
+        Ok(!overflow)
+    }
+    // ANCHOR_END: step
+
+    // ANCHOR: update
+    /// Backs the scale off if any optimizer found an overflow since the last update,
+    /// else counts a good step and grows the scale after `growth_interval` of them; then
+    /// starts a new cycle.
+    pub fn update(&mut self) -> Result<()> {
+        if self.per_optimizer.is_empty() {
+            return Err(Error::InvalidArgument(
+                "update(): no inf checks were recorded prior to update (call step() or \
+                 unscale_() first)"
+                    .into(),
+            ));
+        }
+        let mut found_inf = false;
+        for state in self.per_optimizer.values() {
+            found_inf |= state.found_inf.item::<f32>()? != 0.0;
+        }
+        self.per_optimizer.clear();
+        self.apply(found_inf);
+        Ok(())
+    }
+
+    /// The update rule itself (`_amp_update_scale_`).
+    fn apply(&mut self, found_inf: bool) {
+        if found_inf {
+            self.scale *= self.backoff_factor;
+            self.growth_tracker = 0;
+            return;
+        }
+        let successful = self.growth_tracker + 1;
+        if successful == self.growth_interval {
+            let grown = self.scale * self.growth_factor;
+            if grown.is_finite() {
+                self.scale = grown;
+            }
+            self.growth_tracker = 0;
+        } else {
+            self.growth_tracker = successful;
+        }
+    }
+    // ANCHOR_END: update
+}

@@ -1,0 +1,225 @@
+//! Automatic mixed precision (`torch.autocast(device_type="cuda", dtype=...)`): inside
+//! an [`autocast`] region, the ops that tensor cores speed up run in half precision and
+//! the ops whose accuracy needs range or many small terms run in float32, whatever
+//! dtype their inputs arrive in. The lists are PyTorch's CUDA lists
+//! (`aten/src/ATen/autocast_mode.cpp`), restricted to the ops this runtime has:
+//!
+//! - [`LOWER_PRECISION_OPS`] run in the region's dtype (`matmul`, `linear`; attention
+//!   is made of them here, so its products run in half precision and its softmax in
+//!   float32);
+//! - [`FP32_OPS`] run in float32 (`softmax`, `log_softmax`, `layer_norm`, the losses,
+//!   `sum`, `exp`, `log`, `rsqrt`, `pow`);
+//! - every other op runs in the dtype of its inputs, and binary ops on mixed inputs
+//!   promote to the widest (type promotion does that already, region or not).
+//!
+//! An op consults the region in one place, [`autocast_args`], with its name: the
+//! function returns its inputs cast as the op's policy says ([`cast_policy`]), or `None`
+//! outside a region. Only out-of-place ops call it; in-place ops write their own dtype.
+//!
+//! As in PyTorch, half-precision copies of float32 leaves that require grad (the
+//! weights) are cached until the outermost region exits, so a weight used by several
+//! ops of one forward pass is cast once; the cache's memory is counted as
+//! [`Category::AutocastCache`]. The graph keeps a cached copy alive after the region
+//! when an op saved it for backward, and it stays in that category until then.
+
+use std::cell::{Cell, RefCell};
+
+use super::promote::is_floating_point;
+use super::{DType, Tensor};
+use crate::alloc::Category;
+use crate::error::{Error, Result};
+
+// ANCHOR: cast_lists
+/// Ops that run in the region's dtype (PyTorch's `lower_precision_fp` list: `mm`,
+/// `matmul`, `linear`, `bmm`, `baddbmm`, `addmm`, `scaled_dot_product_attention`, ...).
+pub const LOWER_PRECISION_OPS: &[&str] = &["matmul", "linear"];
+
+/// Ops that run in float32 (PyTorch's `fp32` and `fp32_set_opt_dtype` lists).
+pub const FP32_OPS: &[&str] = &[
+    "softmax",
+    "log_softmax",
+    "layer_norm",
+    "nll_loss",
+    "mse_loss",
+    "sum",
+    "exp",
+    "log",
+    "rsqrt",
+    "pow",
+    "pow_scalar",
+];
+
+/// Ops that run in the widest dtype of their inputs (PyTorch's `promote` list); this
+/// runtime's binary ops promote anyway, `cat` (and `stack`, which joins through it)
+/// only here.
+pub const PROMOTE_OPS: &[&str] = &["cat"];
+// ANCHOR_END: cast_lists
+
+/// What an op's inputs become inside a region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CastPolicy {
+    /// Floating-point inputs are cast to the region's dtype.
+    LowerPrecision,
+    /// Half-precision inputs are cast to float32.
+    Fp32,
+    /// Floating-point inputs are cast to the widest of their dtypes.
+    Promote,
+    /// Inputs are used as they are.
+    Unchanged,
+}
+
+/// The policy of the op named `op` (a kernel's or a method's name).
+pub fn cast_policy(op: &str) -> CastPolicy {
+    if LOWER_PRECISION_OPS.contains(&op) {
+        CastPolicy::LowerPrecision
+    } else if FP32_OPS.contains(&op) {
+        CastPolicy::Fp32
+    } else if PROMOTE_OPS.contains(&op) {
+        CastPolicy::Promote
+    } else {
+        CastPolicy::Unchanged
+    }
+}
+
+thread_local! {
+    /// The dtype of the innermost region, `None` outside or in a disabled one.
+    static DTYPE: Cell<Option<DType>> = const { Cell::new(None) };
+    /// How many regions (enabled or not) are open: the cache is cleared when it
+    /// returns to 0, as `torch.autocast.__exit__` does.
+    static NESTING: Cell<usize> = const { Cell::new(0) };
+    /// `(source, dtype, cast)`: the source is kept alive, so its storage cannot be
+    /// reused by another tensor that would then hit in the cache.
+    static CACHE: RefCell<Vec<(Tensor, DType, Tensor)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An open region; closing it (dropping the guard) restores the enclosing one.
+#[must_use = "autocast applies only while the guard is alive"]
+pub struct AutocastGuard {
+    previous: Option<DType>,
+}
+
+impl Drop for AutocastGuard {
+    fn drop(&mut self) {
+        DTYPE.with(|d| d.set(self.previous));
+        let left = NESTING.with(|n| {
+            let left = n.get().saturating_sub(1);
+            n.set(left);
+            left
+        });
+        if left == 0 {
+            clear_autocast_cache();
+        }
+    }
+}
+
+fn open(dtype: Option<DType>) -> AutocastGuard {
+    NESTING.with(|n| n.set(n.get() + 1));
+    AutocastGuard {
+        previous: DTYPE.with(|d| d.replace(dtype)),
+    }
+}
+
+// ANCHOR: autocast_guard
+/// Runs the thread's ops under autocast to `dtype` (`float16` or `bfloat16`, the CUDA
+/// autocast dtypes) until the guard drops (`with torch.autocast("cuda", dtype):`).
+/// Regions nest; the innermost decides.
+pub fn autocast(dtype: DType) -> Result<AutocastGuard> {
+    match dtype {
+        DType::F16 | DType::BF16 => Ok(open(Some(dtype))),
+        other => Err(Error::InvalidArgument(format!(
+            "autocast: the CUDA autocast dtype must be float16 or bfloat16, got {other}"
+        ))),
+    }
+}
+
+/// Turns autocast off until the guard drops (`torch.autocast("cuda", enabled=False)`
+/// inside a region): ops run in their inputs' dtypes again.
+pub fn autocast_disabled() -> AutocastGuard {
+    open(None)
+}
+// ANCHOR_END: autocast_guard
+
+/// The dtype ops are autocast to on this thread now, if a region is enabled
+/// (`torch.get_autocast_dtype` when `torch.is_autocast_enabled()`).
+pub fn autocast_dtype() -> Option<DType> {
+    DTYPE.with(Cell::get)
+}
+
+/// Drops the cached casts (`torch.clear_autocast_cache()`); closing the outermost
+/// region does it.
+pub fn clear_autocast_cache() {
+    // Taken out first: dropping tensors frees memory, which must not happen while the
+    // cache is borrowed.
+    let cached = CACHE.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    drop(cached);
+}
+
+/// How many casts the cache holds now.
+pub fn autocast_cache_len() -> usize {
+    CACHE.with(|c| c.borrow().len())
+}
+
+/// `t` cast to `dtype`, through the cache when `t` is a float32 leaf that requires
+/// grad (PyTorch's `cached_cast`: only weights are worth keeping for the region).
+fn cast(t: &Tensor, dtype: DType) -> Result<Tensor> {
+    let cacheable = t.dtype() == DType::F32 && t.is_leaf() && t.requires_grad();
+    if !cacheable {
+        return t.to_dtype(dtype);
+    }
+    let hit = CACHE.with(|c| {
+        c.borrow()
+            .iter()
+            .find(|(src, d, _)| *d == dtype && src.shares_storage(t) && src.layout() == t.layout())
+            .map(|(_, _, cast)| cast.clone())
+    });
+    if let Some(cast) = hit {
+        return Ok(cast);
+    }
+    let cast = {
+        let _cache = Category::AutocastCache.scope();
+        t.to_dtype(dtype)?
+    };
+    CACHE.with(|c| c.borrow_mut().push((t.clone(), dtype, cast.clone())));
+    Ok(cast)
+}
+
+// ANCHOR: autocast_args
+/// The inputs of op `op` as the current region wants them: `None` outside a region or
+/// when the op's policy changes nothing, else every input, cast where the policy says
+/// (integer inputs, indices, are never cast). The one place ops consult autocast.
+pub(crate) fn autocast_args(op: &str, inputs: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let Some(region) = autocast_dtype() else {
+        return Ok(None);
+    };
+    let target = match cast_policy(op) {
+        CastPolicy::Unchanged => return Ok(None),
+        CastPolicy::LowerPrecision => region,
+        CastPolicy::Fp32 => DType::F32,
+        CastPolicy::Promote => {
+            let floats = inputs
+                .iter()
+                .map(|t| t.dtype())
+                .filter(|&d| is_floating_point(d));
+            match floats.reduce(super::promote_types) {
+                Some(widest) => widest,
+                None => return Ok(None),
+            }
+        }
+    };
+    let needs_cast = |t: &&Tensor| is_floating_point(t.dtype()) && t.dtype() != target;
+    if !inputs.iter().any(needs_cast) {
+        return Ok(None);
+    }
+    inputs
+        .iter()
+        .map(|t| {
+            if needs_cast(t) {
+                cast(t, target)
+            } else {
+                Ok((*t).clone())
+            }
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+// ANCHOR_END: autocast_args
