@@ -95,9 +95,11 @@ pub fn attention_with_weights(
     check_qkv(q, k, v)?;
     let (l, dh) = (q.shape()[2], q.shape()[3]);
     let s = k.shape()[2];
+    // The scale goes on q (`[B, H, L, Dh]`) rather than on the scores (`[B, H, L, S]`),
+    // as PyTorch's math path does: a smaller pass, and q comes out dense for the GEMM.
     let mut scores = q
-        .matmul(&k.transpose(2, 3)?)?
-        .scale(1.0 / (dh as f32).sqrt())?;
+        .scale(1.0 / (dh as f32).sqrt())?
+        .matmul(&k.transpose(2, 3)?)?;
     if causal {
         let m = causal_mask_rect(l, s, q.device())?.to_dtype(q.dtype())?;
         scores = scores.add(&m)?;

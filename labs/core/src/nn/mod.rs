@@ -9,9 +9,9 @@
 //! [`Sequential`] and [`Mlp`], [`MultiheadAttention`], [`TransformerEncoderLayer`] and
 //! [`TransformerDecoderLayer`], their stacks [`TransformerEncoder`] and
 //! [`TransformerDecoder`], the encoder-decoder [`Transformer`], and the decoder-only
-//! [`Gpt2`]; the attention core is [`attention::scaled_dot_product_attention`]. Initial values come from a seeded host [`Rng`] with
-//! PyTorch's distributions and bounds (not its bits), so the same seed gives the same
-//! model on every device.
+//! [`Gpt2`]; every attention goes through [`attention::scaled_dot_product_attention`].
+//! Initial values come from a seeded host [`Rng`] with PyTorch's distributions and
+//! bounds (not its bits), so the same seed gives the same model on every device.
 
 mod activation;
 pub mod attention;
