@@ -1,6 +1,7 @@
 //! What each allocation is for, in the categories of PyTorch's memory profiler
 //! (`torch.profiler._memory_profiler.Category`): parameters, their gradients, optimizer
-//! state, inputs, activations saved for backward, temporaries, and everything else.
+//! state, inputs, activations saved for backward, temporaries, and everything else;
+//! plus one of our own, the autocast cache (see `tensor/autocast.rs`).
 //!
 //! PyTorch works the categories out after the fact, from a profile of the tensors' uses.
 //! Here an allocation gets one when it is made, from the innermost [`CategoryScope`] of
@@ -35,7 +36,8 @@ pub enum Category {
     /// Memory not made through a tensor (raw allocator use, replays).
     Other,
     /// Half-precision copies of float32 weights that autocast keeps for the rest of its
-    /// region (PyTorch's autocast cache; its profiler counts them as temporaries).
+    /// region (PyTorch's autocast cache), and after it for as long as a graph saved
+    /// them. Not one of the profiler's categories: ours, so that the cache shows.
     AutocastCache,
 }
 // ANCHOR_END: category
