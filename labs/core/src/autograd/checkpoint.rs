@@ -131,8 +131,7 @@ impl SavedTensorsHooks for ForwardHooks {
     }
 
     fn unpack(&self, packed: &Packed) -> Result<Tensor> {
-        let slot = packed
-            .downcast_ref::<Slot>()
+        let slot = ForwardHooks::slot(packed)
             .ok_or_else(|| Error::InvalidArgument("checkpoint: a foreign packed value".into()))?;
         let position = match slot {
             Slot::Kept(t) => return Ok(t.clone()),
@@ -154,6 +153,19 @@ impl SavedTensorsHooks for ForwardHooks {
                      forward (is the region deterministic in what it computes?)"
                 ))
             })
+    }
+
+    fn resident(&self, packed: &Packed) -> Option<Tensor> {
+        match ForwardHooks::slot(packed)? {
+            Slot::Kept(t) => Some(t.clone()),
+            Slot::Recompute(_) => None,
+        }
+    }
+}
+
+impl ForwardHooks {
+    fn slot(packed: &Packed) -> Option<&Slot> {
+        packed.downcast_ref::<Slot>()
     }
 }
 

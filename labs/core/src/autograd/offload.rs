@@ -215,6 +215,13 @@ impl SavedTensorsHooks for OffloadHooks {
         Ok(t)
     }
 
+    fn resident(&self, packed: &Packed) -> Option<Tensor> {
+        match downcast(packed).ok()? {
+            Slot::OnDevice(t) => Some(t.clone()),
+            Slot::Offloaded(_) => None,
+        }
+    }
+
     fn prefetch(&self, packed: &Packed) -> Result<()> {
         if let (true, Slot::Offloaded(o)) = (self.options.prefetch, downcast(packed)?) {
             self.start_copy_back(o)?;

@@ -49,7 +49,16 @@ pub fn retained_by<'a>(tensors: impl IntoIterator<Item = &'a Tensor>) -> Retaine
         match node.saved.lock().unwrap().as_ref() {
             None => out.released_nodes += 1,
             Some(saved) => {
-                for s in saved {
+                // Tensors saved through hooks count where the hooks kept them on the
+                // device; an offloaded or a to-be-recomputed tensor costs no device
+                // memory.
+                let resident: Vec<Tensor> = node.packed.as_ref().map_or_else(Vec::new, |p| {
+                    let items = p.items.lock().unwrap();
+                    (items.iter().flatten().flatten())
+                        .filter_map(|item| p.hooks.resident(item))
+                        .collect()
+                });
+                for s in saved.iter().chain(&resident) {
                     let block = s.allocation();
                     if storages.insert(block.ptr()) {
                         out.saved_bytes += block.requested();

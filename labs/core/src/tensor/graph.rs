@@ -293,7 +293,8 @@ impl Tensor {
         if !is_grad_enabled() || !inputs.iter().any(|t| t.requires_grad()) {
             return out;
         }
-        let (saved, packed) = match super::saved_hooks::current_saved_tensors_hooks() {
+        let hooks = super::saved_hooks::current_saved_tensors_hooks().filter(|_| !saved.is_empty());
+        let (saved, packed) = match hooks {
             // The hooks decide where each saved tensor lives (and its category).
             Some(hooks) => (
                 Vec::new(),

@@ -40,6 +40,13 @@ pub trait SavedTensorsHooks: Send + Sync {
     fn prefetch(&self, _packed: &Packed) -> Result<()> {
         Ok(())
     }
+
+    /// The device tensor `packed` keeps alive, if it keeps one (a small tensor an
+    /// offload left on the device, a tensor a selective checkpoint kept): what
+    /// `autograd::retained_graph` counts. The default: none.
+    fn resident(&self, _packed: &Packed) -> Option<Tensor> {
+        None
+    }
 }
 
 /// A node's saved tensors as its hooks packed them, in the order the op saved them.
