@@ -5,6 +5,11 @@
 //! As in PyTorch, a pass releases what the nodes saved as soon as each node is done,
 //! unless asked to retain the graph; a second pass through a released graph is an
 //! error that says so. Gradients are computed with recording off (no double backward).
+//!
+//! What a node saved may have gone through saved-tensor hooks (`saved_hooks.rs`): the
+//! pass unpacks it when it reaches the node and asks the next node's hooks to start
+//! bringing theirs back. Activation offload (`offload.rs`) and activation
+//! checkpointing (`checkpoint.rs`) are such hooks.
 
 mod checkpoint;
 mod derivatives;
