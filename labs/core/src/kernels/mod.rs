@@ -14,10 +14,10 @@
 //! The matrix product, [`Gemm`], is a launch like the others but a library's: cuBLAS on
 //! `cuda`, a CPU GEMM crate on `sim` and `cpu`.
 
-pub mod attention;
-mod attention_cpu;
 mod amp;
 mod amp_cpu;
+pub mod attention;
+mod attention_cpu;
 pub mod cpu;
 mod cpu_rows;
 mod gemm;
@@ -29,8 +29,8 @@ pub mod source;
 pub mod special;
 mod strided;
 
-pub use attention::{AttentionKernel, ATTENTION_MAX_HEAD_DIM};
 pub use amp::UnscaleGrad;
+pub use attention::{AttentionKernel, ATTENTION_MAX_HEAD_DIM};
 pub use gemm::{Gemm, Operand};
 pub use ops::{BinaryOp, CompareOp, UnaryOp};
 pub use optim::{AdamStep, SgdStep};
