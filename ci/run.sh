@@ -11,6 +11,10 @@ logs=${LOG_DIR:-$here/logs}
 mkdir -p "$logs"
 logs=$(cd "$logs" && pwd)
 export LABS_DEVICE=${LABS_DEVICE:-cuda}
+# Which parts to run, comma-separated (all by default), so that a run can be split over
+# two calls of a time-limited machine: tests, reference, commands, snippets.
+parts=",${RUN_PARTS:-tests,reference,commands,snippets},"
+part() { [[ "$parts" == *",$1,"* ]]; }
 # The test data travels with the bundle (the checkout is not on this machine).
 export LABS_DATA_DIR=$here/data
 # Tests that run a lab's command line find the binaries here, not where cargo built them.
@@ -53,6 +57,7 @@ fi
 
 passed=0 failed=0 failures=()
 for t in "$here"/tests/*; do
+  part tests || break
   name=$(basename "$t")
   # One test at a time: several tests timing the same GPU at once would measure each
   # other (a cuMemFree in one test stalls a launch in another).
@@ -72,7 +77,7 @@ done
 # the benches read them through commands.txt's {pytorch} (lab-08 bench --pytorch FILE)
 # and print them beside their own. Skipped, with a note, where python3 has no torch.
 pytorch_json=
-if [ -f "$here/ci/pytorch-reference.py" ]; then
+if part reference && [ -f "$here/ci/pytorch-reference.py" ]; then
   echo "== PyTorch reference"
   if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
     echo "python3 cannot import torch with CUDA: PyTorch's figures are not measured in this run"
@@ -89,6 +94,7 @@ if [ -f "$here/ci/pytorch-reference.py" ]; then
 fi
 
 while read -r line; do
+  part commands || break
   case "$line" in ''|'#'*) continue ;; esac
   bin=${line%% *}
   args=${line#"$bin"}
@@ -117,7 +123,7 @@ done <"$here/commands.txt"
 
 # The PyTorch snippets the chapters show: each must run here, and what each printed goes
 # to logs/snippets for ci/book-outputs.sh.
-if [ -f "$here/ci/check-snippets.py" ]; then
+if part snippets && [ -f "$here/ci/check-snippets.py" ]; then
   echo "== PyTorch snippets"
   if python3 "$here/ci/check-snippets.py" --require-gpu --out "$logs/snippets" >"$logs/snippets.log" 2>&1; then
     passed=$((passed + 1))
