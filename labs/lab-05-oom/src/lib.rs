@@ -29,7 +29,10 @@ pub fn mib(bytes: u64) -> String {
 pub fn capped(device: &Device, bytes: u64, conf: &str) -> Result<Allocator> {
     let a = Allocator::new(device.backend_arc(), Config::parse(conf)?)?;
     let total = device.mem_info()?.total;
-    a.set_memory_fraction((bytes as f64 / total as f64).min(1.0))?;
+    // Half a byte over, so that the limit (the device's size times the fraction, rounded
+    // down) is `bytes` exactly whatever the device's size: a GPU's is no power of two,
+    // and a limit a few bytes short of 400 MiB holds one 20 MiB segment fewer.
+    a.set_memory_fraction(((bytes as f64 + 0.5) / total as f64).min(1.0))?;
     Ok(a)
 }
 
