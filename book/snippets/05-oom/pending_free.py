@@ -10,7 +10,7 @@ total = torch.cuda.get_device_properties(0).total_memory
 torch.cuda.set_per_process_memory_fraction(256 * MiB / total)
 side = torch.cuda.Stream()
 a = torch.randn(2048, 2048, device="cuda")
-x = torch.empty(192 * MiB, dtype=torch.uint8, device="cuda")
+x = torch.empty(160 * MiB, dtype=torch.uint8, device="cuda")
 torch.cuda.synchronize()
 # ANCHOR: pending
 side.wait_stream(torch.cuda.current_stream())
@@ -23,7 +23,7 @@ del x  # pending until the side stream reaches this point
 before = torch.cuda.memory_stats()
 start = time.perf_counter()
 try:
-    y = torch.empty(192 * MiB, dtype=torch.uint8, device="cuda")
+    y = torch.empty(160 * MiB, dtype=torch.uint8, device="cuda")
     result = "served"
 except torch.cuda.OutOfMemoryError as e:
     result = f"out of memory: {e}"
