@@ -5,32 +5,14 @@
 //! var; and the memory of a step back to its baseline. Runs on the simulated GPU by
 //! default and on the GPU with `LABS_DEVICE=cuda`.
 
+mod gradcheck;
+
+use gradcheck::{check_gradients, serial, values};
 use half::{bf16, f16};
 use labs_core::kernels::rows::dropout_uniform;
-use labs_core::tensor::{no_grad, IGNORE_INDEX};
+use labs_core::tensor::IGNORE_INDEX;
 use labs_core::testing::test_device;
 use labs_core::{DType, Device, Error, Tensor};
-
-/// The tests share one device, its allocator and its generator: one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Deterministic inputs in [lo, hi).
-fn values(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
-        })
-        .collect()
-}
 
 /// `data` rounded to `dtype` on the device.
 fn make(data: &[f32], shape: &[usize], dtype: DType, device: &Device) -> Tensor {
@@ -90,56 +72,6 @@ fn assert_close(name: &str, got: &[f32], want: &[f64], rel: f64, abs: f64) {
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let ok = (g as f64 - w).abs() <= abs + rel * w.abs() || (g.is_nan() && w.is_nan());
         assert!(ok, "{name}: element {i} is {g}, expected {w}");
-    }
-}
-
-/// Checks the gradients backward gives `f`'s float32 inputs against central
-/// differences of `sum(f(inputs) * weights)` (random weights), in float64 on the host.
-fn check_gradients(name: &str, inputs: &[(Vec<f32>, Vec<usize>)], f: impl Fn(&[Tensor]) -> Tensor) {
-    let device = test_device();
-    let out_len = {
-        let ts: Vec<Tensor> = inputs.iter().map(|(d, s)| f32s(d, s, &device)).collect();
-        f(&ts).numel()
-    };
-    let weights = values(out_len, 99, -1.0, 1.0);
-    let loss_of = |ts: &[Tensor]| -> Tensor {
-        let y = f(ts);
-        let w = f32s(&weights, y.shape(), &device);
-        y.mul(&w).unwrap().sum_all().unwrap()
-    };
-    let leaves: Vec<Tensor> = (inputs.iter())
-        .map(|(d, s)| f32s(d, s, &device).requires_grad_(true))
-        .collect();
-    loss_of(&leaves).backward().unwrap();
-    let eps = 1e-2f32;
-    for (k, (data, shape)) in inputs.iter().enumerate() {
-        let grad = leaves[k]
-            .grad()
-            .unwrap_or_else(|| panic!("{name}: no gradient"));
-        assert_eq!(grad.shape(), &shape[..], "{name}: grad shape");
-        let analytic = grad.to_vec::<f32>().unwrap();
-        for i in 0..data.len() {
-            let eval = |delta: f32| -> f64 {
-                let _off = no_grad();
-                let ts: Vec<Tensor> = (inputs.iter().enumerate())
-                    .map(|(j, (d, s))| {
-                        let mut d = d.clone();
-                        if j == k {
-                            d[i] += delta;
-                        }
-                        f32s(&d, s, &device)
-                    })
-                    .collect();
-                loss_of(&ts).to_vec::<f32>().unwrap()[0] as f64
-            };
-            let numeric = (eval(eps) - eval(-eps)) / (2.0 * eps as f64);
-            let a = analytic[i] as f64;
-            let tol = 1e-2 + 1e-2 * numeric.abs();
-            assert!(
-                (a - numeric).abs() <= tol,
-                "{name}: d/dinput{k}[{i}] is {a} by backward, {numeric} by finite differences"
-            );
-        }
     }
 }
 
