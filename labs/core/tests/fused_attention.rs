@@ -280,3 +280,56 @@ fn bad_inputs_are_refused_with_clear_errors() {
     let ints = Tensor::zeros(&[1, 2, 4, 8], DType::I64, &device).unwrap();
     assert!(Tensor::fused_attention(&ints, &ints, &ints, false, None).is_err());
 }
+
+#[test]
+fn the_fused_backend_serves_a_gpt2_with_the_same_loss_and_gradients_and_stores_less() {
+    use labs_core::nn::{sdpa_kernel, Gpt2, Gpt2Config, Module, Rng, SdpaBackend};
+    let device = test_device();
+    let c = Gpt2Config {
+        vocab: 17,
+        n_positions: 128,
+        d_model: 16,
+        n_layer: 2,
+        n_head: 2,
+        dropout: 0.0,
+    };
+    let (b, t) = (2, 128);
+    let tokens: Vec<i64> = (0..b * t).map(|i| ((i * 7 + 3) % c.vocab) as i64).collect();
+    let targets: Vec<i64> = (0..b * t).map(|i| ((i * 5 + 1) % c.vocab) as i64).collect();
+    // `(loss, every gradient, activation bytes live before backward)`.
+    let run = |backend: SdpaBackend| -> (f64, Vec<Vec<f64>>, u64) {
+        let _backend = sdpa_kernel(backend);
+        let model = Gpt2::new(c, &mut Rng::seeded(3), &device).unwrap();
+        let idx = Tensor::from_slice(&tokens, &[b, t], &device).unwrap();
+        let tgt = Tensor::from_slice(&targets, &[b, t], &device).unwrap();
+        let before = device.allocator().unwrap().memory_allocated();
+        let loss = model.loss(&idx, &tgt).unwrap();
+        let held = device.allocator().unwrap().memory_allocated() - before;
+        let value = host(&loss)[0];
+        loss.backward().unwrap();
+        let grads = model
+            .parameters()
+            .iter()
+            .map(|p| host(&p.grad().unwrap()))
+            .collect();
+        (value, grads, held)
+    };
+    let (math_loss, math_grads, math_held) = run(SdpaBackend::Math);
+    let (fused_loss, fused_grads, fused_held) = run(SdpaBackend::Fused);
+    assert!(
+        (math_loss - fused_loss).abs() < 1e-5,
+        "{math_loss} vs {fused_loss}"
+    );
+    for (i, (m, f)) in math_grads.iter().zip(&fused_grads).enumerate() {
+        let err = max_error(m, f);
+        assert!(err < 1e-4, "parameter {i}: error {err:e}");
+    }
+    // The math path keeps each layer's [B, H, T, T] probabilities; the fused one a
+    // [B, H, T] log-sum-exp and dense copies of q, k, v and the output ([B, H, T, Dh]
+    // each, a quarter of the probabilities at these sizes).
+    let scores = (c.n_layer * b * c.n_head * t * t * 4) as u64;
+    assert!(
+        math_held - fused_held >= scores / 2,
+        "fused held {fused_held} B, math {math_held} B"
+    );
+}

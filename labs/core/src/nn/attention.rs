@@ -2,12 +2,18 @@
 //! over `[batch, heads, seq, head_dim]`, PyTorch's
 //! `torch.nn.functional.scaled_dot_product_attention`, and the masks it takes.
 //!
-//! This is the naive path: the scores `q kᵀ / sqrt(head_dim)` are materialised as a
-//! `[B, H, L, S]` tensor, softmaxed, dropped out and multiplied by `v`, each step one op
-//! with its own saved tensors (the scores' softmax and the dropout mask are what
-//! backward keeps: `O(L S)` memory per head). A fused kernel (flash-style, keeping only
-//! the row statistics) can be switched in behind the same signature: every caller goes
-//! through this one function.
+//! Two paths behind one signature, chosen per thread with [`sdpa_kernel`] (PyTorch's
+//! `torch.nn.attention.sdpa_kernel`):
+//!
+//! - [`SdpaBackend::Math`] (the default): the scores `q kᵀ / sqrt(head_dim)` are
+//!   materialised as a `[B, H, L, S]` tensor, softmaxed, dropped out and multiplied by
+//!   `v`, each step one op with its own saved tensors (the scores' softmax and the
+//!   dropout mask are what backward keeps: `O(L S)` memory per head);
+//! - [`SdpaBackend::Fused`]: one flash-style kernel ([`Tensor::fused_attention`]) that
+//!   keeps only each row's log-sum-exp, `O(L)`. It takes no additive mask; a call it
+//!   cannot serve falls back to the math path, as PyTorch's dispatcher does.
+
+use std::cell::Cell;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -54,6 +60,54 @@ pub fn additive_mask(mask: &Tensor, hidden: u8, dtype: DType) -> Result<Tensor> 
             supported: "uint8 (the labs' bool) or a float dtype (additive)",
         }),
     }
+}
+
+/// Which kernel [`scaled_dot_product_attention`] runs (PyTorch's `SDPBackend`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SdpaBackend {
+    /// The composition of matmul, softmax and dropout (PyTorch's `MATH`).
+    Math,
+    /// The fused kernel that never stores the scores (PyTorch's `FLASH_ATTENTION` and
+    /// `EFFICIENT_ATTENTION`), where the call allows it; math otherwise.
+    Fused,
+}
+
+thread_local! {
+    static BACKEND: Cell<SdpaBackend> = const { Cell::new(SdpaBackend::Math) };
+}
+
+/// The backend in force until the guard drops; dropping it restores the previous one.
+#[must_use = "the backend applies only while the guard is alive"]
+pub struct SdpaGuard {
+    previous: SdpaBackend,
+}
+
+impl Drop for SdpaGuard {
+    fn drop(&mut self) {
+        BACKEND.with(|b| b.set(self.previous));
+    }
+}
+
+/// Runs this thread's attention calls on `backend` until the guard drops
+/// (`with torch.nn.attention.sdpa_kernel(backend):`).
+pub fn sdpa_kernel(backend: SdpaBackend) -> SdpaGuard {
+    SdpaGuard {
+        previous: BACKEND.with(|b| b.replace(backend)),
+    }
+}
+
+/// The backend this thread's attention calls use now.
+pub fn sdpa_backend() -> SdpaBackend {
+    BACKEND.with(Cell::get)
+}
+
+/// Whether the fused kernel can serve this call: no additive mask, no dropout in
+/// effect, a head size it supports.
+fn fused_serves(q: &Tensor, mask: Option<&Tensor>, dropout_p: f32, training: bool) -> bool {
+    mask.is_none()
+        && (dropout_p == 0.0 || !training)
+        && q.shape().len() == 4
+        && q.shape()[3] <= crate::kernels::ATTENTION_MAX_HEAD_DIM
 }
 
 /// `softmax(q kᵀ / sqrt(head_dim) + mask) v`, with dropout on the attention weights

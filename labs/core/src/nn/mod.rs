@@ -28,7 +28,9 @@ mod transformer;
 mod transformer_stack;
 
 pub use activation::{Gelu, Relu, Sigmoid, Tanh};
-pub use attention::{causal_mask, scaled_dot_product_attention};
+pub use attention::{
+    causal_mask, scaled_dot_product_attention, sdpa_backend, sdpa_kernel, SdpaBackend, SdpaGuard,
+};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use gpt2::{Gpt2, Gpt2Config};
