@@ -131,6 +131,10 @@ pub fn scaled_dot_product_attention(
     dropout_p: f32,
     training: bool,
 ) -> Result<Tensor> {
+    if sdpa_backend() == SdpaBackend::Fused && fused_serves(q, mask, dropout_p, training) {
+        check_qkv(q, k, v)?;
+        return Tensor::fused_attention(q, k, v, causal, None);
+    }
     Ok(attention_with_weights(q, k, v, mask, causal, dropout_p, training)?.0)
 }
 
