@@ -192,3 +192,61 @@ fn snapshots_carry_each_blocks_category_and_summaries_add_them_up() {
     let back = labs_core::snapshot::load_json(json.as_bytes()).unwrap();
     assert_eq!(back, snapshot);
 }
+
+#[test]
+fn the_category_timeline_follows_every_byte_of_a_step() {
+    let _s = serial();
+    let d = test_device();
+    let a = d.allocator().unwrap();
+    let stream = d.default_stream().unwrap();
+    a.record_category_timeline(1 << 16);
+    let start = by_category(&d);
+    let weight = {
+        let _scope = Category::Parameter.scope();
+        Tensor::from_slice(&[0.5f32; 4096], &[64, 64], &d)
+            .unwrap()
+            .requires_grad_(true)
+    };
+    let x = {
+        let _scope = Category::Input.scope();
+        Tensor::from_slice(&[1.0f32; 8192], &[128, 64], &d).unwrap()
+    };
+    // relu saves its output: an activation until backward frees it.
+    let y = x.matmul(&weight).unwrap().relu().unwrap();
+    let during = by_category(&d);
+    y.sum_all().unwrap().backward().unwrap();
+    drop(y);
+    let raw = a.malloc(1 << 20, &stream).unwrap();
+    a.free(raw).unwrap();
+    let (samples, dropped) = a.category_timeline();
+    a.record_category_timeline(0);
+    assert_eq!(dropped, 0);
+    // The first sample is the state when recording started, the last the state now;
+    // the samples in between saw the activation come and go.
+    assert_eq!(samples[0].bytes, start);
+    assert_eq!(samples.last().unwrap().bytes, by_category(&d));
+    let act = Category::Activation.index();
+    assert!(during[act] > start[act]);
+    assert!(samples.iter().any(|s| s.bytes[act] == during[act]));
+    assert_eq!(samples.last().unwrap().bytes[act], start[act]);
+    let grad = Category::Gradient.index();
+    // The weight's gradient, 64 × 64 float32 (a multiple of the 512-byte rounding).
+    assert!(weight.grad().is_some());
+    assert_eq!(
+        samples.last().unwrap().bytes[grad] - start[grad],
+        64 * 64 * 4
+    );
+    // Reserved memory covers what is allocated at every sample; consecutive samples
+    // differ (repeats are not recorded); the raw 1 MiB block shows as `other`.
+    let other = Category::Other.index();
+    assert!(samples.iter().all(|s| s.reserved >= s.allocated()));
+    assert!(samples.windows(2).all(|w| w[0] != w[1]));
+    assert!(samples
+        .iter()
+        .any(|s| s.bytes[other] >= start[other] + (1 << 20)));
+    assert!(samples.windows(2).all(|w| w[0].time_us <= w[1].time_us));
+    // Stopped: nothing more is recorded.
+    let again = a.malloc(1 << 20, &stream).unwrap();
+    a.free(again).unwrap();
+    assert!(a.category_timeline().0.is_empty());
+}

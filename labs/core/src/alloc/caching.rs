@@ -26,6 +26,7 @@ use super::size::{
     checked_round_size, pool_of, segment_size, Pool, EXPANDABLE_VA, MIN_BLOCK, SMALL_SIZE,
 };
 use super::stats::Stats;
+use super::timeline::CategoryTimeline;
 use crate::backend::{Backend, DeviceId, Stream};
 use crate::error::{Error, Result};
 use crate::snapshot::TraceAction;
@@ -61,6 +62,9 @@ pub(super) struct State {
     pub stream_objects: Vec<Option<Stream>>,
     /// The memory history, while recorded (`record_memory_history`).
     pub history: Option<Box<History>>,
+    /// Bytes per category after each event, while recorded
+    /// ([`Allocator::record_category_timeline`](super::Allocator::record_category_timeline)).
+    pub timeline: Option<Box<CategoryTimeline>>,
 }
 
 impl State {
@@ -84,6 +88,7 @@ impl State {
             streams: Vec::new(),
             stream_objects: Vec::new(),
             history: None,
+            timeline: None,
         }
     }
 
@@ -125,6 +130,7 @@ impl State {
         if old != category {
             self.stats.by_category[old.index()].sub(a.size);
             self.stats.by_category[category.index()].add(a.size);
+            self.sample_timeline();
         }
         Ok(())
     }
@@ -241,6 +247,7 @@ impl State {
         // The running count of allocations numbers this one, for the leak guard.
         self.blocks[id].serial = s.allocations.all.allocated;
         self.note(TraceAction::Alloc, ptr, requested, stream);
+        self.sample_timeline();
         Allocation {
             id,
             generation,
@@ -361,8 +368,14 @@ impl State {
         }
     }
 
-    // ANCHOR: free
     pub fn free(&mut self, be: &dyn Backend, block: Allocation) -> Result<()> {
+        let freed = self.free_block(be, block);
+        self.sample_timeline();
+        freed
+    }
+
+    // ANCHOR: free
+    fn free_block(&mut self, be: &dyn Backend, block: Allocation) -> Result<()> {
         self.check_handle(&block)?;
         let id = block.id;
         if self.history.is_some() {
@@ -496,7 +509,16 @@ impl State {
             seg.pages = Vec::new();
             self.vacant_segments.push(s as u32);
         }
+        self.sample_timeline();
         Ok(before - self.stats.reserved.current)
+    }
+
+    /// Samples the bytes per category, when the timeline is being recorded.
+    #[inline(always)]
+    pub(super) fn sample_timeline(&mut self) {
+        if let Some(t) = self.timeline.as_deref_mut() {
+            t.push(&self.stats);
+        }
     }
 
     /// Records an event in the memory history, when one is being recorded.

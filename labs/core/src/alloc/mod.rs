@@ -22,6 +22,7 @@ pub mod replay;
 mod report;
 mod size;
 mod stats;
+mod timeline;
 
 pub use allocator::{Allocation, Allocator, OomObserver};
 pub use category::{Category, CategoryScope};
@@ -34,3 +35,4 @@ pub use pool::{BlockState, MAX_STREAMS};
 pub use report::{BlockInfo, SegmentInfo};
 pub use size::{checked_round_size, pool_of, round_size, segment_size, Pool, MAX_REQUEST};
 pub use stats::{DriverTime, DriverTimes, PoolStat, Stat, Stats};
+pub use timeline::CategorySample;

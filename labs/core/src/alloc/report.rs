@@ -10,6 +10,7 @@ use super::history::{frames_of, History, HistoryEvent};
 use super::pool::{BlockRecord, BlockState, Segment, NONE};
 use super::size::Pool;
 use super::stats::Stats;
+use super::timeline::{CategorySample, CategoryTimeline};
 use crate::backend::DevicePtr;
 use crate::error::{Error, Result};
 use crate::snapshot::{Frame, Snapshot};
@@ -130,6 +131,27 @@ impl Allocator {
             (max_entries > 0).then(|| Box::new(History::new(max_entries, with_backtraces)));
     }
     // ANCHOR_END: record_memory_history
+
+    // ANCHOR: record_category_timeline
+    /// Starts recording the category timeline: after every allocation, free, change of
+    /// category and release of cached memory, the bytes in each category and the bytes
+    /// reserved, up to `max_samples` samples (see `alloc/timeline.rs`). 0 stops and
+    /// drops it; starting again starts afresh. The first sample is the state now.
+    pub fn record_category_timeline(&self, max_samples: usize) {
+        let mut st = self.lock();
+        st.timeline = (max_samples > 0).then(|| Box::new(CategoryTimeline::new(max_samples)));
+        st.sample_timeline();
+    }
+    // ANCHOR_END: record_category_timeline
+
+    /// The category timeline recorded so far, oldest first (empty when none is
+    /// recorded), and how many samples did not fit.
+    pub fn category_timeline(&self) -> (Vec<CategorySample>, u64) {
+        let st = self.lock();
+        st.timeline
+            .as_ref()
+            .map_or((Vec::new(), 0), |t| (t.samples().to_vec(), t.dropped))
+    }
 
     /// The recorded history, oldest first (empty when none is recorded), and how many
     /// older entries the ring buffer let go.

@@ -3,6 +3,7 @@
 //! segments with their blocks.
 
 mod bands;
+mod categories;
 mod segments;
 mod style;
 mod timeline;
@@ -13,6 +14,7 @@ use anyhow::Context;
 use labs_core::snapshot::Snapshot;
 
 pub use bands::active_memory_svg;
+pub use categories::{category_area_svg, BANDS as CATEGORY_BANDS};
 pub use segments::segments_svg;
 pub use timeline::timeline_svg;
 

@@ -1,0 +1,156 @@
+//! Where the memory goes over a training step: the bytes of each allocation category
+//! stacked, with the cache (reserved but free) on top, from the allocator's category
+//! timeline (PyTorch's memory profiler draws the same picture from a profile).
+
+use labs_core::alloc::{Category, CategorySample};
+use labs_core::format::bytes;
+use plotters::prelude::*;
+
+use super::style::{self, FONT};
+
+/// The bands from the bottom up: what lives all step first, then what comes and goes,
+/// then the cache.
+pub const BANDS: [(Option<Category>, &str, RGBColor); 9] = [
+    (
+        Some(Category::Parameter),
+        "parameters",
+        RGBColor(31, 119, 180),
+    ),
+    (
+        Some(Category::OptimizerState),
+        "optimizer state",
+        RGBColor(148, 103, 189),
+    ),
+    (Some(Category::Gradient), "gradients", RGBColor(44, 160, 44)),
+    (Some(Category::Input), "inputs", RGBColor(140, 86, 75)),
+    (
+        Some(Category::Activation),
+        "activations (saved for backward)",
+        RGBColor(255, 127, 14),
+    ),
+    (
+        Some(Category::AutocastCache),
+        "autocast cache",
+        RGBColor(227, 119, 194),
+    ),
+    (
+        Some(Category::Temporary),
+        "temporaries",
+        RGBColor(188, 189, 34),
+    ),
+    (Some(Category::Other), "other", RGBColor(127, 127, 127)),
+    (
+        None,
+        "cached, free (reserved − allocated)",
+        RGBColor(220, 220, 220),
+    ),
+];
+
+/// The value of band `band` in `sample`.
+fn band_bytes(sample: &CategorySample, band: usize) -> u64 {
+    match BANDS[band].0 {
+        Some(c) => sample.of(c),
+        None => sample.cached(),
+    }
+}
+
+/// The stacked-area picture of `samples`, titled `title`.
+pub fn category_area_svg(samples: &[CategorySample], title: &str) -> anyhow::Result<String> {
+    anyhow::ensure!(
+        !samples.is_empty(),
+        "no samples to draw: was the timeline recorded?"
+    );
+    let reserved: Vec<u64> = samples.iter().map(|s| s.reserved).collect();
+    let allocated: Vec<u64> = samples.iter().map(|s| s.allocated()).collect();
+    // Thinned by allocated bytes, whose peaks matter most.
+    let keep = style::sample(&allocated);
+    let max = reserved
+        .iter()
+        .zip(&allocated)
+        .map(|(r, a)| *r.max(a))
+        .max()
+        .unwrap_or(0);
+    let (unit, scale) = style::unit(max);
+    let last = samples.len().saturating_sub(1).max(1) as f64;
+    // Peak bytes per band, for the legend.
+    let peaks: Vec<u64> = (0..BANDS.len())
+        .map(|b| samples.iter().map(|s| band_bytes(s, b)).max().unwrap_or(0))
+        .collect();
+
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (style::WIDTH + 260, style::HEIGHT))
+            .into_drawing_area();
+        root.fill(&WHITE)?;
+        let (plot, legend) = root.split_horizontally(style::WIDTH);
+        let mut chart = ChartBuilder::on(&plot)
+            .caption(style::plain(title), (FONT, 20))
+            .margin(16)
+            .x_label_area_size(45)
+            .y_label_area_size(75)
+            .build_cartesian_2d(0f64..last, 0f64..style::top(max as f64 / scale))?;
+        chart
+            .configure_mesh()
+            .x_desc("allocator event")
+            .y_desc(format!("memory ({unit})"))
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .label_style((FONT, 14))
+            .draw()?;
+        // Each band is the area under the running sum up to it, drawn from the top band
+        // down so that each lower one covers the part of the previous that is not its.
+        for band in (0..BANDS.len()).rev() {
+            let cumulative = |j: usize| {
+                let s = &samples[keep[j]];
+                (0..=band).map(|b| band_bytes(s, b)).sum::<u64>() as f64 / scale
+            };
+            let colour = BANDS[band].2;
+            chart.draw_series(
+                AreaSeries::new(style::steps(&keep, cumulative), 0.0, colour.filled())
+                    .border_style(colour.stroke_width(1)),
+            )?;
+        }
+        let entries: Vec<(String, RGBColor)> = BANDS
+            .iter()
+            .zip(&peaks)
+            .rev()
+            .filter(|(_, &peak)| peak > 0)
+            .map(|((_, name, colour), &peak)| (format!("{name} (max {})", bytes(peak)), *colour))
+            .collect();
+        style::side_legend(&legend, "top to bottom", &entries)?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(param: u64, act: u64, reserved: u64) -> CategorySample {
+        let mut bytes = [0; Category::COUNT];
+        bytes[Category::Parameter.index()] = param;
+        bytes[Category::Activation.index()] = act;
+        CategorySample {
+            time_us: 0,
+            bytes,
+            reserved,
+        }
+    }
+
+    #[test]
+    fn draws_every_band_that_holds_memory_and_names_its_maximum() {
+        let samples = [
+            sample(4 << 20, 0, 8 << 20),
+            sample(4 << 20, 3 << 20, 8 << 20),
+            sample(4 << 20, 0, 8 << 20),
+        ];
+        let svg = category_area_svg(&samples, "one step").unwrap();
+        assert!(svg.contains("parameters (max 4.00 MiB)"), "{svg}");
+        assert!(svg.contains("activations (saved for backward) (max 3.00 MiB)"));
+        assert!(svg.contains("cached, free"));
+        // Bands that never hold a byte stay out of the legend.
+        assert!(!svg.contains("autocast cache"));
+        assert!(category_area_svg(&[], "none").is_err());
+    }
+}
