@@ -268,3 +268,68 @@ fn backward_refuses_bad_calls() {
         "no gradient for narrow yet: refused, not dropped"
     );
 }
+
+#[test]
+fn post_accumulate_grad_hooks_run_once_per_pass_with_the_complete_gradient() {
+    use std::sync::{Arc, Mutex};
+    let device = test_device();
+    let leaf = |v: &[f32]| {
+        Tensor::from_slice(v, &[v.len()], &device)
+            .unwrap()
+            .requires_grad_(true)
+    };
+    // `tied` is used twice (as a tied embedding and head are); `first` feeds the
+    // graph's first op, so backward reaches it last.
+    let (first, tied, last) = (leaf(&[1.0, 2.0]), leaf(&[3.0, 4.0]), leaf(&[5.0, 6.0]));
+    let seen: Arc<Mutex<Vec<(&'static str, Vec<f32>)>>> = Arc::default();
+    let mut handles = Vec::new();
+    for (name, t) in [("first", &first), ("tied", &tied), ("last", &last)] {
+        let seen = seen.clone();
+        handles.push(
+            t.register_post_accumulate_grad_hook(move |g| {
+                seen.lock().unwrap().push((name, g.to_vec::<f32>()?));
+                Ok(())
+            })
+            .unwrap(),
+        );
+    }
+    let loss = |first: &Tensor, tied: &Tensor, last: &Tensor| {
+        let h = first.mul(tied).unwrap(); // d/dtied = first
+        let h = h.add(tied).unwrap().mul(last).unwrap(); // d/dtied += last
+        h.sum_all().unwrap()
+    };
+    loss(&first, &tied, &last).backward().unwrap();
+    {
+        let seen = seen.lock().unwrap();
+        let names: Vec<_> = seen.iter().map(|(n, _)| *n).collect();
+        // One call per leaf; the last op's parameter is ready first; tied is ready
+        // only after the first op's node, which also completes `first`.
+        assert_eq!(names, ["last", "first", "tied"]);
+        // tied's hook saw both contributions: first·last + last.
+        let tied_seen = &seen.iter().find(|(n, _)| *n == "tied").unwrap().1;
+        assert_eq!(tied_seen, &vec![1.0 * 5.0 + 5.0, 2.0 * 6.0 + 6.0]);
+    }
+    // A second pass accumulates, and the hook sees the running sum.
+    seen.lock().unwrap().clear();
+    loss(&first, &tied, &last).backward().unwrap();
+    let tied_seen = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(n, _)| *n == "tied")
+        .unwrap()
+        .1
+        .clone();
+    assert_eq!(tied_seen, vec![20.0, 36.0]);
+    // Removed hooks stay quiet; non-leaves are refused.
+    for h in handles {
+        h.remove();
+    }
+    seen.lock().unwrap().clear();
+    loss(&first, &tied, &last).backward().unwrap();
+    assert!(seen.lock().unwrap().is_empty());
+    let inner = first.mul(&tied).unwrap();
+    assert!(inner
+        .register_post_accumulate_grad_hook(|_| Ok(()))
+        .is_err());
+}

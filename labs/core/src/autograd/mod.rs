@@ -13,6 +13,7 @@
 
 mod checkpoint;
 mod derivatives;
+mod grad_hooks;
 mod offload;
 mod retained;
 mod saved_hooks;
@@ -21,6 +22,7 @@ pub use checkpoint::{
     checkpoint, checkpoint_with, save_matmul_and_attention, CheckpointOptions, CheckpointPolicy,
     PolicyFn,
 };
+pub use grad_hooks::HookHandle;
 pub use offload::{save_on_cpu, OffloadHooks, OffloadOptions, OffloadStats};
 pub use saved_hooks::{
     current_saved_tensors_hooks, install_saved_tensors_hooks, saved_tensors_hooks, FnHooks,
@@ -35,7 +37,7 @@ use std::sync::Arc;
 
 use crate::alloc::Category;
 use crate::error::{Error, Result};
-use crate::tensor::{autocast_disabled, no_grad, Edge, GradSlot, Node, Tensor};
+use crate::tensor::{autocast_disabled, no_grad, Edge, GradCell, GradSlot, Node, Tensor};
 
 impl Tensor {
     /// Gradients of this one-element tensor (a loss) with respect to every leaf it
@@ -78,10 +80,17 @@ impl Tensor {
         };
         let Some(root) = self.grad_fn() else {
             // A leaf: its gradient is the one given.
-            return accumulate(&self.grad_slot().expect("a leaf that requires grad"), grad);
+            let slot = self.grad_slot().expect("a leaf that requires grad");
+            accumulate(&slot, grad)?;
+            return grad_hooks::run_hooks(&slot);
         };
         let order = topological_order(&root);
         let next_packed = next_packed_positions(&order);
+        // Hooked leaves, and how many gradients each still waits for in this pass.
+        let mut waiting = grad_hooks::expected_contributions(&order);
+        // Hooked leaves that got some of their gradients: a node that no gradient
+        // reached leaves its share missing, and their hooks then run at the end.
+        let mut partial: HashMap<*const GradCell, GradSlot> = HashMap::new();
         let mut pending: HashMap<*const Node, Tensor> = HashMap::new();
         pending.insert(Arc::as_ptr(&root), grad);
         for (position, node) in order.iter().enumerate() {
@@ -99,7 +108,19 @@ impl Tensor {
             for (edge, g) in node.inputs.iter().zip(grads) {
                 match edge {
                     None => {}
-                    Some(Edge::Leaf(slot)) => accumulate(slot, g)?,
+                    Some(Edge::Leaf(slot)) => {
+                        accumulate(slot, g)?;
+                        let key = Arc::as_ptr(slot);
+                        if let Some(left) = waiting.get_mut(&key) {
+                            *left -= 1;
+                            if *left == 0 {
+                                partial.remove(&key);
+                                grad_hooks::run_hooks(slot)?;
+                            } else {
+                                partial.entry(key).or_insert_with(|| slot.clone());
+                            }
+                        }
+                    }
                     Some(Edge::Node(next)) => {
                         let key = Arc::as_ptr(next);
                         let sum = match pending.remove(&key) {
@@ -110,6 +131,9 @@ impl Tensor {
                     }
                 }
             }
+        }
+        for slot in partial.values() {
+            grad_hooks::run_hooks(slot)?;
         }
         Ok(())
     }

@@ -146,7 +146,27 @@ fn capitalised(s: &str) -> String {
 }
 
 /// A leaf's accumulated gradient (`.grad`), shared by the leaf and the edges to it.
-pub type GradSlot = Arc<Mutex<Option<Tensor>>>;
+pub type GradSlot = Arc<GradCell>;
+
+/// A hook run after a backward pass has accumulated a leaf's gradient (PyTorch's
+/// `register_post_accumulate_grad_hook`); it gets the accumulated `.grad`.
+pub type PostAccumulateGradHook = Arc<dyn Fn(&Tensor) -> crate::error::Result<()> + Send + Sync>;
+
+/// What a leaf's slot holds: its gradient and the hooks to run once a backward pass has
+/// accumulated into it (`autograd/grad_hooks.rs`).
+#[derive(Default)]
+pub struct GradCell {
+    grad: Mutex<Option<Tensor>>,
+    /// `(id, hook)`, in registration order; the id removes it.
+    pub(crate) hooks: Mutex<Vec<(u64, PostAccumulateGradHook)>>,
+}
+
+impl GradCell {
+    /// The gradient, locked.
+    pub fn lock(&self) -> std::sync::LockResult<std::sync::MutexGuard<'_, Option<Tensor>>> {
+        self.grad.lock()
+    }
+}
 
 /// Where an input's gradient goes.
 #[derive(Clone)]
@@ -220,7 +240,7 @@ impl Tensor {
     /// (`requires_grad_()`); `false` makes it a plain tensor again. Returns the tensor,
     /// sharing storage.
     pub fn requires_grad_(mut self, requires: bool) -> Tensor {
-        self.grad = requires.then(|| Grad::Leaf(Arc::new(Mutex::new(None))));
+        self.grad = requires.then(|| Grad::Leaf(Arc::new(GradCell::default())));
         self
     }
 

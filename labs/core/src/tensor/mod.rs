@@ -32,7 +32,10 @@ pub use autocast::{
     clear_autocast_cache, AutocastGuard, CastPolicy, FP32_OPS, LOWER_PRECISION_OPS, PROMOTE_OPS,
 };
 pub use broadcast::broadcast_shapes;
-pub use graph::{enable_grad, is_grad_enabled, no_grad, Edge, GradOp, GradSlot, NoGradGuard, Node};
+pub use graph::{
+    enable_grad, is_grad_enabled, no_grad, Edge, GradCell, GradOp, GradSlot, NoGradGuard, Node,
+    PostAccumulateGradHook,
+};
 pub use layout::Layout;
 pub use loss::IGNORE_INDEX;
 pub use matmul::MatmulOptions;
