@@ -281,7 +281,8 @@ fn post_accumulate_grad_hooks_run_once_per_pass_with_the_complete_gradient() {
     // `tied` is used twice (as a tied embedding and head are); `first` feeds the
     // graph's first op, so backward reaches it last.
     let (first, tied, last) = (leaf(&[1.0, 2.0]), leaf(&[3.0, 4.0]), leaf(&[5.0, 6.0]));
-    let seen: Arc<Mutex<Vec<(&'static str, Vec<f32>)>>> = Arc::default();
+    type Seen = Vec<(&'static str, Vec<f32>)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
     let mut handles = Vec::new();
     for (name, t) in [("first", &first), ("tied", &tied), ("last", &last)] {
         let seen = seen.clone();
