@@ -59,12 +59,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-# nn.Transformer's defaults, and GPT-2 small's (as `lab-10 train` takes them).
+# nn.Transformer's defaults, and GPT-2 small's, with a batch of one sequence (as
+# `lab-10 train` takes them).
 DEFAULTS = {
     "transformer": {"d_model": 512, "nhead": 8, "layers": 6, "ffn": 2048, "vocab": None,
-                    "dropout": 0.1, "seq": 100, "batch": 16},
+                    "dropout": 0.1, "seq": 100, "batch": 1},
     "gpt2": {"d_model": 768, "nhead": 12, "layers": 12, "ffn": None, "vocab": 50257,
-             "dropout": 0.0, "seq": 1024, "batch": 8},
+             "dropout": 0.0, "seq": 1024, "batch": 1},
 }
 GPT2_MIN_POSITIONS = 1024
 GPT2_SMALL_PARAMS = 124_439_808
@@ -544,7 +545,7 @@ class Run:
                 "optimizer_state": state,
                 "other": max(0, peak_allocated - params - self.gradient_bytes - state),
             },
-            "skipped_steps": self.skipped,
+            "skipped_steps": self.skipped if self.scaler else None,
             "num_ooms": torch.cuda.memory_stats(self.device).get("num_ooms", 0),
             "sdpa_backends": self.backends,
             "sdpa_calls": self.calls,
@@ -582,6 +583,8 @@ def main(argv=None):
         dist.init_process_group("nccl")
     else:
         device = torch.device(cfg["device"])
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
     run = None
     try:
