@@ -450,20 +450,21 @@ class Run:
         self.gradient_bytes = 0
         self.backends, self.calls = [], None
 
+    @contextlib.contextmanager
     def forward_context(self):
         """Around forward and loss: autocast, and saved tensors to the host."""
-        stack = contextlib.ExitStack()
-        if self.cfg["amp"] != "none":
-            dtype = torch.bfloat16 if self.cfg["amp"] == "bf16" else torch.float16
-            stack.enter_context(torch.autocast("cuda", dtype=dtype))
-        if self.cfg["offload"]:
-            stack.enter_context(torch.autograd.graph.save_on_cpu(pin_memory=True))
-        return stack
+        with contextlib.ExitStack() as stack:
+            if self.cfg["amp"] != "none":
+                dtype = torch.bfloat16 if self.cfg["amp"] == "bf16" else torch.float16
+                stack.enter_context(torch.autocast("cuda", dtype=dtype))
+            if self.cfg["offload"]:
+                stack.enter_context(torch.autograd.graph.save_on_cpu(pin_memory=True))
+            yield
 
     def micro_batch(self, k, profile):
         """Forward, loss / K and backward of one micro-batch; DDP's all-reduce only on
         the last of the step's (no_sync on the others)."""
-        model = self.ddp or self.model
+        model = self.model if self.ddp is None else self.ddp
         last = k == self.cfg["accum"] - 1
         sync = contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync()
         with sync:
@@ -475,7 +476,7 @@ class Run:
                 loss = loss_fn(model(*inputs), target) / self.cfg["accum"]
             if profile:
                 self.calls = sdpa_calls(prof)
-            (self.scaler.scale(loss) if self.scaler else loss).backward()
+            (loss if self.scaler is None else self.scaler.scale(loss)).backward()
         return loss.detach().float()
 
     def step(self, index):
@@ -487,7 +488,7 @@ class Run:
             # The attention kernels actually chosen, seen once, in a warm-up step.
             profile = index == 0 and k == 0 and cfg["warmup"] > 0
             total += self.micro_batch(k, profile)
-        if self.scaler:
+        if self.scaler is not None:
             before = self.scaler.get_scale()
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -545,7 +546,7 @@ class Run:
                 "optimizer_state": state,
                 "other": max(0, peak_allocated - params - self.gradient_bytes - state),
             },
-            "skipped_steps": self.skipped if self.scaler else None,
+            "skipped_steps": None if self.scaler is None else self.skipped,
             "num_ooms": torch.cuda.memory_stats(self.device).get("num_ooms", 0),
             "sdpa_backends": self.backends,
             "sdpa_calls": self.calls,
