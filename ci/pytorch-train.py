@@ -571,6 +571,20 @@ def oom_report(cfg, device, error, rank, world_size):
     }
 
 
+def gather_peaks(report, device, world_size):
+    """Every rank's peaks and step time, on every rank (a tensor all-gather, which needs
+    no pickling: all_gather_object would want numpy)."""
+    step_ms = report["step_ms"]
+    mine = torch.tensor([report["peak_allocated"], report["peak_reserved"],
+                         math.nan if step_ms is None else step_ms],
+                        dtype=torch.float64, device=device)
+    every = torch.empty(world_size * 3, dtype=torch.float64, device=device)
+    dist.all_gather_into_tensor(every, mine)
+    rows = every.view(world_size, 3).tolist()
+    return [{"rank": r, "peak_allocated": int(a), "peak_reserved": int(b),
+             "step_ms": None if math.isnan(ms) else ms} for r, (a, b, ms) in enumerate(rows)]
+
+
 def main(argv=None):
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     cfg = parse_config(sys.argv[1:] if argv is None else argv, world_size)
@@ -587,6 +601,7 @@ def main(argv=None):
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
+    cfg["device"] = str(device)
     run = None
     try:
         run = Run(cfg, device, rank, world_size)
@@ -605,11 +620,7 @@ def main(argv=None):
         sys.exit(1)
     report = run.report()
     if world_size > 1:
-        mine = {"rank": rank, "peak_allocated": report["peak_allocated"],
-                "peak_reserved": report["peak_reserved"], "step_ms": report["step_ms"]}
-        ranks = [None] * world_size
-        dist.all_gather_object(ranks, mine)
-        report["ranks"] = ranks
+        report["ranks"] = gather_peaks(report, device, world_size)
         dist.destroy_process_group()
     if rank == 0:
         print(json.dumps(report) if cfg["json"] else summary(report), flush=True)
