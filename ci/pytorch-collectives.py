@@ -3,11 +3,13 @@ PyTorch side of the book's data-parallel comparisons.
 
   torchrun --nproc_per_node 2 ci/pytorch-collectives.py                 # all_reduce, f32
   torchrun --nproc_per_node 2 ci/pytorch-collectives.py --op all_gather --dtype bf16 --json
-  torchrun --nproc_per_node 8 ci/pytorch-collectives.py --min 1M --max 256M
+  torchrun --nproc_per_node 8 ci/pytorch-collectives.py --minbytes 1M --maxbytes 256M
 
 Runs on one host with several GPUs (one process per GPU, each on cuda:LOCAL_RANK;
 `--nproc_per_node 1` runs a world of one, which measures NCCL's local copy). For each size
-from `--min` to `--max` (doubling; default 8 B to 1 GiB), the chosen operation
+from `--minbytes` to `--maxbytes` (doubling; default 8 B to 1 GiB; nccl-tests' names, and
+not `--max`, which torchrun's own parser would take for its `--max-restarts`), the
+chosen operation
 (all_reduce in place, broadcast from rank 0, all_gather_into_tensor,
 reduce_scatter_tensor) is first checked once (every rank's buffer filled with rank + 1:
 all_reduce and reduce_scatter must give n (n + 1) / 2 everywhere, broadcast rank 0's 1,
@@ -60,14 +62,16 @@ def parse_args(argv):
                     "run under torchrun --nproc_per_node N")
     p.add_argument("--op", choices=OPS, default="all_reduce")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="f32")
-    p.add_argument("--min", type=parse_size, default=8, help="smallest size (default 8)")
-    p.add_argument("--max", type=parse_size, default=1 << 30, help="largest size (default 1G)")
+    p.add_argument("--minbytes", "--min", type=parse_size, default=8,
+                   help="smallest size (default 8)")
+    p.add_argument("--maxbytes", type=parse_size, default=1 << 30,
+                   help="largest size (default 1G)")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs per size")
     p.add_argument("--iters", type=positive_int, default=20, help="timed runs per size")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     a = p.parse_args(argv)
-    if a.min > a.max:
-        p.error(f"--min {a.min} is larger than --max {a.max}")
+    if a.minbytes > a.maxbytes:
+        p.error(f"--minbytes {a.minbytes} is larger than --maxbytes {a.maxbytes}")
     if a.warmup < 0:
         p.error("--warmup must not be negative")
     return a
@@ -192,8 +196,10 @@ def main(argv=None):
     elem = torch.tensor([], dtype=dtype).element_size()
     factor = bus_factor(args.op, n)
     results = []
-    for size in sizes(args.min, args.max):
+    for size in sizes(args.minbytes, args.maxbytes):
         count = element_count(args.op, size, elem, n)
+        if results and results[-1]["count"] == count:
+            continue  # a size too small to split over the ranks, rounded up as the last
         inp, out = buffers(args.op, count, n, dtype, device)
         correct = check(args.op, inp, out, rank, n, device)
         us = measure(args.op, inp, out, args.warmup, args.iters, device)
