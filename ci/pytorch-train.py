@@ -27,8 +27,8 @@ torch.nn.attention.sdpa_kernel(SDPBackend.MATH) (`--attention naive`; `fused` le
 PyTorch's own choice), torch.autocast with torch.amp.GradScaler for float16 (`--amp`),
 gradient accumulation (`--accum K`).
 
-What it reports: after the model and the optimizer exist (Adam's state is made lazily at
-the first step, as ours is) the peak statistics are reset, then `--steps` optimizer steps
+What it reports: after the model and the optimizer exist (Adam makes its state lazily,
+at the first step) the peak statistics are reset, then `--steps` optimizer steps
 run; `peak_allocated` and `peak_reserved` are max_memory_allocated() and
 max_memory_reserved() over the whole run, `step_ms` the median wall time of the steps
 after the `--warmup` first ones (the device synchronised before and after each), `losses`
@@ -38,7 +38,8 @@ exit status is 1.
 
 Launched by torchrun (WORLD_SIZE > 1) it trains data-parallel: one process per GPU, the
 model in DistributedDataParallel(bucket_cap_mb=25), the same initial weights everywhere
-and data seeded `seed + rank`; rank 0 prints, with every rank's peaks."""
+and data seeded `seed + rank`, `--accum` with no_sync() on all but the last micro-batch;
+rank 0 prints, with every rank's peaks and step time under "ranks"."""
 
 import argparse
 import contextlib

@@ -11,9 +11,9 @@ after the other), and prints a markdown table of peak allocated and peak reserve
   python3 ci/train-compare.py --lab bin/lab-10 --dry-run-check            # predicted vs measured
   python3 ci/train-compare.py --lab bin/lab-10 --config 'small=--d-model 128 --batch 8'
 
-Runs on a machine with one NVIDIA GPU and PyTorch (the sizes are the chapter's: GPT-2 small
-at batch 8 x 1024 wants an 80 GB GPU). A run that fails (out of memory, an error, a
-timeout) is a row that says so, with the message under the table, not a crash.
+Runs on a machine with one NVIDIA GPU, PyTorch and a release build of lab-10. A run that
+fails (out of memory, an error, a timeout) is a row that says so, with the message under
+the table, not a crash.
 `--dry-run-check` also runs ours with `--dry-run --capacity <the GPU's total memory>` and
 adds the predicted peak reserved and its error against ours measured on the GPU.
 `--out FILE` writes every run's JSON, one line each, with the command that made it."""
