@@ -65,6 +65,9 @@ mkdir -p "$out/ci" "$out/book"
 cp ci/check-snippets.py "$out/ci/"
 # PyTorch's figures, measured by run.sh before the labs so that every bench prints them.
 cp ci/pytorch-reference.py "$out/ci/"
+# The training and collectives twins, run by hand from the bundle's folder:
+# python3 ci/train-compare.py --lab bin/lab-10; torchrun ... ci/pytorch-collectives.py.
+cp ci/pytorch-train.py ci/train-compare.py ci/pytorch-collectives.py "$out/ci/"
 cp -r book/snippets "$out/book/snippets"
 cp ci/run.sh "$out/run.sh"
 chmod +x "$out/run.sh"

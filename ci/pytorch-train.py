@@ -1,0 +1,631 @@
+"""PyTorch's twin of `lab-10 train`: the same training run, the same flags, the same JSON
+fields, measured with PyTorch's own meanings, so that ci/train-compare.py can put the two
+side by side on one GPU.
+
+  python3 ci/pytorch-train.py --model transformer --d-model 256 --batch 64 --json
+  python3 ci/pytorch-train.py --model gpt2 --batch 8 --amp bf16 --checkpoint layers
+  torchrun --nproc_per_node 2 ci/pytorch-train.py --model gpt2 --batch 8 --json
+
+Runs on a CUDA GPU (written for PyTorch 2.11). Two models:
+
+  transformer  nn.Transformer(d_model, nhead, layers, layers, ffn, dropout,
+               batch_first=True); each micro-batch draws src, tgt and a target
+               [batch, seq, d_model] from torch.randn on the device, and the loss is
+               mse_loss(model(src, tgt), target) / accum (tutorial 004's step).
+  gpt2         a GPT-2 decoder written with torch.nn that mirrors labs/core/src/nn/gpt2.rs:
+               the same parameter names and shapes (transformer.wte.weight, ...,
+               transformer.h.N.attn.c_attn.weight, ..., transformer.ln_f.bias), biases
+               on, tanh GELU, pre-norm blocks, the LM head tied to the token embedding,
+               GPT-2's initialisation; 124,439,808 parameters for GPT-2 small. Token ids
+               are random in [0, vocab), the targets the next ids, cross-entropy.
+
+The techniques are PyTorch's own: torch.utils.checkpoint.checkpoint(use_reentrant=False)
+around every layer (`--checkpoint layers`), the same with a selective-checkpoint policy
+that saves matrix products and attention and recomputes the rest (`selective`),
+torch.autograd.graph.save_on_cpu(pin_memory=True) (`--offload`),
+torch.nn.attention.sdpa_kernel(SDPBackend.MATH) (`--attention naive`; `fused` leaves
+PyTorch's own choice), torch.autocast with torch.amp.GradScaler for float16 (`--amp`),
+gradient accumulation (`--accum K`).
+
+What it reports: after the model and the optimizer exist (Adam makes its state lazily,
+at the first step) the peak statistics are reset, then `--steps` optimizer steps
+run; `peak_allocated` and `peak_reserved` are max_memory_allocated() and
+max_memory_reserved() over the whole run, `step_ms` the median wall time of the steps
+after the `--warmup` first ones (the device synchronised before and after each), `losses`
+one per optimizer step (the sum of the micro-batch losses, each already divided by K).
+On an out-of-memory error the JSON still comes, with "oom" and the peaks so far, and the
+exit status is 1.
+
+Launched by torchrun (WORLD_SIZE > 1) it trains data-parallel: one process per GPU, the
+model in DistributedDataParallel(bucket_cap_mb=25), the same initial weights everywhere
+and data seeded `seed + rank`, `--accum` with no_sync() on all but the last micro-batch;
+rank 0 prints, with every rank's peaks and step time under "ranks"."""
+
+import argparse
+import contextlib
+import functools
+import json
+import math
+import os
+import re
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.profiler
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+# nn.Transformer's defaults, and GPT-2 small's, with a batch of one sequence (as
+# `lab-10 train` takes them).
+DEFAULTS = {
+    "transformer": {"d_model": 512, "nhead": 8, "layers": 6, "ffn": 2048, "vocab": None,
+                    "dropout": 0.1, "seq": 100, "batch": 1},
+    "gpt2": {"d_model": 768, "nhead": 12, "layers": 12, "ffn": None, "vocab": 50257,
+             "dropout": 0.0, "seq": 1024, "batch": 1},
+}
+GPT2_MIN_POSITIONS = 1024
+GPT2_SMALL_PARAMS = 124_439_808
+MIB = 1 << 20
+
+
+# The command line: everything here runs without a GPU.
+
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def non_negative_int(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def parser():
+    p = argparse.ArgumentParser(
+        description="PyTorch's twin of `lab-10 train`: one training run, its peak memory "
+                    "and step time with PyTorch's meanings.")
+    p.add_argument("--model", choices=["transformer", "gpt2"], default="transformer")
+    p.add_argument("--d-model", type=positive_int)
+    p.add_argument("--nhead", type=positive_int)
+    p.add_argument("--layers", type=positive_int,
+                   help="encoder and decoder layers each (transformer), blocks (gpt2)")
+    p.add_argument("--ffn", type=positive_int,
+                   help="dim_feedforward (transformer; gpt2's is 4 * d_model)")
+    p.add_argument("--vocab", type=positive_int, help="vocabulary (gpt2)")
+    p.add_argument("--dropout", type=float)
+    p.add_argument("--batch", type=positive_int, help="the micro-batch")
+    p.add_argument("--seq", type=positive_int)
+    p.add_argument("--steps", type=positive_int, default=5, help="optimizer steps")
+    p.add_argument("--accum", type=positive_int, default=1,
+                   help="micro-batches per optimizer step")
+    p.add_argument("--checkpoint", choices=["none", "layers", "selective"], default="none")
+    p.add_argument("--offload", action="store_true",
+                   help="saved activations to pinned host memory (save_on_cpu)")
+    p.add_argument("--attention", choices=["naive", "fused"], default="fused")
+    p.add_argument("--amp", choices=["none", "bf16", "f16"], default="none")
+    p.add_argument("--optimizer", choices=["adam", "adamw", "sgd"], default="adam")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("--warmup", type=non_negative_int, default=1,
+                   help="steps left out of step_ms")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--device", default="cuda", help="cuda or cuda:N")
+    p.add_argument("--dry-run", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--capacity", help=argparse.SUPPRESS)
+    return p
+
+
+def parse_config(argv, world_size=1):
+    """The effective configuration (every flag, defaults filled in for the model), or an
+    argparse error (exit status 2) naming what is wrong."""
+    p = parser()
+    a = p.parse_args(argv)
+    if a.dry_run:
+        p.error("--dry-run: PyTorch has no device that allocates without computing; the "
+                "prediction is the labs' own (`lab-10 train --dry-run`)")
+    if a.capacity is not None:
+        p.error("--capacity: PyTorch cannot pretend a GPU has another size; it sets the "
+                "labs' simulated GPU (`lab-10 train --device dry --capacity SIZE`)")
+    if a.device in ("sim", "dry"):
+        p.error(f"--device {a.device} is the labs' simulated GPU; PyTorch has no such "
+                "device: use cuda or cuda:N")
+    if not re.fullmatch(r"cuda(:\d+)?", a.device):
+        p.error(f"--device {a.device!r}: this twin measures a GPU: use cuda or cuda:N")
+    if world_size > 1 and a.device != "cuda":
+        p.error("under torchrun each process takes the GPU cuda:LOCAL_RANK: leave "
+                "--device at cuda")
+    d = DEFAULTS[a.model]
+    cfg = {"model": a.model}
+    for key in ("d_model", "nhead", "layers", "ffn", "vocab", "dropout", "batch", "seq"):
+        value = getattr(a, key)
+        cfg[key] = d[key] if value is None else value
+    if a.model == "gpt2":
+        if a.ffn is not None and a.ffn != 4 * cfg["d_model"]:
+            p.error(f"--ffn {a.ffn}: GPT-2's feed-forward width is 4 * d_model = "
+                    f"{4 * cfg['d_model']}; leave --ffn out")
+        cfg["ffn"] = 4 * cfg["d_model"]
+        cfg["n_positions"] = max(cfg["seq"], GPT2_MIN_POSITIONS)
+    else:
+        if a.vocab is not None:
+            p.error("--vocab is for --model gpt2 (the transformer reads vectors, not tokens)")
+        cfg["n_positions"] = None
+    if cfg["d_model"] % cfg["nhead"]:
+        p.error(f"--d-model {cfg['d_model']} must be divisible by --nhead {cfg['nhead']}")
+    if not 0.0 <= cfg["dropout"] < 1.0:
+        p.error(f"--dropout {cfg['dropout']} must be in [0, 1)")
+    if not (a.lr > 0 and math.isfinite(a.lr)):
+        p.error(f"--lr {a.lr} must be a positive number")
+    cfg.update(steps=a.steps, accum=a.accum, checkpoint=a.checkpoint, offload=a.offload,
+               attention=a.attention, amp=a.amp, optimizer=a.optimizer, lr=a.lr,
+               seed=a.seed, warmup=a.warmup, device=a.device, json=a.json)
+    return cfg
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    if n == 0:
+        return None
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def gpt2_parameter_count(cfg):
+    """`V E + P E + layers (12 E^2 + 13 E) + 2 E`: the head is tied, so not counted."""
+    e = cfg["d_model"]
+    return (cfg["vocab"] * e + cfg["n_positions"] * e
+            + cfg["layers"] * (12 * e * e + 13 * e) + 2 * e)
+
+
+def summary(report):
+    """The readable form of the report."""
+    c = report["config"]
+    lines = [f"{c['model']} on {report['device']} (PyTorch {report['torch']}), "
+             f"{report['params']:,} parameters, world size {report['world_size']}"]
+    lines.append(f"  batch {c['batch']} x seq {c['seq']}, accum {c['accum']}, "
+                 f"checkpoint {c['checkpoint']}, offload {c['offload']}, "
+                 f"attention {c['attention']} ({', '.join(report['sdpa_backends'])}), "
+                 f"amp {c['amp']}, {c['optimizer']} lr {c['lr']}")
+    if "oom" in report:
+        lines.append(f"  OUT OF MEMORY: {report['oom'].splitlines()[0]}")
+    lines.append(f"  peak allocated {report['peak_allocated'] / MIB:10.1f} MiB")
+    lines.append(f"  peak reserved  {report['peak_reserved'] / MIB:10.1f} MiB")
+    for name, size in (report.get("by_category") or {}).items():
+        lines.append(f"    {name:<16}{size / MIB:10.1f} MiB")
+    if report.get("step_ms") is not None:
+        lines.append(f"  step           {report['step_ms']:10.2f} ms (median after "
+                     f"{c['warmup']} warm-up)")
+    if report.get("losses"):
+        lines.append("  losses         " + " ".join(f"{x:.4f}" for x in report["losses"]))
+    if c["amp"] == "f16":
+        lines.append(f"  skipped steps  {report['skipped_steps']}")
+    return "\n".join(lines)
+
+
+# The models.
+
+class SteppedTransformer(nn.Transformer):
+    """nn.Transformer whose stacks can run layer by layer through `wrap` (a checkpoint):
+    the encoder layers, the encoder's final norm, the decoder layers, the decoder's final
+    norm, as TransformerEncoder and TransformerDecoder run them. Without `wrap` it is
+    nn.Transformer.forward itself."""
+
+    def __init__(self, cfg, wrap):
+        super().__init__(d_model=cfg["d_model"], nhead=cfg["nhead"],
+                         num_encoder_layers=cfg["layers"], num_decoder_layers=cfg["layers"],
+                         dim_feedforward=cfg["ffn"], dropout=cfg["dropout"],
+                         batch_first=True)
+        self.wrap = wrap
+
+    def forward(self, src, tgt):
+        if self.wrap is None:
+            return super().forward(src, tgt)
+        x = src
+        for layer in self.encoder.layers:
+            x = self.wrap(layer, x)
+        memory = self.encoder.norm(x)
+        y = tgt
+        for layer in self.decoder.layers:
+            y = self.wrap(layer, y, memory)
+        return self.decoder.norm(y)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        e = cfg["d_model"]
+        self.c_attn = nn.Linear(e, 3 * e)
+        self.c_proj = nn.Linear(e, e)
+        self.resid_dropout = nn.Dropout(cfg["dropout"])
+        self.n_head = cfg["nhead"]
+        self.dropout = cfg["dropout"]
+
+    def forward(self, x):
+        b, t, e = x.shape
+        q, k, v = self.c_attn(x).split(e, dim=2)
+        q, k, v = (z.view(b, t, self.n_head, e // self.n_head).transpose(1, 2)
+                   for z in (q, k, v))
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        y = y.transpose(1, 2).contiguous().view(b, t, e)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        e = cfg["d_model"]
+        self.c_fc = nn.Linear(e, 4 * e)
+        self.gelu = nn.GELU(approximate="tanh")
+        self.c_proj = nn.Linear(4 * e, e)
+        self.dropout = nn.Dropout(cfg["dropout"])
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg["d_model"])
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg["d_model"])
+        self.mlp = MLP(cfg)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT2(nn.Module):
+    """GPT-2 as labs/core/src/nn/gpt2.rs (and nanoGPT) lays it out; the logits are
+    `ln_f(x) wte^T`, the head being the token embedding itself (no lm_head parameter)."""
+
+    def __init__(self, cfg, wrap):
+        super().__init__()
+        e = cfg["d_model"]
+        self.transformer = nn.ModuleDict({
+            "wte": nn.Embedding(cfg["vocab"], e),
+            "wpe": nn.Embedding(cfg["n_positions"], e),
+            "drop": nn.Dropout(cfg["dropout"]),
+            "h": nn.ModuleList(Block(cfg) for _ in range(cfg["layers"])),
+            "ln_f": nn.LayerNorm(e),
+        })
+        self.wrap = wrap
+        # GPT-2's initialisation: N(0, 0.02) weights and embeddings, the residual
+        # projections N(0, 0.02 / sqrt(2 layers)), zero biases, LayerNorms one and zero.
+        proj_std = 0.02 / math.sqrt(2 * cfg["layers"])
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=proj_std)
+            elif name.endswith(".weight") and p.dim() == 2:
+                nn.init.normal_(p, mean=0.0, std=0.02)
+            elif name.endswith(".bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        tr = self.transformer
+        pos = torch.arange(t, device=idx.device)
+        x = tr.drop(tr.wte(idx) + tr.wpe(pos))
+        for block in tr.h:
+            x = block(x) if self.wrap is None else self.wrap(block, x)
+        return F.linear(tr.ln_f(x), tr.wte.weight)
+
+
+def aten_overloads(*names):
+    """The default overloads of the named aten ops this PyTorch has."""
+    found = set()
+    for name in names:
+        try:
+            found.add(getattr(torch.ops.aten, name).default)
+        except (AttributeError, RuntimeError):
+            pass
+    return found
+
+
+def selective_policy():
+    """The selective-checkpoint policy: keep what is expensive to recompute (matrix
+    products and attention), recompute the rest (norms, activations, dropout, adds)."""
+    saved = aten_overloads(
+        "mm", "addmm", "bmm", "baddbmm",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_cudnn_attention")
+
+    def save_matmul_and_attention(ctx, op, *args, **kwargs):
+        if op in saved:
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    return save_matmul_and_attention
+
+
+def layer_wrapper(mode):
+    """How every layer runs: directly (None) or through a non-reentrant checkpoint."""
+    if mode == "none":
+        return None
+    if mode == "layers":
+        return lambda layer, *args: checkpoint(layer, *args, use_reentrant=False)
+    context_fn = functools.partial(create_selective_checkpoint_contexts, selective_policy())
+    return lambda layer, *args: checkpoint(layer, *args, use_reentrant=False,
+                                           context_fn=context_fn)
+
+
+def build_model(cfg, device):
+    wrap = layer_wrapper(cfg["checkpoint"])
+    if cfg["model"] == "transformer":
+        model = SteppedTransformer(cfg, wrap)
+    else:
+        model = GPT2(cfg, wrap)
+    model = model.to(device)
+    model.train()
+    params = sum(p.numel() for p in model.parameters())
+    if cfg["model"] == "gpt2" and params != gpt2_parameter_count(cfg):
+        raise AssertionError(f"GPT-2 has {params} parameters, the shapes say "
+                             f"{gpt2_parameter_count(cfg)}")
+    return model, params
+
+
+def build_optimizer(cfg, model):
+    kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+    return kinds[cfg["optimizer"]](model.parameters(), lr=cfg["lr"])
+
+
+def batch_maker(cfg, device, generator):
+    """Fresh random data for one micro-batch: (model inputs, target, loss function)."""
+    b, s = cfg["batch"], cfg["seq"]
+    if cfg["model"] == "transformer":
+        def make():
+            shape = (b, s, cfg["d_model"])
+            src, tgt, target = (torch.randn(shape, device=device, generator=generator)
+                                for _ in range(3))
+            return (src, tgt), target, F.mse_loss
+    else:
+        def next_token_loss(logits, targets):
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+        def make():
+            ids = torch.randint(0, cfg["vocab"], (b, s + 1), device=device,
+                                generator=generator)
+            return (ids[:, :-1],), ids[:, 1:], next_token_loss
+    return make
+
+
+def sdpa_backends():
+    """The attention backends scaled_dot_product_attention may choose from here."""
+    enabled = {
+        "flash": torch.backends.cuda.flash_sdp_enabled(),
+        "efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
+        "cudnn": torch.backends.cuda.cudnn_sdp_enabled(),
+        "math": torch.backends.cuda.math_sdp_enabled(),
+    }
+    return [name for name, on in enabled.items() if on]
+
+
+def sdpa_calls(profile):
+    """The attention kernels one profiled forward called, by aten name and count."""
+    return {e.key: e.count for e in profile.key_averages()
+            if e.key.startswith("aten::_scaled_dot_product")
+            or e.key.startswith("aten::_flash_attention")
+            or e.key.startswith("aten::_efficient_attention")}
+
+
+def nbytes(tensors):
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def optimizer_state_bytes(optimizer):
+    """The optimizer's state tensors on the GPU (Adam's `step` counters stay on the
+    host unless fused or capturable)."""
+    return nbytes(v for state in optimizer.state.values() for v in state.values()
+                  if torch.is_tensor(v) and v.is_cuda)
+
+
+class Run:
+    """One training run's state and what it measured so far."""
+
+    def __init__(self, cfg, device, rank, world_size):
+        self.cfg, self.device, self.rank, self.world_size = cfg, device, rank, world_size
+        torch.manual_seed(cfg["seed"])  # the same initial weights on every rank
+        self.model, self.params = build_model(cfg, device)
+        self.ddp = None
+        if world_size > 1:
+            self.ddp = DistributedDataParallel(self.model, device_ids=[device.index],
+                                               bucket_cap_mb=25)
+        self.optimizer = build_optimizer(cfg, self.model)
+        self.scaler = torch.amp.GradScaler("cuda") if cfg["amp"] == "f16" else None
+        generator = torch.Generator(device=device)
+        generator.manual_seed(cfg["seed"] + rank)
+        torch.cuda.manual_seed(cfg["seed"] + rank)  # dropout differs between ranks
+        self.make_batch = batch_maker(cfg, device, generator)
+        self.times, self.losses, self.skipped = [], [], 0
+        self.gradient_bytes = 0
+        self.backends, self.calls = [], None
+
+    @contextlib.contextmanager
+    def forward_context(self):
+        """Around forward and loss: autocast, and saved tensors to the host."""
+        with contextlib.ExitStack() as stack:
+            if self.cfg["amp"] != "none":
+                dtype = torch.bfloat16 if self.cfg["amp"] == "bf16" else torch.float16
+                stack.enter_context(torch.autocast("cuda", dtype=dtype))
+            if self.cfg["offload"]:
+                stack.enter_context(torch.autograd.graph.save_on_cpu(pin_memory=True))
+            yield
+
+    def micro_batch(self, k, profile):
+        """Forward, loss / K and backward of one micro-batch; DDP's all-reduce only on
+        the last of the step's (no_sync on the others)."""
+        model = self.model if self.ddp is None else self.ddp
+        last = k == self.cfg["accum"] - 1
+        sync = contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync()
+        with sync:
+            inputs, target, loss_fn = self.make_batch()
+            probe = contextlib.nullcontext()
+            if profile:
+                probe = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            with probe as prof, self.forward_context():
+                loss = loss_fn(model(*inputs), target) / self.cfg["accum"]
+            if profile:
+                self.calls = sdpa_calls(prof)
+            (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+        return loss.detach().float()
+
+    def step(self, index):
+        cfg = self.cfg
+        torch.cuda.synchronize(self.device)
+        start = time.perf_counter()
+        total = torch.zeros((), device=self.device)
+        for k in range(cfg["accum"]):
+            # The attention kernels actually chosen, seen once, in a warm-up step.
+            profile = index == 0 and k == 0 and cfg["warmup"] > 0
+            total += self.micro_batch(k, profile)
+        if self.scaler is not None:
+            before = self.scaler.get_scale()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.skipped += self.scaler.get_scale() < before
+        else:
+            self.optimizer.step()
+        if index == cfg["steps"] - 1:
+            self.gradient_bytes = nbytes(p.grad for p in self.model.parameters()
+                                         if p.grad is not None)
+        self.optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize(self.device)
+        self.times.append((time.perf_counter() - start) * 1e3)
+        self.losses.append(total.item())
+
+    def train(self):
+        naive = self.cfg["attention"] == "naive"
+        with sdpa_kernel(SDPBackend.MATH) if naive else contextlib.nullcontext():
+            self.backends = sdpa_backends()
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            for index in range(self.cfg["steps"]):
+                self.step(index)
+
+    def report(self):
+        cfg = self.cfg
+        peak_allocated = torch.cuda.max_memory_allocated(self.device)
+        params = nbytes(self.model.parameters())
+        state = optimizer_state_bytes(self.optimizer)
+        notes = [
+            "PyTorch's allocator has no categories: parameter, gradient and "
+            "optimizer_state are the bytes of those tensors at the end of the run (the "
+            "gradients just before the last zero_grad), other is peak_allocated less "
+            "the three",
+            "sdpa_calls: the attention ops of the first micro-batch's forward (a warm-up "
+            "step; null without one)",
+        ]
+        if self.ddp is not None:
+            notes.append("data parallel: peaks, step_ms and losses are rank 0's (every "
+                         "rank's peaks in ranks); other includes DDP's gradient buckets")
+        return {
+            "model": cfg["model"],
+            "config": {k: v for k, v in cfg.items() if k != "json"},
+            "device": torch.cuda.get_device_name(self.device),
+            "torch": torch.__version__,
+            "world_size": self.world_size,
+            "params": self.params,
+            "peak_allocated": peak_allocated,
+            "peak_reserved": torch.cuda.max_memory_reserved(self.device),
+            "step_ms": median(self.times[cfg["warmup"]:]),
+            "step_ms_all": self.times,
+            "losses": self.losses,
+            "by_category": {
+                "parameter": params,
+                "gradient": self.gradient_bytes,
+                "optimizer_state": state,
+                "other": max(0, peak_allocated - params - self.gradient_bytes - state),
+            },
+            "skipped_steps": None if self.scaler is None else self.skipped,
+            "num_ooms": torch.cuda.memory_stats(self.device).get("num_ooms", 0),
+            "sdpa_backends": self.backends,
+            "sdpa_calls": self.calls,
+            "offload": {"pin_memory": True} if cfg["offload"] else None,
+            "notes": notes,
+        }
+
+
+def oom_report(cfg, device, error, rank, world_size):
+    """What is known when the run did not fit: the peaks so far."""
+    return {
+        "model": cfg["model"],
+        "config": {k: v for k, v in cfg.items() if k != "json"},
+        "device": torch.cuda.get_device_name(device),
+        "torch": torch.__version__,
+        "world_size": world_size,
+        "rank": rank,
+        "oom": str(error),
+        "peak_allocated": torch.cuda.max_memory_allocated(device),
+        "peak_reserved": torch.cuda.max_memory_reserved(device),
+        "num_ooms": torch.cuda.memory_stats(device).get("num_ooms", 0),
+    }
+
+
+def gather_peaks(report, device, world_size):
+    """Every rank's peaks and step time, on every rank (a tensor all-gather, which needs
+    no pickling: all_gather_object would want numpy)."""
+    step_ms = report["step_ms"]
+    mine = torch.tensor([report["peak_allocated"], report["peak_reserved"],
+                         math.nan if step_ms is None else step_ms],
+                        dtype=torch.float64, device=device)
+    every = torch.empty(world_size * 3, dtype=torch.float64, device=device)
+    dist.all_gather_into_tensor(every, mine)
+    rows = every.view(world_size, 3).tolist()
+    return [{"rank": r, "peak_allocated": int(a), "peak_reserved": int(b),
+             "step_ms": None if math.isnan(ms) else ms} for r, (a, b, ms) in enumerate(rows)]
+
+
+def main(argv=None):
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    cfg = parse_config(sys.argv[1:] if argv is None else argv, world_size)
+    if not torch.cuda.is_available():
+        sys.exit("pytorch-train.py: PyTorch sees no CUDA GPU; this twin measures one")
+    rank = 0
+    if world_size > 1:
+        rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl")
+    else:
+        device = torch.device(cfg["device"])
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        torch.cuda.set_device(device)
+    cfg["device"] = str(device)
+    run = None
+    try:
+        run = Run(cfg, device, rank, world_size)
+        run.train()
+    except torch.cuda.OutOfMemoryError as e:
+        # Under torchrun the rank that ran out prints, and torchrun ends the others.
+        report = oom_report(cfg, device, e, rank, world_size)
+        if run is not None:
+            report["losses"] = run.losses
+        if cfg["json"]:
+            print(json.dumps(report), flush=True)
+        else:
+            print(f"out of memory on rank {rank}: {e}\npeak allocated "
+                  f"{report['peak_allocated'] / MIB:.1f} MiB, peak reserved "
+                  f"{report['peak_reserved'] / MIB:.1f} MiB", file=sys.stderr)
+        sys.exit(1)
+    report = run.report()
+    if world_size > 1:
+        report["ranks"] = gather_peaks(report, device, world_size)
+        dist.destroy_process_group()
+    if rank == 0:
+        print(json.dumps(report) if cfg["json"] else summary(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()
