@@ -35,7 +35,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Trains a Transformer or a GPT-2 for a few steps and reports peak memory, its
-    /// split by category, step time and losses.
+    /// split by category, step time and losses. A flag given twice takes its last value.
+    #[command(args_override_self = true)]
     Train(TrainArgs),
 }
 

@@ -206,8 +206,14 @@ fn fused_attention_gives_the_naive_loss_with_a_lower_peak() {
     let (n, f) = (report(&naive, &device), report(&fused, &device));
     // Encoder self-attention, decoder self- and cross-attention, per layer.
     let calls = 3 * naive.layers as u64;
-    assert_eq!((n.attention_fused_calls, n.attention_math_calls), (0, calls));
-    assert_eq!((f.attention_fused_calls, f.attention_math_calls), (calls, 0));
+    assert_eq!(
+        (n.attention_fused_calls, n.attention_math_calls),
+        (0, calls)
+    );
+    assert_eq!(
+        (f.attention_fused_calls, f.attention_math_calls),
+        (calls, 0)
+    );
     let (ln, lf) = (n.losses.unwrap()[0], f.losses.unwrap()[0]);
     assert!((ln - lf).abs() <= 1e-5 * ln.abs(), "loss {lf} vs {ln}");
     assert!(
@@ -222,7 +228,10 @@ fn fused_attention_gives_the_naive_loss_with_a_lower_peak() {
         ..fused
     };
     let d = report(&dropped, &device);
-    assert_eq!((d.attention_fused_calls, d.attention_math_calls), (0, calls));
+    assert_eq!(
+        (d.attention_fused_calls, d.attention_math_calls),
+        (0, calls)
+    );
 }
 
 #[test]
@@ -295,7 +304,10 @@ fn the_peak_split_sums_to_the_peak_and_counts_the_optimizer_state() {
     let r = report(&c, &device);
     assert_eq!(r.by_category.values().sum::<u64>(), r.peak_allocated);
     // Adam's two moments exist by the second step, float32 like the parameters.
-    assert_eq!(r.by_category["optimizer_state"], 2 * r.by_category["parameter"]);
+    assert_eq!(
+        r.by_category["optimizer_state"],
+        2 * r.by_category["parameter"]
+    );
     assert_eq!(r.model, ModelKind::Transformer);
     assert_eq!(r.losses.as_ref().unwrap().len(), 2);
 }

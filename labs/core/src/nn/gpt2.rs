@@ -17,8 +17,8 @@
 //! zero, LayerNorms one and zero.
 
 use super::attention::scaled_dot_product_attention;
-use super::multihead_attention::packed_projection;
 use super::layer_checkpoint::run_layer;
+use super::multihead_attention::packed_projection;
 use super::{join, Dropout, Embedding, LayerCheckpoint, LayerNorm, Linear, Module, Rng};
 use crate::alloc::Category;
 use crate::device::Device;

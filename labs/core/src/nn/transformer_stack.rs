@@ -9,7 +9,7 @@
 
 use super::layer_checkpoint::{run_layer, OwnedMasks};
 use super::{
-    join, AttentionMasks, LayerCheckpoint, DecoderMasks, LayerNorm, Module, Rng, TransformerConfig,
+    join, AttentionMasks, DecoderMasks, LayerCheckpoint, LayerNorm, Module, Rng, TransformerConfig,
     TransformerDecoderLayer, TransformerEncoderLayer,
 };
 use crate::alloc::Category;

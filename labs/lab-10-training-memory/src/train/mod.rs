@@ -44,7 +44,13 @@ pub fn run_with_progress(
         // The model itself does not fit: the figures are those of its allocation.
         Err(e) if is_out_of_memory(&e) => {
             let memory = measure::read(device, ooms_before)?;
-            return Ok(TrainReport::new(config, device, 0, memory, Some(format!("{e:#}"))));
+            return Ok(TrainReport::new(
+                config,
+                device,
+                0,
+                memory,
+                Some(format!("{e:#}")),
+            ));
         }
         Err(e) => return Err(e),
     };

@@ -63,9 +63,7 @@ impl Batch {
                 let mut idx = Vec::with_capacity(c.batch * t);
                 let mut targets = Vec::with_capacity(c.batch * t);
                 for _ in 0..c.batch {
-                    let row: Vec<i64> = (0..=t)
-                        .map(|_| (rng.next_u64() % vocab) as i64)
-                        .collect();
+                    let row: Vec<i64> = (0..=t).map(|_| (rng.next_u64() % vocab) as i64).collect();
                     idx.extend_from_slice(&row[..t]);
                     targets.extend_from_slice(&row[1..]);
                 }

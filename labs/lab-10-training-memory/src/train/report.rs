@@ -179,7 +179,10 @@ impl TrainReport {
             ]);
         }
         if let Some(oom) = &self.oom {
-            t.row(["out of memory".to_string(), oom.lines().next().unwrap_or("").into()]);
+            t.row([
+                "out of memory".to_string(),
+                oom.lines().next().unwrap_or("").into(),
+            ]);
         }
         let mut categories = Table::new(
             "The allocated peak by category",
