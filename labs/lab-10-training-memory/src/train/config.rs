@@ -160,7 +160,7 @@ impl TrainConfig {
                 bail!("{flag} must be at least 1");
             }
         }
-        if self.d_model % self.nhead != 0 {
+        if !self.d_model.is_multiple_of(self.nhead) {
             bail!(
                 "--d-model {} must be divisible by --nhead {}",
                 self.d_model,
