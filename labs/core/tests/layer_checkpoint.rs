@@ -73,7 +73,10 @@ fn checkpointed_gpt2_blocks_give_the_plain_gradients() {
         let want = gpt2_grads(&mut m, &LayerCheckpoint::Off, amp, &device);
         for mode in modes() {
             let got = gpt2_grads(&mut m, &mode, amp, &device);
-            assert!(got == want, "{mode:?} (bf16 autocast: {amp}): gradients differ");
+            assert!(
+                got == want,
+                "{mode:?} (bf16 autocast: {amp}): gradients differ"
+            );
         }
     }
 }
@@ -170,6 +173,9 @@ fn the_allocated_peak_is_split_by_category_at_its_moment() {
     // A reset starts the split from now.
     a.reset_peak_stats();
     let at_reset = a.memory_by_category_at_peak();
-    assert_eq!(at_reset[Category::Activation.index()].1, now(Category::Activation));
+    assert_eq!(
+        at_reset[Category::Activation.index()].1,
+        now(Category::Activation)
+    );
     drop((parameter, activation));
 }

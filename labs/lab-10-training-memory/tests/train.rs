@@ -280,13 +280,26 @@ fn the_dry_run_predicts_the_simulated_peaks_exactly() {
             checkpoint: CheckpointMode::Selective,
             ..small_gpt2()
         },
+        TrainConfig {
+            amp: AmpMode::F16,
+            offload: true,
+            offload_min_bytes: 0,
+            steps: 2,
+            ..small()
+        },
     ] {
         let sim = run(&c, &Device::new_sim(capacity)).unwrap();
         let dry = run(&c, &Device::new_dry(capacity)).unwrap();
         assert_eq!(sim.peak_allocated, dry.peak_allocated, "{c:?}");
-        assert_eq!(sim.peak_reserved, dry.peak_reserved, "{c:?}");
+        // With offload, a freed activation's block is reusable once its copy to the
+        // host is done: when that is depends on the copies' speed (instant on the dry
+        // run), so the reserved peak may differ; what is allocated does not.
+        if !c.offload {
+            assert_eq!(sim.peak_reserved, dry.peak_reserved, "{c:?}");
+        }
         assert_eq!(sim.by_category, dry.by_category, "{c:?}");
         assert_eq!(sim.params, dry.params);
+        assert_eq!(sim.offload, dry.offload, "{c:?}");
         assert!(dry.losses.is_none() && dry.step_ms.is_none());
         assert!(sim.losses.is_some());
     }

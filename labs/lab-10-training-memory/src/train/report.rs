@@ -119,7 +119,10 @@ impl TrainReport {
                 c.d_model, c.nhead, c.layers, c.vocab, c.dropout
             ),
         };
-        let mut t = Table::new(format!("Training on {}: {model}", self.device), &["", ""]);
+        let mut t = Table::new(
+            format!("Training on {}: {model}", self.device),
+            &["quantity", "value"],
+        );
         t.row(["parameters".to_string(), self.params.to_string()]);
         t.row([
             "batch".to_string(),
