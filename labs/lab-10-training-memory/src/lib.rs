@@ -2,4 +2,5 @@
 //! (mixed precision, out of memory, data parallel): a Transformer or a GPT-2 trained
 //! with accumulation, checkpointing, offload, fused attention and autocast, measured.
 
+pub mod exercises;
 pub mod train;
