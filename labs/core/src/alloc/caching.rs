@@ -130,6 +130,10 @@ impl State {
         if old != category {
             self.stats.by_category[old.index()].sub(a.size);
             self.stats.by_category[category.index()].add(a.size);
+            // Still at the peak (nothing allocated since): the peak's split is now's.
+            if self.stats.allocated.all.current == self.stats.allocated.all.peak {
+                self.stats.note_category_peak();
+            }
             self.sample_timeline();
         }
         Ok(())
@@ -238,12 +242,16 @@ impl State {
         b.category = category;
         let (ptr, size, generation, pool) = (b.addr, b.size, b.generation, b.key.pool);
         let s = &mut self.stats;
+        let peak_before = s.allocated.all.peak;
         s.requested.add(pool, requested);
         s.allocated.add(pool, size);
         s.allocations.add(pool, 1);
         s.active.add(pool, 1);
         s.active_bytes.add(pool, size);
         s.by_category[category.index()].add(size);
+        if s.allocated.all.peak > peak_before {
+            s.note_category_peak();
+        }
         // The running count of allocations numbers this one, for the leak guard.
         self.blocks[id].serial = s.allocations.all.allocated;
         self.note(TraceAction::Alloc, ptr, requested, stream);

@@ -100,6 +100,17 @@ impl Allocator {
             .collect()
     }
 
+    /// Allocated bytes by what they hold at the moment of the allocated peak (since the
+    /// last peak reset), in [`Category::ALL`](super::Category::ALL) order: they sum to
+    /// [`max_memory_allocated`](Self::max_memory_allocated).
+    pub fn memory_by_category_at_peak(&self) -> Vec<(super::Category, u64)> {
+        let st = self.lock();
+        super::Category::ALL
+            .iter()
+            .map(|&c| (c, st.stats.by_category_at_peak[c.index()]))
+            .collect()
+    }
+
     /// PyTorch's name for [`reset_peak_stats`](Self::reset_peak_stats).
     pub fn reset_peak_memory_stats(&self) {
         self.reset_peak_stats();

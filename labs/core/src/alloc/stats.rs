@@ -238,6 +238,10 @@ pub struct Stats {
     /// step is read by (not a PyTorch statistic; its memory profiler gives the same
     /// split after the fact).
     pub by_category: [Stat; super::Category::COUNT],
+    /// The `current` of each category at the moment `allocated` last set its peak
+    /// (since the last peak reset): what the peak was made of. A category's own
+    /// `peak` may fall at another moment; this split sums to `allocated.all.peak`.
+    pub by_category_at_peak: [u64; super::Category::COUNT],
 }
 // ANCHOR_END: stats
 
@@ -249,6 +253,15 @@ impl Stats {
         }
         for s in &mut self.by_category {
             s.reset_peak();
+        }
+        self.note_category_peak();
+    }
+
+    /// Copies the categories' current values as the split of the allocated peak.
+    #[inline]
+    pub(crate) fn note_category_peak(&mut self) {
+        for (at, s) in self.by_category_at_peak.iter_mut().zip(&self.by_category) {
+            *at = s.current;
         }
     }
 

@@ -101,6 +101,41 @@ pub fn sdpa_backend() -> SdpaBackend {
     BACKEND.with(Cell::get)
 }
 
+/// How many calls of [`scaled_dot_product_attention`] this thread ran on each path since
+/// the last [`reset_sdpa_calls`] (a checkpoint's recomputation counts again): which
+/// calls a backend switch actually served fused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SdpaCalls {
+    pub fused: u64,
+    pub math: u64,
+}
+
+thread_local! {
+    static CALLS: Cell<SdpaCalls> = const { Cell::new(SdpaCalls { fused: 0, math: 0 }) };
+}
+
+/// This thread's attention calls by path.
+pub fn sdpa_calls() -> SdpaCalls {
+    CALLS.with(Cell::get)
+}
+
+/// Starts this thread's counts of attention calls again from zero.
+pub fn reset_sdpa_calls() {
+    CALLS.with(|c| c.set(SdpaCalls::default()));
+}
+
+fn count_call(fused: bool) {
+    CALLS.with(|c| {
+        let mut n = c.get();
+        if fused {
+            n.fused += 1;
+        } else {
+            n.math += 1;
+        }
+        c.set(n);
+    });
+}
+
 /// Whether the fused kernel can serve this call: no additive mask, no dropout in
 /// effect, a head size it supports.
 fn fused_serves(q: &Tensor, mask: Option<&Tensor>, dropout_p: f32, training: bool) -> bool {
@@ -133,8 +168,10 @@ pub fn scaled_dot_product_attention(
 ) -> Result<Tensor> {
     if sdpa_backend() == SdpaBackend::Fused && fused_serves(q, mask, dropout_p, training) {
         check_qkv(q, k, v)?;
+        count_call(true);
         return Tensor::fused_attention(q, k, v, causal, None);
     }
+    count_call(false);
     Ok(attention_with_weights(q, k, v, mask, causal, dropout_p, training)?.0)
 }
 

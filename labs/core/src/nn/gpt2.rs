@@ -17,8 +17,9 @@
 //! zero, LayerNorms one and zero.
 
 use super::attention::scaled_dot_product_attention;
+use super::layer_checkpoint::run_layer;
 use super::multihead_attention::packed_projection;
-use super::{join, Dropout, Embedding, LayerNorm, Linear, Module, Rng};
+use super::{join, Dropout, Embedding, LayerCheckpoint, LayerNorm, Linear, Module, Rng};
 use crate::alloc::Category;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -80,6 +81,7 @@ fn normal_linear(
 }
 
 /// Causal self-attention with the query, key and value projections in one `c_attn`.
+#[derive(Clone)]
 struct CausalSelfAttention {
     c_attn: Linear,
     c_proj: Linear,
@@ -106,6 +108,7 @@ impl CausalSelfAttention {
     }
 }
 
+#[derive(Clone)]
 struct Block {
     ln_1: LayerNorm,
     attn: CausalSelfAttention,
@@ -172,6 +175,8 @@ pub struct Gpt2 {
     drop: Dropout,
     h: Vec<Block>,
     ln_f: LayerNorm,
+    /// How each block runs: directly, or in an activation checkpoint.
+    pub checkpoint: LayerCheckpoint,
     training: bool,
 }
 
@@ -205,6 +210,7 @@ impl Gpt2 {
             drop: Dropout::new(c.dropout)?,
             h,
             ln_f: LayerNorm::new(&[c.d_model], 1e-5, device)?,
+            checkpoint: LayerCheckpoint::Off,
             training: true,
         })
     }
@@ -255,7 +261,12 @@ impl Module for Gpt2 {
             .drop
             .forward(&self.wte.forward(idx)?.add(&self.wpe.forward(&pos)?)?)?;
         for block in &self.h {
-            x = block.forward(&x)?;
+            x = if self.checkpoint.is_off() {
+                block.forward(&x)?
+            } else {
+                let block = block.clone();
+                run_layer(&self.checkpoint, &[x], move |xs| block.forward(&xs[0]))?
+            };
         }
         let x = self.ln_f.forward(&x)?;
         x.matmul(&self.wte.weight.transpose(0, 1)?)

@@ -8,6 +8,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
+#[derive(Clone)]
 pub struct Linear {
     /// `[out_features, in_features]`.
     pub weight: Tensor,

@@ -19,6 +19,7 @@ mod dropout;
 mod embedding;
 mod gpt2;
 mod init;
+mod layer_checkpoint;
 mod linear;
 mod multihead_attention;
 mod norm;
@@ -29,12 +30,14 @@ mod transformer_stack;
 
 pub use activation::{Gelu, Relu, Sigmoid, Tanh};
 pub use attention::{
-    causal_mask, scaled_dot_product_attention, sdpa_backend, sdpa_kernel, SdpaBackend, SdpaGuard,
+    causal_mask, reset_sdpa_calls, scaled_dot_product_attention, sdpa_backend, sdpa_calls,
+    sdpa_kernel, SdpaBackend, SdpaCalls, SdpaGuard,
 };
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use gpt2::{Gpt2, Gpt2Config};
 pub use init::Rng;
+pub use layer_checkpoint::LayerCheckpoint;
 pub use linear::Linear;
 pub use multihead_attention::{AttentionMasks, MultiheadAttention};
 pub use norm::LayerNorm;

@@ -13,6 +13,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
+#[derive(Clone)]
 pub struct MultiheadAttention {
     pub embed_dim: usize,
     pub num_heads: usize,

@@ -7,6 +7,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
+#[derive(Clone)]
 pub struct LayerNorm {
     pub normalized_shape: Vec<usize>,
     pub eps: f32,

@@ -76,6 +76,7 @@ impl Default for TransformerConfig {
 }
 
 /// The feed-forward block both layers end with.
+#[derive(Clone)]
 struct FeedForward {
     linear1: Linear,
     dropout: Dropout,
@@ -121,6 +122,7 @@ fn residual(
     }
 }
 
+#[derive(Clone)]
 pub struct TransformerEncoderLayer {
     pub config: TransformerConfig,
     pub self_attn: MultiheadAttention,
@@ -207,6 +209,7 @@ pub struct DecoderMasks<'a> {
     pub memory: AttentionMasks<'a>,
 }
 
+#[derive(Clone)]
 pub struct TransformerDecoderLayer {
     pub config: TransformerConfig,
     pub self_attn: MultiheadAttention,

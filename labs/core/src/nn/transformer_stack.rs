@@ -7,8 +7,9 @@
 //! `nn.Transformer` then re-draws every matrix Xavier-uniform (`_reset_parameters`),
 //! so its layers differ.
 
+use super::layer_checkpoint::{run_layer, OwnedMasks};
 use super::{
-    join, AttentionMasks, DecoderMasks, LayerNorm, Module, Rng, TransformerConfig,
+    join, AttentionMasks, DecoderMasks, LayerCheckpoint, LayerNorm, Module, Rng, TransformerConfig,
     TransformerDecoderLayer, TransformerEncoderLayer,
 };
 use crate::alloc::Category;
@@ -42,6 +43,8 @@ fn final_norm(c: &TransformerConfig, device: &Device) -> Result<LayerNorm> {
 pub struct TransformerEncoder {
     pub layers: Vec<TransformerEncoderLayer>,
     pub norm: Option<LayerNorm>,
+    /// How each layer runs: directly, or in an activation checkpoint.
+    pub checkpoint: LayerCheckpoint,
     training: bool,
 }
 
@@ -62,6 +65,7 @@ impl TransformerEncoder {
         Ok(TransformerEncoder {
             layers,
             norm,
+            checkpoint: LayerCheckpoint::Off,
             training: true,
         })
     }
@@ -70,7 +74,14 @@ impl TransformerEncoder {
     pub fn forward_with(&self, src: &Tensor, masks: AttentionMasks) -> Result<Tensor> {
         let mut x = src.clone();
         for layer in &self.layers {
-            x = layer.forward_with(&x, masks)?;
+            x = if self.checkpoint.is_off() {
+                layer.forward_with(&x, masks)?
+            } else {
+                let (layer, masks) = (layer.clone(), OwnedMasks::new(masks));
+                run_layer(&self.checkpoint, &[x], move |xs| {
+                    layer.forward_with(&xs[0], masks.borrow())
+                })?
+            };
         }
         match &self.norm {
             Some(n) => n.forward(&x),
@@ -110,6 +121,9 @@ impl Module for TransformerEncoder {
 pub struct TransformerDecoder {
     pub layers: Vec<TransformerDecoderLayer>,
     pub norm: Option<LayerNorm>,
+    /// How each layer runs: directly, or in an activation checkpoint (the memory is
+    /// an input of each region, so its gradient flows back to the encoder).
+    pub checkpoint: LayerCheckpoint,
     training: bool,
 }
 
@@ -128,6 +142,7 @@ impl TransformerDecoder {
         Ok(TransformerDecoder {
             layers,
             norm,
+            checkpoint: LayerCheckpoint::Off,
             training: true,
         })
     }
@@ -142,7 +157,19 @@ impl TransformerDecoder {
     ) -> Result<Tensor> {
         let mut x = tgt.clone();
         for layer in &self.layers {
-            x = layer.forward_with(&x, memory, masks)?;
+            x = if self.checkpoint.is_off() {
+                layer.forward_with(&x, memory, masks)?
+            } else {
+                let layer = layer.clone();
+                let (tgt, mem) = (OwnedMasks::new(masks.tgt), OwnedMasks::new(masks.memory));
+                run_layer(&self.checkpoint, &[x, memory.clone()], move |xs| {
+                    let masks = DecoderMasks {
+                        tgt: tgt.borrow(),
+                        memory: mem.borrow(),
+                    };
+                    layer.forward_with(&xs[0], &xs[1], masks)
+                })?
+            };
         }
         match &self.norm {
             Some(n) => n.forward(&x),
@@ -282,6 +309,12 @@ impl Transformer {
         }
         let memory = self.encoder.forward_with(src, src_masks)?;
         self.decoder.forward_with(tgt, &memory, masks)
+    }
+
+    /// Runs every encoder and decoder layer as `mode` says.
+    pub fn set_checkpoint(&mut self, mode: LayerCheckpoint) {
+        self.encoder.checkpoint = mode.clone();
+        self.decoder.checkpoint = mode;
     }
 }
 

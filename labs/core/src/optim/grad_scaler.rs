@@ -57,6 +57,15 @@ pub struct GradScaler {
 }
 // ANCHOR_END: grad_scaler
 
+/// Whether a `found_inf` flag is set. The dry-run device computes no values: there no
+/// step overflows (its allocations are those of a run whose steps all go ahead).
+fn overflowed(found_inf: &Tensor) -> Result<bool> {
+    if found_inf.device().is_dry() {
+        return Ok(false);
+    }
+    Ok(found_inf.item::<f32>()? != 0.0)
+}
+
 /// A stable key for an optimizer while it is borrowed (its address).
 fn key(optimizer: &dyn Optimizer) -> usize {
     optimizer as *const dyn Optimizer as *const () as usize
@@ -224,7 +233,7 @@ impl GradScaler {
             .get_mut(&key(optimizer))
             .expect("unscaled above");
         state.stage = ScalerStage::Stepped;
-        let overflow = state.found_inf.item::<f32>()? != 0.0;
+        let overflow = overflowed(&state.found_inf)?;
         if !overflow {
             optimizer.step()?;
         }
@@ -246,7 +255,7 @@ impl GradScaler {
         }
         let mut found_inf = false;
         for state in self.per_optimizer.values() {
-            found_inf |= state.found_inf.item::<f32>()? != 0.0;
+            found_inf |= overflowed(&state.found_inf)?;
         }
         self.per_optimizer.clear();
         self.apply(found_inf);

@@ -1,0 +1,36 @@
+//! Starter code: replace each `todo!()`, then run
+//! `cargo test -p lab-10 --features exercises`.
+
+use anyhow::Result;
+
+use crate::train::model::Batch;
+use crate::train::{OptimizerKind, Trainer};
+
+// ANCHOR: exercise_accumulate
+/// Exercise 1: gradient accumulation. Run forward and backward on each micro-batch so
+/// that the parameters' `.grad` end up those of one batch made of all of them
+/// (`Trainer::micro_batch(batch, divisor)` divides the loss by `divisor` before
+/// backward; gradients add up in `.grad`). Return the mean loss over the micro-batches
+/// (`None` when `micro_batch` returns `None`, on the dry-run device). Do not step the
+/// optimizer.
+pub fn accumulate(trainer: &mut Trainer, batches: &[Batch]) -> Result<Option<f64>> {
+    let _ = (trainer, batches);
+    todo!("one micro_batch per batch, each loss divided by the number of batches")
+}
+// ANCHOR_END: exercise_accumulate
+
+// ANCHOR: exercise_state
+/// Exercise 2: the bytes an optimizer's state holds after `steps_done` steps, for
+/// float32 parameters of `param_numels` elements each (SGD without momentum, Adam and
+/// AdamW with their float32 moments). Each state tensor is one allocation, rounded as
+/// the allocator rounds (`labs_core::alloc::round_size(bytes, 0)`). Mind when the
+/// state is created.
+pub fn optimizer_state_bytes(
+    optimizer: OptimizerKind,
+    param_numels: &[usize],
+    steps_done: usize,
+) -> u64 {
+    let _ = (optimizer, param_numels, steps_done);
+    todo!("what each optimizer keeps per parameter, and from which step")
+}
+// ANCHOR_END: exercise_state

@@ -1,0 +1,190 @@
+//! What a training run is: the model and its sizes, the batch, and the memory
+//! techniques in use. [`TrainConfig`] is what the command line fills in and what other
+//! labs and tests build directly; [`TrainConfig::validate`] refuses what cannot run,
+//! with the flag's name in the message.
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+
+/// The model trained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// `nn.Transformer` (encoder-decoder), regressing random targets with MSE.
+    Transformer,
+    /// A GPT-2 language model on random tokens, cross-entropy on the next token.
+    Gpt2,
+}
+
+/// `--checkpoint`: how each layer (block) runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckpointMode {
+    None,
+    /// Every layer in a checkpoint: its activations recomputed in backward.
+    Layers,
+    /// Every layer in a selective checkpoint: matmul and attention outputs kept.
+    Selective,
+}
+
+/// `--attention`: the scaled-dot-product-attention backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionMode {
+    Naive,
+    Fused,
+}
+
+/// `--amp`: autocast's dtype, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum AmpMode {
+    None,
+    Bf16,
+    /// Float16, with a gradient scaler.
+    F16,
+}
+
+/// `--optimizer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    Adam,
+    Adamw,
+    Sgd,
+}
+
+/// A training run, every flag of `lab-10 train`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrainConfig {
+    pub model: ModelKind,
+    pub d_model: usize,
+    pub nhead: usize,
+    /// Encoder and decoder layers each (transformer), blocks (gpt2).
+    pub layers: usize,
+    /// The feed-forward width: `dim_feedforward` (transformer); 4 d_model (gpt2).
+    pub ffn: usize,
+    /// The vocabulary (gpt2; unused by the transformer).
+    pub vocab: usize,
+    pub dropout: f32,
+    /// The micro-batch.
+    pub batch: usize,
+    pub seq: usize,
+    /// Optimizer steps.
+    pub steps: usize,
+    /// Micro-batches per optimizer step.
+    pub accum: usize,
+    pub checkpoint: CheckpointMode,
+    pub offload: bool,
+    /// Saved tensors smaller than this stay on the device when offloading
+    /// (`OffloadOptions::min_bytes`); not a flag.
+    pub offload_min_bytes: usize,
+    pub attention: AttentionMode,
+    pub amp: AmpMode,
+    pub optimizer: OptimizerKind,
+    pub lr: f64,
+    pub seed: u64,
+    /// Steps left out of `step_ms` (with none left, `step_ms` is null).
+    pub warmup: usize,
+}
+
+impl TrainConfig {
+    /// `nn.Transformer`'s defaults: d_model 512, 8 heads, 6 + 6 layers, feed-forward
+    /// 2048, dropout 0.1; a batch of 1 sequence of 100.
+    pub fn transformer() -> TrainConfig {
+        TrainConfig {
+            model: ModelKind::Transformer,
+            d_model: 512,
+            nhead: 8,
+            layers: 6,
+            ffn: 2048,
+            vocab: 50257,
+            dropout: 0.1,
+            batch: 1,
+            seq: 100,
+            steps: 5,
+            accum: 1,
+            checkpoint: CheckpointMode::None,
+            offload: false,
+            offload_min_bytes: labs_core::autograd::OffloadOptions::default().min_bytes,
+            attention: AttentionMode::Fused,
+            amp: AmpMode::None,
+            optimizer: OptimizerKind::Adam,
+            lr: 1e-3,
+            seed: 0,
+            warmup: 1,
+        }
+    }
+
+    /// GPT-2 small's sizes: d_model 768, 12 heads, 12 blocks, vocabulary 50257,
+    /// dropout 0; a batch of 1 sequence of 1024.
+    pub fn gpt2() -> TrainConfig {
+        TrainConfig {
+            model: ModelKind::Gpt2,
+            d_model: 768,
+            nhead: 12,
+            layers: 12,
+            ffn: 4 * 768,
+            dropout: 0.0,
+            seq: 1024,
+            ..TrainConfig::transformer()
+        }
+    }
+
+    /// The defaults of `model`.
+    pub fn defaults(model: ModelKind) -> TrainConfig {
+        match model {
+            ModelKind::Transformer => TrainConfig::transformer(),
+            ModelKind::Gpt2 => TrainConfig::gpt2(),
+        }
+    }
+
+    /// GPT-2's position table: `max(seq, 1024)` rows.
+    pub fn gpt2_positions(&self) -> usize {
+        self.seq.max(1024)
+    }
+
+    /// Refuses sizes and combinations that cannot run.
+    pub fn validate(&self) -> Result<()> {
+        for (flag, v) in [
+            ("--d-model", self.d_model),
+            ("--nhead", self.nhead),
+            ("--layers", self.layers),
+            ("--ffn", self.ffn),
+            ("--batch", self.batch),
+            ("--seq", self.seq),
+            ("--steps", self.steps),
+            ("--accum", self.accum),
+        ] {
+            if v == 0 {
+                bail!("{flag} must be at least 1");
+            }
+        }
+        if !self.d_model.is_multiple_of(self.nhead) {
+            bail!(
+                "--d-model {} must be divisible by --nhead {}",
+                self.d_model,
+                self.nhead
+            );
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            bail!("--dropout {} must be in [0, 1)", self.dropout);
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            bail!("--lr {} must be a positive number", self.lr);
+        }
+        if self.model == ModelKind::Gpt2 {
+            if self.ffn != 4 * self.d_model {
+                bail!(
+                    "--ffn {}: GPT-2's feed-forward width is 4 x d_model = {}; it takes no other",
+                    self.ffn,
+                    4 * self.d_model
+                );
+            }
+            if self.vocab == 0 {
+                bail!("--vocab must be at least 1");
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,103 @@
+//! The training driver later chapters share: one model (a Transformer or a GPT-2)
+//! trained for a few steps with the memory techniques of the book switched on by
+//! configuration, measured as PyTorch measures it. On the dry-run device the whole run
+//! executes the allocator and every op's allocations without kernels, so its peaks
+//! predict the GPU's.
+//!
+//! - [`config`]: the flags as a [`TrainConfig`];
+//! - [`model`]: either model, its random micro-batches, one forward and loss;
+//! - [`step`]: one optimizer step with accumulation, checkpoint, offload and AMP;
+//! - [`measure`]: peaks, their split by category, step times;
+//! - [`report`]: the [`TrainReport`], as JSON or tables.
+
+pub mod config;
+pub mod measure;
+pub mod model;
+pub mod report;
+pub mod step;
+
+pub use config::{AmpMode, AttentionMode, CheckpointMode, ModelKind, OptimizerKind, TrainConfig};
+pub use report::{OffloadReport, TrainReport};
+pub use step::Trainer;
+
+use anyhow::Result;
+use indicatif::ProgressBar;
+use labs_core::nn::{reset_sdpa_calls, sdpa_calls};
+use labs_core::Device;
+
+/// Trains as `config` says on `device` and reports. An out-of-memory error ends the
+/// run but not the report: it comes back with `oom` set and the figures so far (as a
+/// caller searching for what fits needs them). Other errors are errors.
+pub fn run(config: &TrainConfig, device: &Device) -> Result<TrainReport> {
+    run_with_progress(config, device, &ProgressBar::hidden())
+}
+
+/// [`run`], advancing `bar` by one per optimizer step.
+pub fn run_with_progress(
+    config: &TrainConfig,
+    device: &Device,
+    bar: &ProgressBar,
+) -> Result<TrainReport> {
+    let ooms_before = device.allocator()?.stats().num_ooms;
+    let mut trainer = match Trainer::new(config, device) {
+        Ok(t) => t,
+        // The model itself does not fit: the figures are those of its allocation.
+        Err(e) if is_out_of_memory(&e) => {
+            let memory = measure::read(device, ooms_before)?;
+            return Ok(TrainReport::new(
+                config,
+                device,
+                0,
+                memory,
+                Some(format!("{e:#}")),
+            ));
+        }
+        Err(e) => return Err(e),
+    };
+    let params = trainer.model.module().num_parameters();
+    measure::start(device)?;
+    reset_sdpa_calls();
+    let mut losses = Vec::new();
+    let mut times = Vec::new();
+    let mut oom = None;
+    for step in 0..config.steps {
+        match measure::timed(device, || trainer.step(step)) {
+            Ok((loss, time)) => {
+                losses.push(loss);
+                if step >= config.warmup {
+                    times.push(time);
+                }
+            }
+            Err(e) if is_out_of_memory(&e) => {
+                oom = Some(format!("{e:#}"));
+                break;
+            }
+            Err(e) => return Err(e),
+        }
+        bar.inc(1);
+    }
+    let calls = sdpa_calls();
+    let offload = trainer.offload_stats().map(OffloadReport::from);
+    let skipped_steps = (config.amp == AmpMode::F16).then_some(trainer.skipped_steps);
+    // The memory is read with the model alive: the peaks are those of the run.
+    let memory = measure::read(device, ooms_before)?;
+    drop(trainer);
+    let mut report = TrainReport::new(config, device, params, memory, oom);
+    report.step_ms = measure::median_ms(&times).filter(|_| !device.is_dry());
+    if !device.is_dry() {
+        report.losses = Some(losses.into_iter().map(|l| l.unwrap_or(f64::NAN)).collect());
+    }
+    report.attention_fused_calls = calls.fused;
+    report.attention_math_calls = calls.math;
+    report.skipped_steps = skipped_steps;
+    report.offload = offload;
+    Ok(report)
+}
+
+/// Whether `e` is the runtime's out-of-memory error.
+pub fn is_out_of_memory(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<labs_core::Error>()
+            .is_some_and(labs_core::Error::is_out_of_memory)
+    })
+}

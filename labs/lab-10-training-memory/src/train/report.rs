@@ -1,0 +1,197 @@
+//! What a run reports: [`TrainReport`], printed as one JSON object (`--json`, the
+//! fields `ci/pytorch-train.py` prints for PyTorch) or as tables.
+
+use std::collections::BTreeMap;
+
+use labs_core::autograd::OffloadStats;
+use labs_core::format::bytes;
+use labs_core::table::Table;
+use serde::Serialize;
+
+use super::config::{ModelKind, TrainConfig};
+use super::step::amp_name;
+
+/// What the offload hooks did (`OffloadStats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct OffloadReport {
+    /// Saved tensors copied to pinned host memory, and their bytes.
+    pub offloaded: usize,
+    pub offloaded_bytes: u64,
+    /// Saved tensors left on the device (parameters, tensors under the threshold).
+    pub kept_on_device: usize,
+    /// Tensors whose copy back a prefetch had started before backward needed them.
+    pub prefetched: usize,
+    /// Tensors copied back only when backward needed them.
+    pub fetched_on_demand: usize,
+}
+
+impl From<OffloadStats> for OffloadReport {
+    fn from(s: OffloadStats) -> Self {
+        OffloadReport {
+            offloaded: s.offloaded,
+            offloaded_bytes: s.offloaded_bytes,
+            kept_on_device: s.kept_on_device,
+            prefetched: s.prefetched,
+            fetched_on_demand: s.fetched_on_demand,
+        }
+    }
+}
+
+/// A run's figures. Bytes are the allocator's, over the whole run from just after the
+/// model and optimizer were made (parameters allocated, no optimizer state yet).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrainReport {
+    pub model: ModelKind,
+    /// The effective configuration: every flag, defaults filled in.
+    pub config: TrainConfig,
+    /// The device's name (`sim:0`, `cuda:0`, `dry:0`).
+    pub device: String,
+    /// Parameter elements.
+    pub params: usize,
+    /// `max_memory_allocated`, bytes.
+    pub peak_allocated: u64,
+    /// `max_memory_reserved`, bytes.
+    pub peak_reserved: u64,
+    /// Allocated bytes by category at the moment of the allocated peak.
+    pub by_category: BTreeMap<String, u64>,
+    /// The median time of the steps after the warm-up ones, ms; null on the dry-run
+    /// device, or when no step is left after the warm-up.
+    pub step_ms: Option<f64>,
+    /// One mean loss per optimizer step done; null on the dry-run device.
+    pub losses: Option<Vec<f64>>,
+    /// Attention calls served by the fused kernel and by the math path (a checkpointed
+    /// layer's recomputation counts its calls again).
+    pub attention_fused_calls: u64,
+    pub attention_math_calls: u64,
+    /// Steps the gradient scaler skipped (float16 only, else null).
+    pub skipped_steps: Option<usize>,
+    /// What activation offload did (with `--offload`, else null).
+    pub offload: Option<OffloadReport>,
+    /// Out-of-memory errors during the run.
+    pub num_ooms: u64,
+    /// The out-of-memory error that ended the run, if one did.
+    pub oom: Option<String>,
+}
+
+impl TrainReport {
+    /// The figures every run has; the rest empty.
+    pub fn new(
+        config: &TrainConfig,
+        device: &labs_core::Device,
+        params: usize,
+        memory: super::measure::Memory,
+        oom: Option<String>,
+    ) -> TrainReport {
+        TrainReport {
+            model: config.model,
+            config: config.clone(),
+            device: device.to_string(),
+            params,
+            peak_allocated: memory.peak_allocated,
+            peak_reserved: memory.peak_reserved,
+            by_category: memory.by_category,
+            step_ms: None,
+            losses: None,
+            attention_fused_calls: 0,
+            attention_math_calls: 0,
+            skipped_steps: None,
+            offload: None,
+            num_ooms: memory.num_ooms,
+            oom,
+        }
+    }
+
+    /// One line of JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a report serialises")
+    }
+
+    /// The run as two tables: the figures, then the peak by category.
+    pub fn tables(&self) -> String {
+        let c = &self.config;
+        let model = match c.model {
+            ModelKind::Transformer => format!(
+                "Transformer d_model {} nhead {} layers {}+{} ffn {} dropout {}",
+                c.d_model, c.nhead, c.layers, c.layers, c.ffn, c.dropout
+            ),
+            ModelKind::Gpt2 => format!(
+                "GPT-2 d_model {} nhead {} blocks {} vocab {} dropout {}",
+                c.d_model, c.nhead, c.layers, c.vocab, c.dropout
+            ),
+        };
+        let mut t = Table::new(
+            format!("Training on {}: {model}", self.device),
+            &["quantity", "value"],
+        );
+        t.row(["parameters".to_string(), self.params.to_string()]);
+        t.row([
+            "batch".to_string(),
+            format!(
+                "{} x {} tokens, {} micro-batch(es) per step, {} steps",
+                c.batch, c.seq, c.accum, c.steps
+            ),
+        ]);
+        t.row([
+            "techniques".to_string(),
+            format!(
+                "checkpoint {:?}, offload {}, attention {:?}, amp {}, {:?} lr {}",
+                c.checkpoint,
+                c.offload,
+                c.attention,
+                amp_name(c.amp),
+                c.optimizer,
+                c.lr
+            )
+            .to_lowercase(),
+        ]);
+        t.row(["peak allocated".to_string(), bytes(self.peak_allocated)]);
+        t.row(["peak reserved".to_string(), bytes(self.peak_reserved)]);
+        t.row([
+            "step time (median)".to_string(),
+            self.step_ms
+                .map_or("-".to_string(), |ms| format!("{ms:.2} ms")),
+        ]);
+        t.row([
+            "loss (first, last)".to_string(),
+            match self.losses.as_deref() {
+                Some([first, .., last]) => format!("{first:.4}, {last:.4}"),
+                Some([only]) => format!("{only:.4}"),
+                _ => "-".to_string(),
+            },
+        ]);
+        t.row([
+            "attention calls".to_string(),
+            format!(
+                "{} fused, {} math",
+                self.attention_fused_calls, self.attention_math_calls
+            ),
+        ]);
+        if let Some(n) = self.skipped_steps {
+            t.row(["skipped steps (f16)".to_string(), n.to_string()]);
+        }
+        if let Some(o) = &self.offload {
+            t.row([
+                "offloaded".to_string(),
+                format!(
+                    "{} in {} tensors ({} prefetched, {} on demand)",
+                    bytes(o.offloaded_bytes),
+                    o.offloaded,
+                    o.prefetched,
+                    o.fetched_on_demand
+                ),
+            ]);
+        }
+        if self.oom.is_some() {
+            t.row(["out of memory", "yes: the report follows"]);
+        }
+        let mut categories = Table::new(
+            "The allocated peak by category",
+            &["category", "bytes", "share"],
+        );
+        for (name, &n) in &self.by_category {
+            let share = 100.0 * n as f64 / self.peak_allocated.max(1) as f64;
+            categories.row([name.clone(), bytes(n), format!("{share:.1}%")]);
+        }
+        format!("{t}\n{categories}")
+    }
+}

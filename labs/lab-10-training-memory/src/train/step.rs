@@ -1,0 +1,156 @@
+//! One optimizer step as PyTorch's recipes write it: for each of `accum`
+//! micro-batches, the forward and loss (under autocast, with saved activations
+//! offloaded), the loss divided by `accum` and backward (scaled by the gradient scaler
+//! for float16), gradients summing in `.grad`; then one optimizer step (through the
+//! scaler, which skips it on an overflow) and `zero_grad(set_to_none=True)`, so the
+//! gradients are freed before the next step's forward.
+//!
+//! The attention backend holds over forward and backward: a checkpointed layer
+//! recomputes its attention in backward.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use labs_core::autograd::{OffloadHooks, OffloadOptions, OffloadStats};
+use labs_core::nn::{sdpa_kernel, SdpaBackend};
+use labs_core::optim::{Adam, AdamW, GradScaler, Optimizer, Sgd};
+use labs_core::tensor::{autocast, push_saved_tensors_hooks, AutocastGuard};
+use labs_core::{DType, Device};
+
+use super::config::{AmpMode, AttentionMode, OptimizerKind, TrainConfig};
+use super::model::{Batch, TrainModel};
+
+/// A model with its optimizer, scaler and offload hooks: what a run steps.
+pub struct Trainer {
+    pub config: TrainConfig,
+    pub model: TrainModel,
+    optimizer: Box<dyn Optimizer>,
+    scaler: Option<GradScaler>,
+    offload: Option<Arc<OffloadHooks>>,
+    device: Device,
+    /// Steps the gradient scaler skipped for an overflow.
+    pub skipped_steps: usize,
+}
+
+impl Trainer {
+    /// The model (parameters allocated) and its optimizer (no state yet: Adam's
+    /// moments appear at the first step, as in PyTorch). Seeds the device's generator
+    /// (dropout) with `config.seed`.
+    pub fn new(config: &TrainConfig, device: &Device) -> Result<Trainer> {
+        config.validate()?;
+        if config.amp != AmpMode::None && device.id() == labs_core::DeviceId::Cpu {
+            anyhow::bail!(
+                "--amp {}: autocast here is CUDA's; run it on cuda, sim or dry, not on cpu",
+                amp_name(config.amp)
+            );
+        }
+        device.manual_seed(config.seed);
+        let model = TrainModel::new(config, device).context("building the model")?;
+        let params = model.module().parameters();
+        let optimizer: Box<dyn Optimizer> = match config.optimizer {
+            OptimizerKind::Adam => Box::new(Adam::new(params, config.lr)),
+            OptimizerKind::Adamw => Box::new(AdamW::new(params, config.lr)),
+            OptimizerKind::Sgd => Box::new(Sgd::new(params, config.lr)),
+        };
+        let offload = config.offload.then(|| {
+            Arc::new(OffloadHooks::new(OffloadOptions {
+                min_bytes: config.offload_min_bytes,
+                ..OffloadOptions::default()
+            }))
+        });
+        Ok(Trainer {
+            config: config.clone(),
+            model,
+            optimizer,
+            scaler: (config.amp == AmpMode::F16).then(GradScaler::new),
+            offload,
+            device: device.clone(),
+            skipped_steps: 0,
+        })
+    }
+
+    /// What the offload hooks did so far, when offloading.
+    pub fn offload_stats(&self) -> Option<OffloadStats> {
+        self.offload.as_ref().map(|h| h.stats())
+    }
+
+    /// Forward and backward of one micro-batch, its loss divided by `divisor` (the
+    /// micro-batches per step), the gradients added to `.grad`. Returns the divided
+    /// loss, or `None` on the dry-run device (which computes no values).
+    pub fn micro_batch(&mut self, batch: &Batch, divisor: usize) -> Result<Option<f64>> {
+        let _backend = sdpa_kernel(match self.config.attention {
+            AttentionMode::Naive => SdpaBackend::Math,
+            AttentionMode::Fused => SdpaBackend::Fused,
+        });
+        let loss = {
+            let _offload = (self.offload.as_ref()).map(|h| push_saved_tensors_hooks(h.clone()));
+            let _autocast = self.autocast()?;
+            self.model.loss(batch)?.scale(1.0 / divisor as f32)?
+        };
+        match &self.scaler {
+            Some(scaler) => scaler.scale(&loss)?.backward()?,
+            None => loss.backward()?,
+        }
+        if self.device.is_dry() {
+            return Ok(None);
+        }
+        let value = if loss.dtype() == DType::F32 {
+            loss.item::<f32>()?
+        } else {
+            loss.to_dtype(DType::F32)?.item::<f32>()?
+        };
+        Ok(Some(value as f64))
+    }
+
+    fn autocast(&self) -> Result<Option<AutocastGuard>> {
+        Ok(match self.config.amp {
+            AmpMode::None => None,
+            AmpMode::Bf16 => Some(autocast(DType::BF16)?),
+            AmpMode::F16 => Some(autocast(DType::F16)?),
+        })
+    }
+
+    /// The optimizer step (through the scaler with float16), then the gradients
+    /// dropped. Returns whether the step ran.
+    pub fn optimizer_step(&mut self) -> Result<bool> {
+        let stepped = match &mut self.scaler {
+            Some(scaler) => {
+                let stepped = scaler.step(self.optimizer.as_mut())?;
+                scaler.update()?;
+                stepped
+            }
+            None => {
+                self.optimizer.step()?;
+                true
+            }
+        };
+        if !stepped {
+            self.skipped_steps += 1;
+        }
+        self.optimizer.zero_grad(true)?;
+        Ok(stepped)
+    }
+
+    /// Optimizer step `step`: `accum` fresh micro-batches, each made just before its
+    /// forward, then the update. Returns the mean loss (the sum of the divided losses),
+    /// `None` on the dry-run device.
+    pub fn step(&mut self, step: usize) -> Result<Option<f64>> {
+        let k = self.config.accum;
+        let mut total = Some(0.0);
+        for micro in 0..k {
+            let batch = Batch::random(&self.config, step, micro, &self.device)?;
+            let loss = self.micro_batch(&batch, k)?;
+            total = total.zip(loss).map(|(a, b)| a + b);
+        }
+        self.optimizer_step()?;
+        Ok(total)
+    }
+}
+
+pub fn amp_name(amp: AmpMode) -> &'static str {
+    match amp {
+        AmpMode::None => "none",
+        AmpMode::Bf16 => "bf16",
+        AmpMode::F16 => "f16",
+    }
+}

@@ -1,0 +1,233 @@
+//! The lab's command line: `train --json` prints every field, tables otherwise, and bad
+//! input is refused with a message that names the flag.
+
+use std::process::{Command, Output};
+
+/// The lab's binary: where cargo built it, or in the GPU bundle, `LABS_BIN_DIR`.
+fn binary() -> std::path::PathBuf {
+    labs_core::testing::lab_binary("lab-10", env!("CARGO_BIN_EXE_lab-10"))
+}
+
+/// The device under test: `LABS_DEVICE`, else the simulated GPU.
+fn device() -> String {
+    std::env::var("LABS_DEVICE")
+        .ok()
+        .filter(|d| !d.trim().is_empty())
+        .unwrap_or_else(|| "sim".into())
+}
+
+const SMALL: &[&str] = &[
+    "--d-model",
+    "32",
+    "--nhead",
+    "2",
+    "--layers",
+    "1",
+    "--ffn",
+    "64",
+    "--batch",
+    "2",
+    "--seq",
+    "16",
+    "--steps",
+    "2",
+];
+
+fn train(extra: &[&str]) -> Output {
+    Command::new(binary())
+        .args(["train", "--device", &device()])
+        .args(SMALL)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+/// A command that failed, and its stderr.
+fn refused(out: Output) -> String {
+    assert!(
+        !out.status.success(),
+        "succeeded: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stderr).unwrap()
+}
+
+const FIELDS: &[&str] = &[
+    "model",
+    "config",
+    "device",
+    "params",
+    "peak_allocated",
+    "peak_reserved",
+    "by_category",
+    "step_ms",
+    "losses",
+    "attention_fused_calls",
+    "attention_math_calls",
+    "skipped_steps",
+    "offload",
+    "num_ooms",
+    "oom",
+];
+
+#[test]
+fn the_json_has_every_field() {
+    let v = labs_core::testing::one_json_object(train(&[
+        "--json",
+        "--amp",
+        "f16",
+        "--offload",
+        "--checkpoint",
+        "selective",
+    ]));
+    let o = v.as_object().unwrap();
+    for f in FIELDS {
+        assert!(o.contains_key(*f), "missing {f}: {v}");
+    }
+    assert_eq!(o.len(), FIELDS.len(), "unexpected fields: {v}");
+    assert_eq!(v["model"], "transformer");
+    for flag in [
+        "d_model",
+        "nhead",
+        "layers",
+        "ffn",
+        "vocab",
+        "dropout",
+        "batch",
+        "seq",
+        "steps",
+        "accum",
+        "checkpoint",
+        "offload",
+        "attention",
+        "amp",
+        "optimizer",
+        "lr",
+        "seed",
+        "warmup",
+    ] {
+        assert!(v["config"].get(flag).is_some(), "config lacks {flag}: {v}");
+    }
+    assert_eq!(v["config"]["checkpoint"], "selective");
+    assert_eq!(v["config"]["amp"], "f16");
+    assert_eq!(v["losses"].as_array().unwrap().len(), 2);
+    assert!(v["skipped_steps"].is_u64());
+    assert!(v["offload"]["offloaded_bytes"].is_u64());
+    assert!(v["step_ms"].as_f64().unwrap() > 0.0);
+    assert!(v["oom"].is_null());
+    let peak = v["peak_allocated"].as_u64().unwrap();
+    let split: u64 = (v["by_category"].as_object().unwrap().values())
+        .map(|b| b.as_u64().unwrap())
+        .sum();
+    assert_eq!(split, peak);
+}
+
+#[test]
+fn a_dry_run_reports_peaks_and_no_losses() {
+    let out = Command::new(binary())
+        .args([
+            "train",
+            "--dry-run",
+            "--capacity",
+            "24GiB",
+            "--json",
+            "--model",
+            "gpt2",
+        ])
+        .args([
+            "--d-model",
+            "64",
+            "--nhead",
+            "2",
+            "--layers",
+            "2",
+            "--seq",
+            "64",
+        ])
+        .output()
+        .unwrap();
+    let v = labs_core::testing::one_json_object(out);
+    assert!(v["device"].as_str().unwrap().starts_with("dry"), "{v}");
+    assert!(v["losses"].is_null() && v["step_ms"].is_null(), "{v}");
+    assert!(v["peak_allocated"].as_u64().unwrap() > 0);
+    // GPT-2 small's vocabulary and position table (max(seq, 1024)) by default.
+    assert_eq!(v["config"]["vocab"], 50257);
+}
+
+#[test]
+fn the_tables_summarise_the_run() {
+    let out = train(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    for line in [
+        "peak allocated",
+        "step time (median)",
+        "The allocated peak by category",
+        "activation",
+    ] {
+        assert!(text.contains(line), "missing {line}:\n{text}");
+    }
+}
+
+#[test]
+fn without_a_command_it_names_train() {
+    let out = Command::new(binary()).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8(out.stdout).unwrap().contains("train"));
+}
+
+#[test]
+fn bad_input_is_refused_with_a_clear_message() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--amp", "fp8"], "--amp"),
+        (&["--model", "bert"], "--model"),
+        (&["--checkpoint", "some"], "--checkpoint"),
+        (&["--nhead", "3"], "divisible by --nhead"),
+        (&["--accum", "0"], "--accum must be at least 1"),
+        (&["--dropout", "1.5"], "--dropout"),
+        (
+            &["--model", "gpt2", "--ffn", "100"],
+            "GPT-2's feed-forward width",
+        ),
+        (&["--capacity", "lots"], "--capacity"),
+    ];
+    for (args, message) in cases {
+        let e = refused(train(args));
+        assert!(e.contains(message), "{args:?}: {e}");
+    }
+    let e = refused(
+        Command::new(binary())
+            .args(["train", "--device", "cpu", "--amp", "bf16"])
+            .args(SMALL)
+            .output()
+            .unwrap(),
+    );
+    assert!(e.contains("--amp bf16") && e.contains("cpu"), "{e}");
+    let e = refused(
+        Command::new(binary())
+            .args(["train", "--dry-run", "--device", "sim"])
+            .output()
+            .unwrap(),
+    );
+    assert!(e.contains("--dry-run"), "{e}");
+}
+
+#[test]
+fn running_out_of_memory_prints_the_json_and_fails() {
+    let out = Command::new(binary())
+        .args(["train", "--device", "sim", "--capacity", "6MiB", "--json"])
+        .args(SMALL)
+        .args(["--batch", "16", "--seq", "128"])
+        .output()
+        .unwrap();
+    let e = refused(out.clone());
+    assert!(e.contains("out of memory"), "{e}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["oom"].as_str().unwrap().contains("out of memory"), "{v}");
+    assert!(v["peak_allocated"].as_u64().unwrap() > 0);
+    assert!(v["num_ooms"].as_u64().unwrap() >= 1);
+}

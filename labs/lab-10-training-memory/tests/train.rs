@@ -1,0 +1,345 @@
+//! The training driver's promises: accumulation, checkpointing and offload change the
+//! memory, not the gradients; fused attention and bf16 change the loss only within
+//! rounding; the dry-run device predicts the simulated GPU's peaks exactly. On the
+//! simulated GPU by default, on the GPU with `LABS_DEVICE=cuda`.
+
+use lab_10::train::model::Batch;
+use lab_10::train::{
+    run, AmpMode, AttentionMode, CheckpointMode, ModelKind, OptimizerKind, TrainConfig,
+    TrainReport, Trainer,
+};
+use labs_core::testing::test_device;
+use labs_core::{DType, Device};
+
+/// The tests measure the peaks of one shared device: one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A small Transformer whose activations outweigh its parameters, trained with SGD
+/// (no optimizer state), so that the peak falls where the activations live.
+fn small() -> TrainConfig {
+    TrainConfig {
+        d_model: 32,
+        nhead: 2,
+        layers: 2,
+        ffn: 64,
+        batch: 4,
+        seq: 64,
+        steps: 1,
+        warmup: 0,
+        optimizer: OptimizerKind::Sgd,
+        ..TrainConfig::transformer()
+    }
+}
+
+fn small_gpt2() -> TrainConfig {
+    TrainConfig {
+        d_model: 32,
+        nhead: 2,
+        layers: 2,
+        ffn: 128,
+        vocab: 64,
+        batch: 2,
+        seq: 32,
+        steps: 1,
+        warmup: 0,
+        optimizer: OptimizerKind::Sgd,
+        ..TrainConfig::gpt2()
+    }
+}
+
+/// Every parameter's gradient, flattened, in parameter order.
+fn grads(t: &Trainer) -> Vec<f32> {
+    let mut out = Vec::new();
+    for p in t.model.module().parameters() {
+        let g = p.grad().expect("every parameter has a gradient");
+        out.extend(g.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap());
+    }
+    out
+}
+
+/// The gradients of one forward and backward of micro-batch 0 under `c`.
+fn one_backward(c: &TrainConfig, device: &Device) -> Vec<f32> {
+    let mut t = Trainer::new(c, device).unwrap();
+    let batch = Batch::random(c, 0, 0, device).unwrap();
+    t.micro_batch(&batch, 1).unwrap();
+    grads(&t)
+}
+
+fn assert_bits_equal(a: &[f32], b: &[f32], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: gradient lengths");
+    if let Some(i) = (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()) {
+        panic!("{what}: gradient element {i}: {} vs {}", a[i], b[i]);
+    }
+}
+
+/// `|a - b| <= atol + rtol |b|` elementwise.
+fn assert_close(a: &[f32], b: &[f32], rtol: f32, atol: f32, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(
+            (x - y).abs() <= atol + rtol * y.abs(),
+            "{what}: element {i}: {x} vs {y}"
+        );
+    }
+}
+
+fn report(c: &TrainConfig, device: &Device) -> TrainReport {
+    let r = run(c, device).unwrap();
+    assert!(r.oom.is_none(), "{:?}", r.oom);
+    r
+}
+
+#[test]
+fn accumulating_micro_batches_gives_the_gradients_of_one_big_batch() {
+    let _s = serial();
+    let device = test_device();
+    for base in [small(), small_gpt2()] {
+        let (k, b) = (3, 2);
+        let accumulated = TrainConfig {
+            dropout: 0.0,
+            batch: b,
+            accum: k,
+            ..base.clone()
+        };
+        let mut t = Trainer::new(&accumulated, &device).unwrap();
+        let batches: Vec<Batch> = (0..k)
+            .map(|m| Batch::random(&accumulated, 0, m, &device).unwrap())
+            .collect();
+        let mut loss = 0.0;
+        for batch in &batches {
+            loss += t.micro_batch(batch, k).unwrap().unwrap();
+        }
+        let whole = TrainConfig {
+            batch: k * b,
+            accum: 1,
+            ..accumulated.clone()
+        };
+        let mut big = Trainer::new(&whole, &device).unwrap();
+        let big_loss = big
+            .micro_batch(&Batch::cat(&batches).unwrap(), 1)
+            .unwrap()
+            .unwrap();
+        assert!(
+            (loss - big_loss).abs() <= 1e-5 * big_loss.abs(),
+            "{:?}: loss {loss} vs {big_loss}",
+            base.model
+        );
+        assert_close(
+            &grads(&t),
+            &grads(&big),
+            1e-4,
+            1e-6,
+            &format!("{:?} accumulation", base.model),
+        );
+    }
+}
+
+#[test]
+fn checkpointing_keeps_the_gradients_and_lowers_the_peak() {
+    let _s = serial();
+    let device = test_device();
+    // Dropout on: the recomputation must replay the generator to draw the same masks.
+    let plain = TrainConfig {
+        dropout: 0.1,
+        ..small()
+    };
+    let want = one_backward(&plain, &device);
+    let plain_peak = report(&plain, &device).peak_allocated;
+    for mode in [CheckpointMode::Layers, CheckpointMode::Selective] {
+        let c = TrainConfig {
+            checkpoint: mode,
+            ..plain.clone()
+        };
+        assert_bits_equal(&one_backward(&c, &device), &want, &format!("{mode:?}"));
+        let peak = report(&c, &device).peak_allocated;
+        assert!(
+            peak < plain_peak,
+            "{mode:?}: peak {peak} not below the plain run's {plain_peak}"
+        );
+    }
+}
+
+#[test]
+fn offload_keeps_the_gradients_and_lowers_the_peak() {
+    let _s = serial();
+    let device = test_device();
+    let plain = small();
+    let c = TrainConfig {
+        offload: true,
+        offload_min_bytes: 0,
+        ..plain.clone()
+    };
+    assert_bits_equal(
+        &one_backward(&c, &device),
+        &one_backward(&plain, &device),
+        "offload",
+    );
+    let (r, base) = (report(&c, &device), report(&plain, &device));
+    assert!(
+        r.peak_allocated < base.peak_allocated,
+        "offload: peak {} not below {}",
+        r.peak_allocated,
+        base.peak_allocated
+    );
+    let o = r.offload.expect("offload statistics");
+    assert!(o.offloaded > 0 && o.offloaded_bytes > 0, "{o:?}");
+    assert_eq!(o.offloaded, o.prefetched + o.fetched_on_demand, "{o:?}");
+    assert!(base.offload.is_none());
+}
+
+#[test]
+fn fused_attention_gives_the_naive_loss_with_a_lower_peak() {
+    let _s = serial();
+    let device = test_device();
+    let naive = TrainConfig {
+        dropout: 0.0,
+        attention: AttentionMode::Naive,
+        ..small()
+    };
+    let fused = TrainConfig {
+        attention: AttentionMode::Fused,
+        ..naive.clone()
+    };
+    let (n, f) = (report(&naive, &device), report(&fused, &device));
+    // Encoder self-attention, decoder self- and cross-attention, per layer.
+    let calls = 3 * naive.layers as u64;
+    assert_eq!(
+        (n.attention_fused_calls, n.attention_math_calls),
+        (0, calls)
+    );
+    assert_eq!(
+        (f.attention_fused_calls, f.attention_math_calls),
+        (calls, 0)
+    );
+    let (ln, lf) = (n.losses.unwrap()[0], f.losses.unwrap()[0]);
+    assert!((ln - lf).abs() <= 1e-5 * ln.abs(), "loss {lf} vs {ln}");
+    assert!(
+        f.peak_allocated < n.peak_allocated,
+        "fused peak {} not below naive {}",
+        f.peak_allocated,
+        n.peak_allocated
+    );
+    // Dropout in effect: the fused kernel does not serve the call, math does.
+    let dropped = TrainConfig {
+        dropout: 0.1,
+        ..fused
+    };
+    let d = report(&dropped, &device);
+    assert_eq!(
+        (d.attention_fused_calls, d.attention_math_calls),
+        (0, calls)
+    );
+}
+
+#[test]
+fn bf16_autocast_trains_within_a_tolerance_of_float32() {
+    let _s = serial();
+    let device = test_device();
+    let f32_run = TrainConfig {
+        dropout: 0.0,
+        steps: 2,
+        ..small_gpt2()
+    };
+    let bf16 = TrainConfig {
+        amp: AmpMode::Bf16,
+        ..f32_run.clone()
+    };
+    let (a, b) = (report(&f32_run, &device), report(&bf16, &device));
+    // bfloat16 keeps 8 bits of mantissa: products relative error about 2^-8 each; the
+    // loss (about ln 64 here) is within 1% of float32's.
+    for (x, y) in a.losses.unwrap().iter().zip(b.losses.unwrap()) {
+        assert!((x - y).abs() <= 0.01 * x.abs(), "bf16 loss {y} vs f32 {x}");
+    }
+    assert!(b.by_category["autocast_cache"] > 0, "{:?}", b.by_category);
+    assert!(b.skipped_steps.is_none());
+    let f16 = TrainConfig {
+        amp: AmpMode::F16,
+        ..f32_run
+    };
+    let r = report(&f16, &device);
+    assert_eq!(r.skipped_steps, Some(0));
+}
+
+#[test]
+fn the_dry_run_predicts_the_simulated_peaks_exactly() {
+    let capacity = 1 << 30;
+    for c in [
+        small(),
+        TrainConfig {
+            checkpoint: CheckpointMode::Layers,
+            accum: 2,
+            optimizer: OptimizerKind::Adam,
+            steps: 2,
+            ..small()
+        },
+        TrainConfig {
+            amp: AmpMode::Bf16,
+            checkpoint: CheckpointMode::Selective,
+            ..small_gpt2()
+        },
+        TrainConfig {
+            amp: AmpMode::F16,
+            offload: true,
+            offload_min_bytes: 0,
+            steps: 2,
+            ..small()
+        },
+    ] {
+        let sim = run(&c, &Device::new_sim(capacity)).unwrap();
+        let dry = run(&c, &Device::new_dry(capacity)).unwrap();
+        assert_eq!(sim.peak_allocated, dry.peak_allocated, "{c:?}");
+        // With offload, a freed activation's block is reusable once its copy to the
+        // host is done: when that is depends on the copies' speed (instant on the dry
+        // run), so the reserved peak may differ; what is allocated does not.
+        if !c.offload {
+            assert_eq!(sim.peak_reserved, dry.peak_reserved, "{c:?}");
+        }
+        assert_eq!(sim.by_category, dry.by_category, "{c:?}");
+        assert_eq!(sim.params, dry.params);
+        assert_eq!(sim.offload, dry.offload, "{c:?}");
+        assert!(dry.losses.is_none() && dry.step_ms.is_none());
+        assert!(sim.losses.is_some());
+    }
+}
+
+#[test]
+fn the_peak_split_sums_to_the_peak_and_counts_the_optimizer_state() {
+    let _s = serial();
+    let device = test_device();
+    let c = TrainConfig {
+        optimizer: OptimizerKind::Adam,
+        steps: 2,
+        ..small()
+    };
+    let r = report(&c, &device);
+    assert_eq!(r.by_category.values().sum::<u64>(), r.peak_allocated);
+    // Adam's two moments exist by the second step, float32 like the parameters.
+    assert_eq!(
+        r.by_category["optimizer_state"],
+        2 * r.by_category["parameter"]
+    );
+    assert_eq!(r.model, ModelKind::Transformer);
+    assert_eq!(r.losses.as_ref().unwrap().len(), 2);
+}
+
+#[test]
+fn running_out_of_memory_is_reported_with_the_peaks() {
+    let capacity = 6 << 20;
+    let device = Device::new_sim(capacity);
+    // The parameters fit; a forward over 16 x 128 tokens does not.
+    let c = TrainConfig {
+        batch: 16,
+        seq: 128,
+        ..small()
+    };
+    let r = run(&c, &device).unwrap();
+    let oom = r.oom.expect("a run that does not fit");
+    assert!(oom.contains("out of memory"), "{oom}");
+    assert!(r.num_ooms >= 1);
+    assert!(r.params > 0);
+    assert!(r.peak_allocated > 0 && r.peak_reserved <= capacity);
+    assert_eq!(r.losses.as_deref(), Some(&[][..]));
+}
