@@ -104,6 +104,10 @@ struct TrainArgs {
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
+    /// Draw where the memory goes over the last step, by allocation category (stacked
+    /// areas, the cache on top), into this SVG file.
+    #[arg(long, value_name = "FILE")]
+    timeline: Option<std::path::PathBuf>,
 }
 
 impl TrainArgs {
@@ -135,6 +139,7 @@ impl TrainArgs {
             lr: self.lr,
             seed: self.seed,
             warmup: self.warmup,
+            timeline: self.timeline.is_some(),
         }
     }
 }
@@ -164,9 +169,53 @@ fn run(cli: Cli) -> Result<()> {
     } else {
         println!("{}", report.tables());
     }
+    if let Some(path) = &args.timeline {
+        draw_timeline(&report, &device, path)?;
+    }
     if let Some(oom) = &report.oom {
         bail!("{oom}");
     }
+    Ok(())
+}
+
+/// The last step's memory by category, as an SVG picture in `path`.
+fn draw_timeline(
+    report: &train::TrainReport,
+    device: &Device,
+    path: &std::path::Path,
+) -> Result<()> {
+    if report.timeline.is_empty() {
+        bail!("--timeline: no step completed, so there is no timeline to draw");
+    }
+    let c = &report.config;
+    let mut title = format!(
+        "{:?} d_model {} batch {}x{}",
+        c.model, c.d_model, c.batch, c.seq
+    )
+    .to_lowercase();
+    for (on, what) in [
+        (c.accum > 1, format!("accum {}", c.accum)),
+        (
+            c.checkpoint != CheckpointMode::None,
+            format!("checkpoint {:?}", c.checkpoint).to_lowercase(),
+        ),
+        (c.offload, "offload".to_string()),
+        (
+            c.amp != AmpMode::None,
+            format!("amp {:?}", c.amp).to_lowercase(),
+        ),
+        (true, format!("{:?} attention", c.attention).to_lowercase()),
+    ] {
+        if on {
+            title.push_str(", ");
+            title.push_str(&what);
+        }
+    }
+    let name = device.properties().map(|p| p.name).unwrap_or_default();
+    let title = format!("One training step: {title} ({device}, {name})");
+    let svg = lab_03::plots::category_area_svg(&report.timeline, &title)?;
+    std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote {}", path.display());
     Ok(())
 }
 

@@ -231,3 +231,22 @@ fn running_out_of_memory_prints_the_json_and_fails() {
     assert!(v["peak_allocated"].as_u64().unwrap() > 0);
     assert!(v["num_ooms"].as_u64().unwrap() >= 1);
 }
+
+#[test]
+fn the_timeline_of_the_last_step_is_drawn_by_category() {
+    let path = std::env::temp_dir().join(format!("lab10-timeline-{}.svg", std::process::id()));
+    let out = train(&["--json", "--timeline", path.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(svg.starts_with("<svg"), "not an SVG");
+    // A training step holds parameters, optimizer state and gradients at least.
+    for band in ["parameters (max", "optimizer state (max", "gradients (max"] {
+        assert!(svg.contains(band), "no {band} band");
+    }
+    assert!(svg.contains("One training step: transformer"));
+}

@@ -79,7 +79,7 @@ pub fn category_area_svg(samples: &[CategorySample], title: &str) -> anyhow::Res
 
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (style::WIDTH + 260, style::HEIGHT))
+        let root = SVGBackend::with_string(&mut svg, (style::WIDTH + 340, style::HEIGHT))
             .into_drawing_area();
         root.fill(&WHITE)?;
         let (plot, legend) = root.split_horizontally(style::WIDTH);

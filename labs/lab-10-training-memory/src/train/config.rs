@@ -86,6 +86,10 @@ pub struct TrainConfig {
     pub seed: u64,
     /// Steps left out of `step_ms` (with none left, `step_ms` is null).
     pub warmup: usize,
+    /// Record the bytes of every allocation category over the last optimizer step (the
+    /// report's `timeline`, drawn by `--timeline FILE`). Off by default: it adds a
+    /// sample per allocator event to the step it records.
+    pub timeline: bool,
 }
 
 impl TrainConfig {
@@ -107,6 +111,7 @@ impl TrainConfig {
             checkpoint: CheckpointMode::None,
             offload: false,
             offload_min_bytes: labs_core::autograd::OffloadOptions::default().min_bytes,
+            timeline: false,
             attention: AttentionMode::Fused,
             amp: AmpMode::None,
             optimizer: OptimizerKind::Adam,

@@ -60,8 +60,18 @@ pub fn run_with_progress(
     let mut losses = Vec::new();
     let mut times = Vec::new();
     let mut oom = None;
+    let mut timeline = Vec::new();
     for step in 0..config.steps {
-        match measure::timed(device, || trainer.step(step)) {
+        let last = step + 1 == config.steps;
+        if config.timeline && last {
+            device.allocator()?.record_category_timeline(1 << 22);
+        }
+        let result = measure::timed(device, || trainer.step(step));
+        if config.timeline && last {
+            timeline = device.allocator()?.category_timeline().0;
+            device.allocator()?.record_category_timeline(0);
+        }
+        match result {
             Ok((loss, time)) => {
                 losses.push(loss);
                 if step >= config.warmup {
@@ -91,6 +101,7 @@ pub fn run_with_progress(
     report.attention_math_calls = calls.math;
     report.skipped_steps = skipped_steps;
     report.offload = offload;
+    report.timeline = timeline;
     Ok(report)
 }
 

@@ -71,6 +71,10 @@ pub struct TrainReport {
     pub num_ooms: u64,
     /// The out-of-memory error that ended the run, if one did.
     pub oom: Option<String>,
+    /// Bytes per category after each allocator event of the last step, when the
+    /// configuration asked for it (not in the JSON: `--timeline FILE` draws it).
+    #[serde(skip)]
+    pub timeline: Vec<labs_core::alloc::CategorySample>,
 }
 
 impl TrainReport {
@@ -98,6 +102,7 @@ impl TrainReport {
             offload: None,
             num_ooms: memory.num_ooms,
             oom,
+            timeline: Vec::new(),
         }
     }
 
