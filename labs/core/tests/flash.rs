@@ -113,9 +113,8 @@ fn dropout_output_and_gradients_equal_the_naive_composition_with_the_calls_mask(
                 let (q, k, v) = make();
                 let out = Tensor::fused_attention(&q, &k, &v, causal, None, p).unwrap();
                 let (got, got_grads) = run(&out, [&q, &k, &v]);
-                let mask =
-                    Tensor::fused_attention_dropout_mask([b, h, tq, tk], p, state, &device)
-                        .unwrap();
+                let mask = Tensor::fused_attention_dropout_mask([b, h, tq, tk], p, state, &device)
+                    .unwrap();
                 let kept = mask.to_vec::<u8>().unwrap();
                 let share = kept.iter().map(|&m| m as f64).sum::<f64>() / kept.len() as f64;
                 assert!(
@@ -249,9 +248,20 @@ fn strided_inputs_give_the_dense_results_in_heads_last_memory() {
     device.manual_seed(4);
     let out = Tensor::fused_attention(&q, &k, &v, true, None, 0.2).unwrap();
     assert_eq!(out.shape(), &[b, h, tq, d]);
-    assert_eq!(out.strides(), &[tq * h * d, d, h * d, 1], "[B, L, H, D] memory");
+    assert_eq!(
+        out.strides(),
+        &[tq * h * d, d, h * d, 1],
+        "[B, L, H, D] memory"
+    );
     // The node saves the caller's views, not copies.
-    let saved = out.grad_fn().unwrap().saved.lock().unwrap().clone().unwrap();
+    let saved = out
+        .grad_fn()
+        .unwrap()
+        .saved
+        .lock()
+        .unwrap()
+        .clone()
+        .unwrap();
     for (s, x) in saved.iter().zip([&qs, &ks, &vs]) {
         assert!(s.shares_storage(x) && s.strides() == heads(x).strides());
     }
@@ -294,19 +304,19 @@ fn a_multihead_attention_forward_saves_no_probabilities_mask_or_copies() {
     println!("saved bytes of one attention forward: math {math}, fused {fused}");
     let activation = (b * l * e * 4) as u64; // one [B, L, E] float32
     let weights = (b * h * l * l) as u64; // one [B, H, L, L] element each
-    // Both keep x, the three projection weights (and index_select's indices), k and v,
-    // and out_proj's weight.
-    // The math path also keeps q scaled, the softmax, the dropout mask (a byte each),
-    // the dropped weights and the copy of its output that out_proj reads; the fused
-    // kernel keeps q, its output (which out_proj reads in place) and a log-sum-exp.
+                                          // Both keep x, the three projection weights (and index_select's indices), k and v,
+                                          // and out_proj's weight.
+                                          // The math path also keeps q scaled, the softmax, the dropout mask (a byte each),
+                                          // the dropped weights and the copy of its output that out_proj reads; the fused
+                                          // kernel keeps q, its output (which out_proj reads in place) and a log-sum-exp.
     let lse = (b * h * l * 4) as u64;
     assert_eq!(math - fused, 4 * weights + weights + 4 * weights - lse);
     let common = activation // x
         + 3 * (e * e * 4 + e * 8) as u64 // the in_proj weight's rows and their indices
         + 2 * activation // k, v
         + (e * e * 4) as u64; // out_proj.weight
-    // q and the output, nothing else: before strided operands the node kept dense
-    // copies of q, k and v (the same bytes, the projections then freed) and out_proj
-    // a dense copy of the transposed output, one activation more.
+                              // q and the output, nothing else: before strided operands the node kept dense
+                              // copies of q, k and v (the same bytes, the projections then freed) and out_proj
+                              // a dense copy of the transposed output, one activation more.
     assert_eq!(fused, common + activation + activation + lse);
 }

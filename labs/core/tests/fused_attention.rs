@@ -324,8 +324,8 @@ fn the_fused_backend_serves_a_gpt2_with_the_same_loss_and_gradients_and_stores_l
         assert!(err < 1e-4, "parameter {i}: error {err:e}");
     }
     // The math path keeps each layer's [B, H, T, T] probabilities; the fused one a
-    // [B, H, T] log-sum-exp and dense copies of q, k, v and the output ([B, H, T, Dh]
-    // each, a quarter of the probabilities at these sizes).
+    // [B, H, T] log-sum-exp, q, k, v (the projections' head views) and the output
+    // ([B, H, T, Dh] each, a quarter of the probabilities at these sizes).
     let scores = (c.n_layer * b * c.n_head * t * t * 4) as u64;
     assert!(
         math_held - fused_held >= scores / 2,

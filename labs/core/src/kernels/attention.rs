@@ -53,7 +53,12 @@ impl HeadsOperand {
 
     fn params(&self) -> [Param; 4] {
         let u = |v: usize| Param::U64(v as u64);
-        [Param::U64(self.ptr), u(self.batch), u(self.head), u(self.seq)]
+        [
+            Param::U64(self.ptr),
+            u(self.batch),
+            u(self.head),
+            u(self.seq),
+        ]
     }
 }
 
@@ -344,5 +349,124 @@ impl AttentionKernel {
             }
         }
         p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SOURCE: &str = include_str!("../../../../kernels/attention.cu");
+
+    /// The number of parameters of `extern "C"` function `name` in attention.cu.
+    fn c_arity(name: &str) -> usize {
+        let start = SOURCE
+            .find(&format!("void {name}_DT("))
+            .unwrap_or_else(|| panic!("{name} in attention.cu"));
+        let open = start + SOURCE[start..].find('(').unwrap();
+        let close = open + SOURCE[open..].find(')').unwrap();
+        SOURCE[open + 1..close].split(',').count()
+    }
+
+    fn kernels() -> Vec<AttentionKernel> {
+        let o = HeadsOperand {
+            ptr: 0,
+            batch: 0,
+            head: 0,
+            seq: 0,
+        };
+        let shape = AttentionShape {
+            bh: 1,
+            heads: 1,
+            tq: 1,
+            tk: 1,
+            d: 1,
+        };
+        let dropout = AttentionDropout::NONE;
+        let dtype = DType::F32;
+        vec![
+            AttentionKernel::Forward {
+                dtype,
+                q: o,
+                k: o,
+                v: o,
+                out: o,
+                lse: 0,
+                shape,
+                scale: 1.0,
+                causal: false,
+                dropout,
+            },
+            AttentionKernel::Delta {
+                dtype,
+                out: o,
+                dout: o,
+                delta: 0,
+                shape,
+            },
+            AttentionKernel::BackwardDq {
+                dtype,
+                q: o,
+                k: o,
+                v: o,
+                dout: o,
+                lse: 0,
+                delta: 0,
+                dq: o,
+                shape,
+                scale: 1.0,
+                causal: false,
+                dropout,
+            },
+            AttentionKernel::BackwardDkDv {
+                dtype,
+                q: o,
+                k: o,
+                v: o,
+                dout: o,
+                lse: 0,
+                delta: 0,
+                dk: o,
+                dv: o,
+                shape,
+                scale: 1.0,
+                causal: false,
+                dropout,
+            },
+        ]
+    }
+
+    #[test]
+    fn params_follow_the_cuda_signatures() {
+        // A launch passes exactly as many arguments as the C function takes; their
+        // order is the one `params` documents.
+        for k in kernels() {
+            assert_eq!(k.params().len(), c_arity(k.name()), "{}", k.name());
+        }
+    }
+
+    #[test]
+    fn the_first_word_of_a_group_is_the_dropout_kernels_draw() {
+        // Key 4g of a row takes word 0 of the block, as `dropout` takes for its element
+        // of the same counter: the two kernels share one generator scheme.
+        let dropout = AttentionDropout {
+            keep: 0.6,
+            seed: 0x1234_5678_9abc,
+            offset: 77,
+        };
+        let (tk, row) = (13, 5);
+        let keeps = attention_keep_row(&dropout, row, tk);
+        assert_eq!(keeps.len(), tk);
+        for g in 0..tk.div_ceil(4) {
+            let counter = dropout.offset + (row * tk.div_ceil(4) + g) as u64;
+            let u = crate::kernels::rows::dropout_uniform(dropout.seed, counter);
+            assert_eq!(keeps[4 * g], u < dropout.keep, "group {g}");
+        }
+        // About `keep` of many weights survive.
+        let many: Vec<bool> = (0..100)
+            .flat_map(|r| attention_keep_row(&dropout, r, 100))
+            .collect();
+        let share = many.iter().filter(|&&k| k).count() as f64 / many.len() as f64;
+        assert!((share - 0.6).abs() < 0.02, "{share}");
     }
 }

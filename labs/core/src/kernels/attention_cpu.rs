@@ -30,7 +30,8 @@ struct Rows<'a> {
 
 impl Rows<'_> {
     fn len(&self) -> usize {
-        self.op.extent(self.shape.bh, self.shape.heads, self.t, self.shape.d)
+        self.op
+            .extent(self.shape.bh, self.shape.heads, self.t, self.shape.d)
     }
     fn range(&self, e: usize) -> (DevicePtr, usize) {
         (self.op.ptr, self.len() * e)
@@ -221,29 +222,37 @@ fn run_typed<E: FloatElement>(kernel: &AttentionKernel, memory: &dyn HostAccess)
                 shape,
                 t: s.tq,
             };
-            backward::<E>(memory, [q, k, v, dout], *lse, *delta, &[dq.range(e)], shape, |x, p| {
-                let (tq, tk, d) = (s.tq, s.tk, s.d);
-                let mut dqf = vec![0.0f32; s.bh * tq * d];
-                for b in 0..s.bh {
-                    for i in 0..tq {
-                        let r = b * tq + i;
-                        let (qi, gi) = (&x.q[r * d..][..d], &x.g[r * d..][..d]);
-                        let z = factors(dropout, r, tk);
-                        let acc = &mut dqf[r * d..][..d];
-                        for j in 0..visible(i, tk, *causal) {
-                            let (kj, vj) =
-                                (&x.k[(b * tk + j) * d..][..d], &x.v[(b * tk + j) * d..][..d]);
-                            let p = (dot(qi, kj) * scale - x.lse[r]).exp();
-                            let ds = p * (dot(gi, vj) * z[j] - x.delta[r]);
-                            for (a, kc) in acc.iter_mut().zip(kj) {
-                                *a += ds * kc;
+            backward::<E>(
+                memory,
+                [q, k, v, dout],
+                *lse,
+                *delta,
+                &[dq.range(e)],
+                shape,
+                |x, p| {
+                    let (tq, tk, d) = (s.tq, s.tk, s.d);
+                    let mut dqf = vec![0.0f32; s.bh * tq * d];
+                    for b in 0..s.bh {
+                        for i in 0..tq {
+                            let r = b * tq + i;
+                            let (qi, gi) = (&x.q[r * d..][..d], &x.g[r * d..][..d]);
+                            let z = factors(dropout, r, tk);
+                            let acc = &mut dqf[r * d..][..d];
+                            for (j, zj) in z[..visible(i, tk, *causal)].iter().enumerate() {
+                                let (kj, vj) =
+                                    (&x.k[(b * tk + j) * d..][..d], &x.v[(b * tk + j) * d..][..d]);
+                                let p = (dot(qi, kj) * scale - x.lse[r]).exp();
+                                let ds = p * (dot(gi, vj) * zj - x.delta[r]);
+                                for (a, kc) in acc.iter_mut().zip(kj) {
+                                    *a += ds * kc;
+                                }
                             }
+                            acc.iter_mut().for_each(|a| *a *= scale);
                         }
-                        acc.iter_mut().for_each(|a| *a *= scale);
                     }
-                }
-                dq.scatter(&unsafe { Raw::<E>::new(p[0], dq.len()) }, &dqf);
-            })
+                    dq.scatter(&unsafe { Raw::<E>::new(p[0], dq.len()) }, &dqf);
+                },
+            )
         }
         AttentionKernel::BackwardDkDv {
             q,
@@ -267,33 +276,42 @@ fn run_typed<E: FloatElement>(kernel: &AttentionKernel, memory: &dyn HostAccess)
             let rk = |op| Rows { op, shape, t: s.tk };
             let (dk, dv) = (rk(dk), rk(dv));
             let outs = [dk.range(e), dv.range(e)];
-            backward::<E>(memory, [q, k, v, dout], *lse, *delta, &outs, shape, |x, p| {
-                let (tq, tk, d) = (s.tq, s.tk, s.d);
-                let (mut dkf, mut dvf) = (vec![0.0f32; s.bh * tk * d], vec![0.0f32; s.bh * tk * d]);
-                for b in 0..s.bh {
-                    for i in 0..tq {
-                        // Row by row of queries, so that each row's flags are drawn once.
-                        let r = b * tq + i;
-                        let (qi, gi) = (&x.q[r * d..][..d], &x.g[r * d..][..d]);
-                        let z = factors(dropout, r, tk);
-                        for j in 0..visible(i, tk, *causal) {
-                            let kr = (b * tk + j) * d;
-                            let (kj, vj) = (&x.k[kr..][..d], &x.v[kr..][..d]);
-                            let p = (dot(qi, kj) * scale - x.lse[r]).exp();
-                            let ds = p * (dot(gi, vj) * z[j] - x.delta[r]);
-                            for (a, g) in dvf[kr..][..d].iter_mut().zip(gi) {
-                                *a += p * z[j] * g;
-                            }
-                            for (a, qc) in dkf[kr..][..d].iter_mut().zip(qi) {
-                                *a += ds * qc;
+            backward::<E>(
+                memory,
+                [q, k, v, dout],
+                *lse,
+                *delta,
+                &outs,
+                shape,
+                |x, p| {
+                    let (tq, tk, d) = (s.tq, s.tk, s.d);
+                    let (mut dkf, mut dvf) =
+                        (vec![0.0f32; s.bh * tk * d], vec![0.0f32; s.bh * tk * d]);
+                    for b in 0..s.bh {
+                        for i in 0..tq {
+                            // Row by row of queries, so that each row's flags are drawn once.
+                            let r = b * tq + i;
+                            let (qi, gi) = (&x.q[r * d..][..d], &x.g[r * d..][..d]);
+                            let z = factors(dropout, r, tk);
+                            for (j, zj) in z[..visible(i, tk, *causal)].iter().enumerate() {
+                                let kr = (b * tk + j) * d;
+                                let (kj, vj) = (&x.k[kr..][..d], &x.v[kr..][..d]);
+                                let p = (dot(qi, kj) * scale - x.lse[r]).exp();
+                                let ds = p * (dot(gi, vj) * zj - x.delta[r]);
+                                for (a, g) in dvf[kr..][..d].iter_mut().zip(gi) {
+                                    *a += p * zj * g;
+                                }
+                                for (a, qc) in dkf[kr..][..d].iter_mut().zip(qi) {
+                                    *a += ds * qc;
+                                }
                             }
                         }
                     }
-                }
-                dkf.iter_mut().for_each(|a| *a *= scale);
-                dk.scatter(&unsafe { Raw::<E>::new(p[0], dk.len()) }, &dkf);
-                dv.scatter(&unsafe { Raw::<E>::new(p[1], dv.len()) }, &dvf);
-            })
+                    dkf.iter_mut().for_each(|a| *a *= scale);
+                    dk.scatter(&unsafe { Raw::<E>::new(p[0], dk.len()) }, &dkf);
+                    dv.scatter(&unsafe { Raw::<E>::new(p[1], dv.len()) }, &dvf);
+                },
+            )
         }
     }
 }

@@ -109,9 +109,7 @@ pub fn sdpa_backend() -> SdpaBackend {
 /// Whether the fused kernel can serve this call: no additive mask, a head size it
 /// supports (dropout it applies itself).
 fn fused_serves(q: &Tensor, mask: Option<&Tensor>) -> bool {
-    mask.is_none()
-        && q.shape().len() == 4
-        && q.shape()[3] <= crate::kernels::ATTENTION_MAX_HEAD_DIM
+    mask.is_none() && q.shape().len() == 4 && q.shape()[3] <= crate::kernels::ATTENTION_MAX_HEAD_DIM
 }
 
 /// `softmax(q kᵀ / sqrt(head_dim) + mask) v`, with dropout on the attention weights
