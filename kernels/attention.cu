@@ -73,9 +73,9 @@ __device__ __forceinline__ void att_load_tile_DT(float (*tile)[ATT_MAX_D], const
 }
 
 // Philox4x32-10 (Salmon et al., SC 2011), as philox4x32_10 in kernels/rows.rs: the four
-// words of the block of counter (lo, hi, 0, 0) under key `seed`.
-__device__ __forceinline__ uint4 att_philox(unsigned long long counter,
-                                            unsigned long long seed) {
+// words w[0..4] of the block of counter (lo, hi, 0, 0) under key `seed`.
+__device__ __forceinline__ void att_philox(unsigned long long counter, unsigned long long seed,
+                                           unsigned int* w) {
     unsigned int c0 = (unsigned int)counter, c1 = (unsigned int)(counter >> 32);
     unsigned int c2 = 0, c3 = 0;
     unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)(seed >> 32);
@@ -92,7 +92,10 @@ __device__ __forceinline__ uint4 att_philox(unsigned long long counter,
         c2 = n2;
         c3 = lo0;
     }
-    return make_uint4(c0, c1, c2, c3);
+    w[0] = c0;
+    w[1] = c1;
+    w[2] = c2;
+    w[3] = c3;
 }
 
 __device__ __forceinline__ unsigned char att_kept(unsigned int word, float keep) {
@@ -115,13 +118,11 @@ __device__ __forceinline__ void att_draw_flags(unsigned char* flags, unsigned lo
         unsigned long long i = q0 + r, j0 = k0 + 4 * g;
         unsigned char* f = flags + r * nk + 4 * g;
         if (i < tq && j0 < tk) {
-            uint4 w = att_philox(offset + (bh * tq + i) * row_groups + j0 / 4, seed);
-            f[0] = att_kept(w.x, keep);
-            f[1] = j0 + 1 < tk ? att_kept(w.y, keep) : 0;
-            f[2] = j0 + 2 < tk ? att_kept(w.z, keep) : 0;
-            f[3] = j0 + 3 < tk ? att_kept(w.w, keep) : 0;
+            unsigned int w[4];
+            att_philox(offset + (bh * tq + i) * row_groups + j0 / 4, seed, w);
+            for (int c = 0; c < 4; c++) f[c] = j0 + c < tk ? att_kept(w[c], keep) : 0;
         } else {
-            f[0] = f[1] = f[2] = f[3] = 0;
+            for (int c = 0; c < 4; c++) f[c] = 0;
         }
     }
 }
