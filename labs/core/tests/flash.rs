@@ -320,3 +320,33 @@ fn a_multihead_attention_forward_saves_no_probabilities_mask_or_copies() {
                               // a dense copy of the transposed output, one activation more.
     assert_eq!(fused, common + activation + activation + lse);
 }
+
+/// A training `nn.TransformerEncoderLayer` (dropout 0.1 on the attention weights) takes
+/// the fused kernel: its forward stores exactly the attention's probabilities, dropped
+/// weights and mask less than on the math path, and its backward runs.
+#[test]
+fn a_training_transformer_layer_attends_through_the_fused_kernel() {
+    use labs_core::nn::{TransformerConfig, TransformerEncoderLayer};
+    let _s = serial();
+    let device = test_device();
+    let (b, l, e, h) = (16, 100, 256, 8);
+    let layer =
+        TransformerEncoderLayer::new(TransformerConfig::new(e, h), &mut Rng::seeded(1), &device)
+            .unwrap();
+    let x = Tensor::randn(&[b, l, e], 2, &device).unwrap();
+    let step = |backend| {
+        let _backend = sdpa_kernel(backend);
+        let out = layer.forward(&x).unwrap();
+        let bytes = retained_graph(&out).saved_bytes;
+        out.sum_all().unwrap().backward().unwrap();
+        let grad = layer.self_attn.parameters()[0].grad().unwrap();
+        assert!(host(&grad).iter().all(|g| g.is_finite()));
+        layer.parameters().iter().for_each(|p| p.clear_grad());
+        bytes
+    };
+    let (math, fused) = (step(SdpaBackend::Math), step(SdpaBackend::Fused));
+    println!("saved bytes of a training encoder layer: math {math}, fused {fused}");
+    let weights = (b * h * l * l) as u64;
+    let lse = (b * h * l * 4) as u64;
+    assert_eq!(math - fused, 9 * weights - lse);
+}
