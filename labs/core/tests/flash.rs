@@ -350,3 +350,19 @@ fn a_training_transformer_layer_attends_through_the_fused_kernel() {
     let lse = (b * h * l * 4) as u64;
     assert_eq!(math - fused, 9 * weights - lse);
 }
+
+/// Values of another width than the keys are the math path's (the kernel needs one
+/// head_dim): under the fused backend such a call falls back instead of failing.
+#[test]
+fn the_fused_backend_falls_back_for_values_of_another_width() {
+    use labs_core::nn::scaled_dot_product_attention;
+    let _s = serial();
+    let device = test_device();
+    let q = leaf([1, 2, 5, 8], 1, DType::F32, &device);
+    let v = leaf([1, 2, 5, 4], 2, DType::F32, &device);
+    let run = |backend| {
+        let _backend = sdpa_kernel(backend);
+        host(&scaled_dot_product_attention(&q, &q, &v, None, true, 0.0, true).unwrap())
+    };
+    assert_eq!(run(SdpaBackend::Fused), run(SdpaBackend::Math));
+}

@@ -106,10 +106,13 @@ pub fn sdpa_backend() -> SdpaBackend {
     BACKEND.with(Cell::get)
 }
 
-/// Whether the fused kernel can serve this call: no additive mask, a head size it
-/// supports (dropout it applies itself).
-fn fused_serves(q: &Tensor, mask: Option<&Tensor>) -> bool {
-    mask.is_none() && q.shape().len() == 4 && q.shape()[3] <= crate::kernels::ATTENTION_MAX_HEAD_DIM
+/// Whether the fused kernel can serve this call: no additive mask, values as wide as
+/// the keys, a head size it supports (dropout it applies itself).
+fn fused_serves(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> bool {
+    mask.is_none()
+        && q.shape().len() == 4
+        && k.shape() == v.shape()
+        && q.shape()[3] <= crate::kernels::ATTENTION_MAX_HEAD_DIM
 }
 
 /// `softmax(q kᵀ / sqrt(head_dim) + mask) v`, with dropout on the attention weights
@@ -133,7 +136,7 @@ pub fn scaled_dot_product_attention(
     dropout_p: f32,
     training: bool,
 ) -> Result<Tensor> {
-    if sdpa_backend() == SdpaBackend::Fused && fused_serves(q, mask) {
+    if sdpa_backend() == SdpaBackend::Fused && fused_serves(q, k, v, mask) {
         check_qkv(q, k, v)?;
         let p = if training { dropout_p } else { 0.0 };
         return Tensor::fused_attention(q, k, v, causal, None, p);
