@@ -243,7 +243,8 @@ impl Tensor {
             });
         }
         let shape = dims.shape();
-        // A hook may hand back saved tensors in another layout: any strides serve.
+        // A hook may hand back saved tensors in another layout: any strides serve. The
+        // named bindings keep a copy `operand` had to make alive through the launches.
         let ((_q, qo), (_k, ko), (_v, vo)) = (operand(q)?, operand(k)?, operand(v)?);
         let ((_out, oo), (_dout, go)) = (operand(out)?, operand(dout)?);
         let lse = lse.contiguous()?;
