@@ -451,7 +451,7 @@ fn checkpointing_a_fused_attention_region() {
         .unwrap()
         .requires_grad_(true);
     let region = |xs: &[Tensor]| -> labs_core::Result<Tensor> {
-        let a = Tensor::fused_attention(&xs[0], &xs[0], &xs[0], true, None)?;
+        let a = Tensor::fused_attention(&xs[0], &xs[0], &xs[0], true, None, 0.0)?;
         a.gelu("tanh")?.mul(&xs[0])
     };
     let grads = |options: Option<CheckpointOptions>| -> Vec<f32> {

@@ -108,7 +108,7 @@ fn forward_matches_the_reference_for_odd_lengths_causal_or_not() {
                 }
                 for causal in [false, true] {
                     let (q, k, v) = inputs([2, 2, tq, d], tk, dtype, &device);
-                    let out = Tensor::fused_attention(&q, &k, &v, causal, None).unwrap();
+                    let out = Tensor::fused_attention(&q, &k, &v, causal, None, 0.0).unwrap();
                     assert_eq!(out.shape(), &[2, 2, tq, d]);
                     assert_eq!(out.dtype(), dtype);
                     let (want, _) =
@@ -134,7 +134,7 @@ fn the_node_saves_inputs_output_and_log_sum_exp_only() {
         k.requires_grad_(true),
         v.requires_grad_(true),
     );
-    let out = Tensor::fused_attention(&q, &k, &v, true, None).unwrap();
+    let out = Tensor::fused_attention(&q, &k, &v, true, None, 0.0).unwrap();
     let node = out.grad_fn().expect("a recorded node");
     assert_eq!(node.op.name(), "ScaledDotProductFlashAttentionBackward");
     let saved = node.saved.lock().unwrap().clone().unwrap();
@@ -179,7 +179,7 @@ fn gradients_match_finite_differences_of_the_reference() {
                 v.requires_grad_(true),
             );
             let w = values(bh * tq * d, 9);
-            let out = Tensor::fused_attention(&q, &k, &v, causal, None).unwrap();
+            let out = Tensor::fused_attention(&q, &k, &v, causal, None, 0.0).unwrap();
             let wt = Tensor::from_slice(&w, out.shape(), &device).unwrap();
             out.mul(&wt).unwrap().sum_all().unwrap().backward().unwrap();
             let mut xs = [host(&q), host(&k), host(&v)];
@@ -223,7 +223,7 @@ fn gradients_agree_with_the_naive_composition_in_half_types() {
                 v.requires_grad_(true),
             );
             let out = if fused {
-                Tensor::fused_attention(&q, &k, &v, true, None).unwrap()
+                Tensor::fused_attention(&q, &k, &v, true, None, 0.0).unwrap()
             } else {
                 // The naive composition, in float32 from the same rounded inputs.
                 let f = |x: &Tensor| x.to_dtype(DType::F32).unwrap();
@@ -264,7 +264,7 @@ fn bad_inputs_are_refused_with_clear_errors() {
     let device = test_device();
     let t = |shape: &[usize]| Tensor::zeros(shape, DType::F32, &device).unwrap();
     let e = |q: &Tensor, k: &Tensor, v: &Tensor| {
-        Tensor::fused_attention(q, k, v, false, None)
+        Tensor::fused_attention(q, k, v, false, None, 0.0)
             .unwrap_err()
             .to_string()
     };
@@ -276,9 +276,9 @@ fn bad_inputs_are_refused_with_clear_errors() {
     let empty = t(&[1, 2, 0, 8]);
     assert!(e(&ok, &empty, &empty).contains("no keys"));
     let half = ok.to_dtype(DType::F16).unwrap();
-    assert!(Tensor::fused_attention(&ok, &half, &half, false, None).is_err());
+    assert!(Tensor::fused_attention(&ok, &half, &half, false, None, 0.0).is_err());
     let ints = Tensor::zeros(&[1, 2, 4, 8], DType::I64, &device).unwrap();
-    assert!(Tensor::fused_attention(&ints, &ints, &ints, false, None).is_err());
+    assert!(Tensor::fused_attention(&ints, &ints, &ints, false, None, 0.0).is_err());
 }
 
 #[test]
@@ -324,8 +324,8 @@ fn the_fused_backend_serves_a_gpt2_with_the_same_loss_and_gradients_and_stores_l
         assert!(err < 1e-4, "parameter {i}: error {err:e}");
     }
     // The math path keeps each layer's [B, H, T, T] probabilities; the fused one a
-    // [B, H, T] log-sum-exp and dense copies of q, k, v and the output ([B, H, T, Dh]
-    // each, a quarter of the probabilities at these sizes).
+    // [B, H, T] log-sum-exp, q, k, v (the projections' head views) and the output
+    // ([B, H, T, Dh] each, a quarter of the probabilities at these sizes).
     let scores = (c.n_layer * b * c.n_head * t * t * 4) as u64;
     assert!(
         math_held - fused_held >= scores / 2,

@@ -69,7 +69,11 @@ pub(super) fn input_grads(op: &GradOp, grad: &Tensor, saved: &[Tensor]) -> Resul
             };
             vec![side(0, a)?, side(1, b)?]
         }
-        GradOp::Attention { scale, causal } => {
+        GradOp::Attention {
+            scale,
+            causal,
+            dropout,
+        } => {
             let s = |i| saved_at(saved, i, "attention");
             let (dq, dk, dv) = Tensor::fused_attention_backward(
                 s(0)?,
@@ -80,6 +84,7 @@ pub(super) fn input_grads(op: &GradOp, grad: &Tensor, saved: &[Tensor]) -> Resul
                 grad,
                 *scale,
                 *causal,
+                dropout,
             )?;
             vec![dq, dk, dv]
         }

@@ -2,10 +2,17 @@
 //! a forward that writes only the output and each query row's log-sum-exp, and a
 //! backward in three launches (`delta = rowsum(dO * O)`, then dQ, then dK and dV) that
 //! recomputes the attention probabilities tile by tile from q, k and the saved
-//! log-sum-exp. Tensors are dense `[bh, t, d]` (batch and heads flattened), `d <= 128`,
-//! of one float dtype; the log-sum-exp and delta are float32 `[bh, tq]`.
+//! log-sum-exp. Every `[B, H, T, D]` operand is a [`HeadsOperand`]: any strides over
+//! batch, head and sequence (the head views of a `[B, T, E]` projection are read where
+//! they lie), unit stride over `d <= 128`; one float dtype. The log-sum-exp and delta
+//! are dense float32 `[B·H, Tq]`.
+//!
+//! Dropout on the attention weights happens inside the kernels ([`AttentionDropout`]):
+//! the keep mask of element `(b·h, i, j)` comes from Philox4x32-10 under the device
+//! generator's seed, one block per four keys of a row ([`attention_keeps`]), so the
+//! backward regenerates the forward's mask instead of storing it.
 
-use super::rows::Param;
+use super::rows::{philox4x32_10, Param};
 use crate::device_id::DevicePtr;
 use crate::dtype::DType;
 
@@ -17,68 +24,189 @@ const ROWS_PER_BLOCK: usize = 8;
 /// Threads per block the kernels are written for (the launcher's block size).
 const BLOCK: usize = 256;
 
+/// A `[B, H, T, D]` operand where it lies: its address and its element strides over
+/// batch, head and sequence (head_dim has unit stride). Row `t` of batch-head `bh`
+/// starts at element `(bh / H)·batch + (bh % H)·head + t·seq`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadsOperand {
+    pub ptr: DevicePtr,
+    pub batch: usize,
+    pub head: usize,
+    pub seq: usize,
+}
+
+impl HeadsOperand {
+    /// The first element of row `t` of batch-head `bh`, `heads` heads per batch.
+    pub fn row(&self, bh: usize, heads: usize, t: usize) -> usize {
+        (bh / heads) * self.batch + (bh % heads) * self.head + t * self.seq
+    }
+
+    /// The elements from `ptr` to the end of the last row of `bh` batch-heads of `t`
+    /// rows of `d`: what a kernel may touch (0 when there is no row).
+    pub fn extent(&self, bh: usize, heads: usize, t: usize, d: usize) -> usize {
+        if bh == 0 || t == 0 || d == 0 {
+            0
+        } else {
+            self.row(bh - 1, heads, t - 1) + d
+        }
+    }
+
+    fn params(&self) -> [Param; 4] {
+        let u = |v: usize| Param::U64(v as u64);
+        [
+            Param::U64(self.ptr),
+            u(self.batch),
+            u(self.head),
+            u(self.seq),
+        ]
+    }
+}
+
+/// The sizes of one attention call: `bh = B·H` batch-heads of `heads` heads, `tq`
+/// queries, `tk` keys, head_dim `d`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionShape {
+    pub bh: usize,
+    pub heads: usize,
+    pub tq: usize,
+    pub tk: usize,
+    pub d: usize,
+}
+
+impl AttentionShape {
+    fn params(&self) -> [Param; 5] {
+        let u = |v: usize| Param::U64(v as u64);
+        [
+            u(self.bh),
+            u(self.heads),
+            u(self.tq),
+            u(self.tk),
+            Param::U32(self.d as u32),
+        ]
+    }
+}
+
+/// Dropout on the attention weights: element `(b·h, i, j)` is kept with probability
+/// `keep` (scaled by `1 / keep`), drawn from the generator state `(seed, offset)` the
+/// call reserved. `keep = 1` is no dropout.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionDropout {
+    pub keep: f32,
+    pub seed: u64,
+    pub offset: u64,
+}
+
+impl AttentionDropout {
+    /// No dropout: every weight kept as it is.
+    pub const NONE: AttentionDropout = AttentionDropout {
+        keep: 1.0,
+        seed: 0,
+        offset: 0,
+    };
+
+    /// Whether any weight may be dropped.
+    pub fn active(&self) -> bool {
+        self.keep < 1.0
+    }
+
+    /// The factor of a kept weight: `1 / keep`, 0 when nothing is kept (`p = 1`, as
+    /// `dropout` does).
+    pub fn scale(&self) -> f32 {
+        if self.keep == 0.0 {
+            0.0
+        } else {
+            1.0 / self.keep
+        }
+    }
+
+    fn params(&self) -> [Param; 4] {
+        [
+            Param::F32(self.keep),
+            Param::F32(self.scale()),
+            Param::U64(self.seed),
+            Param::U64(self.offset),
+        ]
+    }
+}
+
+/// Which weights of row `row = bh·tq + i` (of a call with `tk` keys) survive `dropout`:
+/// key `j` takes word `j % 4` of the Philox4x32-10 block of counter
+/// `offset + row·⌈tk/4⌉ + ⌊j/4⌋` under `seed`, as a 24-bit uniform `u`, kept when
+/// `u < keep` (the rule of the `dropout` kernel). One block serves four keys; the
+/// counters of a call stay below `offset + B·H·Tq·Tk`, the increment it reserves (as
+/// PyTorch's memory-efficient kernel reserves).
+pub fn attention_keep_row(dropout: &AttentionDropout, row: usize, tk: usize) -> Vec<bool> {
+    let groups = tk.div_ceil(4);
+    let seed = [dropout.seed as u32, (dropout.seed >> 32) as u32];
+    let mut keeps = Vec::with_capacity(groups * 4);
+    for g in 0..groups {
+        let counter = dropout.offset.wrapping_add((row * groups + g) as u64);
+        let words = philox4x32_10([counter as u32, (counter >> 32) as u32, 0, 0], seed);
+        keeps.extend(
+            words
+                .iter()
+                .map(|w| ((w >> 8) as f32 * (1.0 / 16_777_216.0)) < dropout.keep),
+        );
+    }
+    keeps.truncate(tk);
+    keeps
+}
+
 /// One launch of an attention kernel.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AttentionKernel {
-    /// `out = softmax(q kᵀ · scale [causal: keys j > i hidden]) v` and
-    /// `lse[r] = log(sum_j exp(s_rj))` (float32).
+    /// `out = (softmax(q kᵀ · scale [causal: keys j > i hidden]) ∘ Z / keep) v` and
+    /// `lse[r] = log(sum_j exp(s_rj))` (float32, of the undropped weights).
     Forward {
         dtype: DType,
-        q: DevicePtr,
-        k: DevicePtr,
-        v: DevicePtr,
-        out: DevicePtr,
+        q: HeadsOperand,
+        k: HeadsOperand,
+        v: HeadsOperand,
+        out: HeadsOperand,
         lse: DevicePtr,
-        bh: usize,
-        tq: usize,
-        tk: usize,
-        d: usize,
+        shape: AttentionShape,
         scale: f32,
         causal: bool,
+        dropout: AttentionDropout,
     },
-    /// `delta[r] = sum_d out[r, d] * dout[r, d]` over `rows = bh * tq` rows (float32).
+    /// `delta[r] = sum_d out[r, d] * dout[r, d]` over the `bh · tq` rows (float32).
     Delta {
         dtype: DType,
-        out: DevicePtr,
-        dout: DevicePtr,
+        out: HeadsOperand,
+        dout: HeadsOperand,
         delta: DevicePtr,
-        rows: usize,
-        d: usize,
+        shape: AttentionShape,
     },
     /// The query gradient.
     BackwardDq {
         dtype: DType,
-        q: DevicePtr,
-        k: DevicePtr,
-        v: DevicePtr,
-        dout: DevicePtr,
+        q: HeadsOperand,
+        k: HeadsOperand,
+        v: HeadsOperand,
+        dout: HeadsOperand,
         lse: DevicePtr,
         delta: DevicePtr,
-        dq: DevicePtr,
-        bh: usize,
-        tq: usize,
-        tk: usize,
-        d: usize,
+        dq: HeadsOperand,
+        shape: AttentionShape,
         scale: f32,
         causal: bool,
+        dropout: AttentionDropout,
     },
     /// The key and value gradients.
     BackwardDkDv {
         dtype: DType,
-        q: DevicePtr,
-        k: DevicePtr,
-        v: DevicePtr,
-        dout: DevicePtr,
+        q: HeadsOperand,
+        k: HeadsOperand,
+        v: HeadsOperand,
+        dout: HeadsOperand,
         lse: DevicePtr,
         delta: DevicePtr,
-        dk: DevicePtr,
-        dv: DevicePtr,
-        bh: usize,
-        tq: usize,
-        tk: usize,
-        d: usize,
+        dk: HeadsOperand,
+        dv: HeadsOperand,
+        shape: AttentionShape,
         scale: f32,
         causal: bool,
+        dropout: AttentionDropout,
     },
 }
 
@@ -116,59 +244,61 @@ impl AttentionKernel {
     pub fn elements(&self) -> usize {
         let tiles = |bh: usize, t: usize| bh * t.div_ceil(ROWS_PER_BLOCK) * BLOCK;
         match *self {
-            AttentionKernel::Forward { bh, tq, .. }
-            | AttentionKernel::BackwardDq { bh, tq, .. } => tiles(bh, tq),
-            AttentionKernel::BackwardDkDv { bh, tk, .. } => tiles(bh, tk),
-            AttentionKernel::Delta { rows, d, .. } => {
-                if d == 0 {
+            AttentionKernel::Forward { shape, .. } | AttentionKernel::BackwardDq { shape, .. } => {
+                tiles(shape.bh, shape.tq)
+            }
+            AttentionKernel::BackwardDkDv { shape, .. } => tiles(shape.bh, shape.tk),
+            AttentionKernel::Delta { shape, .. } => {
+                if shape.d == 0 {
                     0
                 } else {
-                    rows * 32
+                    shape.bh * shape.tq * 32
                 }
             }
         }
     }
 
-    /// The arguments in the order of the C signatures in `kernels/attention.cu`.
+    /// The arguments in the order of the C signatures in `kernels/attention.cu`: each
+    /// operand as its pointer and three strides, then the shape, then the scalars.
     pub fn params(&self) -> Vec<Param> {
-        use Param::*;
-        let u = |v: usize| U64(v as u64);
-        let d32 = |v: usize| U32(v as u32);
-        match *self {
+        let mut p = Vec::new();
+        let tail = |p: &mut Vec<Param>, scale: f32, causal: bool, dropout: &AttentionDropout| {
+            p.push(Param::F32(scale));
+            p.push(Param::U32(causal as u32));
+            p.extend(dropout.params());
+        };
+        match self {
             AttentionKernel::Forward {
                 q,
                 k,
                 v,
                 out,
                 lse,
-                bh,
-                tq,
-                tk,
-                d,
+                shape,
                 scale,
                 causal,
+                dropout,
                 ..
-            } => vec![
-                U64(q),
-                U64(k),
-                U64(v),
-                U64(out),
-                U64(lse),
-                u(bh),
-                u(tq),
-                u(tk),
-                d32(d),
-                F32(scale),
-                U32(causal as u32),
-            ],
+            } => {
+                for o in [q, k, v, out] {
+                    p.extend(o.params());
+                }
+                p.push(Param::U64(*lse));
+                p.extend(shape.params());
+                tail(&mut p, *scale, *causal, dropout);
+            }
             AttentionKernel::Delta {
                 out,
                 dout,
                 delta,
-                rows,
-                d,
+                shape,
                 ..
-            } => vec![U64(out), U64(dout), U64(delta), u(rows), d32(d)],
+            } => {
+                p.extend(out.params());
+                p.extend(dout.params());
+                p.push(Param::U64(*delta));
+                p.extend(shape.params());
+            }
             AttentionKernel::BackwardDq {
                 q,
                 k,
@@ -177,28 +307,21 @@ impl AttentionKernel {
                 lse,
                 delta,
                 dq,
-                bh,
-                tq,
-                tk,
-                d,
+                shape,
                 scale,
                 causal,
+                dropout,
                 ..
-            } => vec![
-                U64(q),
-                U64(k),
-                U64(v),
-                U64(dout),
-                U64(lse),
-                U64(delta),
-                U64(dq),
-                u(bh),
-                u(tq),
-                u(tk),
-                d32(d),
-                F32(scale),
-                U32(causal as u32),
-            ],
+            } => {
+                for o in [q, k, v, dout] {
+                    p.extend(o.params());
+                }
+                p.push(Param::U64(*lse));
+                p.push(Param::U64(*delta));
+                p.extend(dq.params());
+                p.extend(shape.params());
+                tail(&mut p, *scale, *causal, dropout);
+            }
             AttentionKernel::BackwardDkDv {
                 q,
                 k,
@@ -208,29 +331,142 @@ impl AttentionKernel {
                 delta,
                 dk,
                 dv,
-                bh,
-                tq,
-                tk,
-                d,
+                shape,
                 scale,
                 causal,
+                dropout,
                 ..
-            } => vec![
-                U64(q),
-                U64(k),
-                U64(v),
-                U64(dout),
-                U64(lse),
-                U64(delta),
-                U64(dk),
-                U64(dv),
-                u(bh),
-                u(tq),
-                u(tk),
-                d32(d),
-                F32(scale),
-                U32(causal as u32),
-            ],
+            } => {
+                for o in [q, k, v, dout] {
+                    p.extend(o.params());
+                }
+                p.push(Param::U64(*lse));
+                p.push(Param::U64(*delta));
+                p.extend(dk.params());
+                p.extend(dv.params());
+                p.extend(shape.params());
+                tail(&mut p, *scale, *causal, dropout);
+            }
         }
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SOURCE: &str = include_str!("../../../../kernels/attention.cu");
+
+    /// The number of parameters of `extern "C"` function `name` in attention.cu.
+    fn c_arity(name: &str) -> usize {
+        let start = SOURCE
+            .find(&format!("void {name}_DT("))
+            .unwrap_or_else(|| panic!("{name} in attention.cu"));
+        let open = start + SOURCE[start..].find('(').unwrap();
+        let close = open + SOURCE[open..].find(')').unwrap();
+        SOURCE[open + 1..close].split(',').count()
+    }
+
+    fn kernels() -> Vec<AttentionKernel> {
+        let o = HeadsOperand {
+            ptr: 0,
+            batch: 0,
+            head: 0,
+            seq: 0,
+        };
+        let shape = AttentionShape {
+            bh: 1,
+            heads: 1,
+            tq: 1,
+            tk: 1,
+            d: 1,
+        };
+        let dropout = AttentionDropout::NONE;
+        let dtype = DType::F32;
+        vec![
+            AttentionKernel::Forward {
+                dtype,
+                q: o,
+                k: o,
+                v: o,
+                out: o,
+                lse: 0,
+                shape,
+                scale: 1.0,
+                causal: false,
+                dropout,
+            },
+            AttentionKernel::Delta {
+                dtype,
+                out: o,
+                dout: o,
+                delta: 0,
+                shape,
+            },
+            AttentionKernel::BackwardDq {
+                dtype,
+                q: o,
+                k: o,
+                v: o,
+                dout: o,
+                lse: 0,
+                delta: 0,
+                dq: o,
+                shape,
+                scale: 1.0,
+                causal: false,
+                dropout,
+            },
+            AttentionKernel::BackwardDkDv {
+                dtype,
+                q: o,
+                k: o,
+                v: o,
+                dout: o,
+                lse: 0,
+                delta: 0,
+                dk: o,
+                dv: o,
+                shape,
+                scale: 1.0,
+                causal: false,
+                dropout,
+            },
+        ]
+    }
+
+    #[test]
+    fn params_follow_the_cuda_signatures() {
+        // A launch passes exactly as many arguments as the C function takes; their
+        // order is the one `params` documents.
+        for k in kernels() {
+            assert_eq!(k.params().len(), c_arity(k.name()), "{}", k.name());
+        }
+    }
+
+    #[test]
+    fn the_first_word_of_a_group_is_the_dropout_kernels_draw() {
+        // Key 4g of a row takes word 0 of the block, as `dropout` takes for its element
+        // of the same counter: the two kernels share one generator scheme.
+        let dropout = AttentionDropout {
+            keep: 0.6,
+            seed: 0x1234_5678_9abc,
+            offset: 77,
+        };
+        let (tk, row) = (13, 5);
+        let keeps = attention_keep_row(&dropout, row, tk);
+        assert_eq!(keeps.len(), tk);
+        for g in 0..tk.div_ceil(4) {
+            let counter = dropout.offset + (row * tk.div_ceil(4) + g) as u64;
+            let u = crate::kernels::rows::dropout_uniform(dropout.seed, counter);
+            assert_eq!(keeps[4 * g], u < dropout.keep, "group {g}");
+        }
+        // About `keep` of many weights survive.
+        let many: Vec<bool> = (0..100)
+            .flat_map(|r| attention_keep_row(&dropout, r, 100))
+            .collect();
+        let share = many.iter().filter(|&&k| k).count() as f64 / many.len() as f64;
+        assert!((share - 0.6).abs() < 0.02, "{share}");
     }
 }

@@ -30,7 +30,10 @@ pub mod special;
 mod strided;
 
 pub use amp::UnscaleGrad;
-pub use attention::{AttentionKernel, ATTENTION_MAX_HEAD_DIM};
+pub use attention::{
+    attention_keep_row, AttentionDropout, AttentionKernel, AttentionShape, HeadsOperand,
+    ATTENTION_MAX_HEAD_DIM,
+};
 pub use gemm::{Gemm, Operand};
 pub use ops::{BinaryOp, CompareOp, UnaryOp};
 pub use optim::{AdamStep, SgdStep};

@@ -10,8 +10,13 @@
 //!   `v`, each step one op with its own saved tensors (the scores' softmax and the
 //!   dropout mask are what backward keeps: `O(L S)` memory per head);
 //! - [`SdpaBackend::Fused`]: one flash-style kernel ([`Tensor::fused_attention`]) that
-//!   keeps only each row's log-sum-exp, `O(L)`. It takes no additive mask; a call it
-//!   cannot serve falls back to the math path, as PyTorch's dispatcher does.
+//!   keeps only each row's log-sum-exp, `O(L)`, and applies dropout inside the kernel
+//!   (its mask drawn again in backward, never stored), as PyTorch's memory-efficient
+//!   kernel does: a training `nn.Transformer` stores neither the probabilities nor the
+//!   mask. It reads q, k and v where they lie (the head views of a projection) and
+//!   writes its output as `[B, L, H, Dh]` memory, so the caller's
+//!   `transpose(1, 2).reshape(B, L, E)` copies nothing. It takes no additive mask; a
+//!   call it cannot serve falls back to the math path, as PyTorch's dispatcher does.
 
 use std::cell::Cell;
 
@@ -136,12 +141,12 @@ fn count_call(fused: bool) {
     });
 }
 
-/// Whether the fused kernel can serve this call: no additive mask, no dropout in
-/// effect, a head size it supports.
-fn fused_serves(q: &Tensor, mask: Option<&Tensor>, dropout_p: f32, training: bool) -> bool {
+/// Whether the fused kernel can serve this call: no additive mask, values as wide as
+/// the keys, a head size it supports (dropout it applies itself).
+fn fused_serves(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> bool {
     mask.is_none()
-        && (dropout_p == 0.0 || !training)
         && q.shape().len() == 4
+        && k.shape() == v.shape()
         && q.shape()[3] <= crate::kernels::ATTENTION_MAX_HEAD_DIM
 }
 
@@ -156,7 +161,7 @@ fn fused_serves(q: &Tensor, mask: Option<&Tensor>, dropout_p: f32, training: boo
 /// (top-left aligned); it may be combined with a mask. A query that sees no key gets
 /// NaN, as in PyTorch's math path.
 ///
-/// This is the naive (materialised) path; see the module doc.
+/// The math path or the fused kernel, as [`sdpa_kernel`] chose; see the module doc.
 pub fn scaled_dot_product_attention(
     q: &Tensor,
     k: &Tensor,
@@ -166,10 +171,11 @@ pub fn scaled_dot_product_attention(
     dropout_p: f32,
     training: bool,
 ) -> Result<Tensor> {
-    if sdpa_backend() == SdpaBackend::Fused && fused_serves(q, mask, dropout_p, training) {
+    if sdpa_backend() == SdpaBackend::Fused && fused_serves(q, k, v, mask) {
         check_qkv(q, k, v)?;
         count_call(true);
-        return Tensor::fused_attention(q, k, v, causal, None);
+        let p = if training { dropout_p } else { 0.0 };
+        return Tensor::fused_attention(q, k, v, causal, None, p);
     }
     count_call(false);
     Ok(attention_with_weights(q, k, v, mask, causal, dropout_p, training)?.0)

@@ -5,14 +5,27 @@
 //! gradient (`kernels/attention.cu`, twins in `kernels/attention_cpu.rs`).
 //!
 //! A drop-in for the naive composition (`nn::attention`'s `scaled_dot_product_attention`)
-//! when there is no additive mask and no dropout on the weights: the causal mask is
-//! built in (keys `j > i` hidden, PyTorch's `is_causal=True`, aligned top-left), dropout
-//! is not implemented (callers with `dropout_p > 0` in training keep the naive path).
+//! when there is no additive mask: the causal mask is built in (keys `j > i` hidden,
+//! PyTorch's `is_causal=True`, aligned top-left), and dropout on the weights happens in
+//! the kernel, its mask drawn from the device generator (Philox, keyed by each weight's
+//! position) and drawn again by the backward, never stored (PyTorch's memory-efficient
+//! kernel does the same).
+//!
+//! The inputs are read where they lie: any strides over batch, head and sequence (the
+//! `[B, H, T, Dh]` head views of a `[B, T, E]` projection are not copied, and are what
+//! backward saves), a copy only when head_dim is not unit-stride. The output and the
+//! gradients are written as `[B, T, H, Dh]` memory and returned as `[B, H, T, Dh]`
+//! views, as PyTorch's efficient attention returns them, so that the caller's
+//! `transpose(1, 2).reshape(B, T, E)` is free.
 
 use super::graph::GradOp;
 use super::{DType, Tensor};
+use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kernels::{AttentionKernel, Kernel, ATTENTION_MAX_HEAD_DIM};
+use crate::kernels::{
+    attention_keep_row, AttentionDropout, AttentionKernel, AttentionShape, HeadsOperand, Kernel,
+    ATTENTION_MAX_HEAD_DIM,
+};
 
 /// The checked sizes of an attention call.
 struct Dims {
@@ -21,6 +34,18 @@ struct Dims {
     tq: usize,
     tk: usize,
     d: usize,
+}
+
+impl Dims {
+    fn shape(&self) -> AttentionShape {
+        AttentionShape {
+            bh: self.batch * self.heads,
+            heads: self.heads,
+            tq: self.tq,
+            tk: self.tk,
+            d: self.d,
+        }
+    }
 }
 
 fn check(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Dims> {
@@ -69,55 +94,133 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Dims> {
     })
 }
 
+/// `t` (`[B, H, T, D]`) as a kernel operand: its own strides over batch, head and
+/// sequence; a dense copy only when head_dim is not unit-stride.
+fn operand(t: &Tensor) -> Result<(Tensor, HeadsOperand)> {
+    let t = if t.shape()[3] > 1 && t.strides()[3] != 1 {
+        t.detach().contiguous()?
+    } else {
+        t.detach()
+    };
+    let s = t.strides();
+    let op = HeadsOperand {
+        ptr: t.ptr(),
+        batch: s[0],
+        head: s[1],
+        seq: s[2],
+    };
+    Ok((t, op))
+}
+
+/// A new `[B, H, T, D]` tensor whose memory is `[B, T, H, D]` (the heads of one position
+/// side by side), with its operand.
+fn heads_last(shape: &[usize], dtype: DType, device: &Device) -> Result<(Tensor, HeadsOperand)> {
+    let (b, h, t, d) = (shape[0], shape[1], shape[2], shape[3]);
+    let dense = Tensor::empty(&[b, t, h, d], dtype, device)?;
+    operand(&dense.transpose(1, 2)?)
+}
+
+/// The dropout of a call with probability `p` over `counters = B·H·Tq·Tk` weights:
+/// none when `p = 0`, else the generator's state, advanced past the counters.
+fn dropout_for(p: f32, counters: usize, device: &Device) -> Result<AttentionDropout> {
+    if !(0.0..=1.0).contains(&p) {
+        return Err(Error::InvalidArgument(format!(
+            "fused_attention: dropout probability has to be between 0 and 1, but got {p}"
+        )));
+    }
+    if p == 0.0 {
+        return Ok(AttentionDropout::NONE);
+    }
+    let (seed, offset) = device.philox_seed_offset(counters as u64);
+    Ok(AttentionDropout {
+        keep: 1.0 - p,
+        seed,
+        offset,
+    })
+}
+
 impl Tensor {
-    /// `softmax(q kᵀ · scale) v` for `q [B, H, Tq, D]`, `k`, `v [B, H, Tk, D]` (one float
-    /// dtype, `D <= 128`), computed by one fused kernel (PyTorch's
-    /// `scaled_dot_product_attention` with the flash backend). `scale` defaults to
-    /// `1 / sqrt(D)`; `causal` hides keys `j > i` from query `i`. No additive mask, no
-    /// dropout. Saved for backward: q, k, v, the output and a float32 `[B, H, Tq]`
-    /// log-sum-exp: `O(T)` more memory than the inputs, never `O(T²)`.
+    /// `(softmax(q kᵀ · scale) ∘ Z / (1 − p)) v` for `q [B, H, Tq, D]`, `k`,
+    /// `v [B, H, Tk, D]` (one float dtype, `D <= 128`), computed by one fused kernel
+    /// (PyTorch's `scaled_dot_product_attention` with the efficient backend). `scale`
+    /// defaults to `1 / sqrt(D)`; `causal` hides keys `j > i` from query `i`;
+    /// `dropout_p` drops each weight with that probability (`Z`, drawn from the device
+    /// generator, which advances by `B·H·Tq·Tk` counters; 0 draws nothing). No additive
+    /// mask. The output is `[B, H, Tq, D]` over `[B, Tq, H, D]` memory. Saved for
+    /// backward: q, k, v as given (views, not copies), the output and a float32
+    /// `[B, H, Tq]` log-sum-exp: `O(T)` more memory than the inputs, never `O(T²)`.
     pub fn fused_attention(
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
         causal: bool,
         scale: Option<f32>,
+        dropout_p: f32,
     ) -> Result<Tensor> {
         let dims = check(q, k, v)?;
+        let shape = dims.shape();
         let scale = scale.unwrap_or(1.0 / (dims.d as f32).sqrt());
-        let (qc, kc, vc) = (
-            q.detach().contiguous()?,
-            k.detach().contiguous()?,
-            v.detach().contiguous()?,
-        );
         let device = q.device();
-        let out = Tensor::empty(q.shape(), q.dtype(), device)?;
+        let dropout = dropout_for(dropout_p, shape.bh * shape.tq * shape.tk, device)?;
+        let ((qv, qo), (kv, ko), (vv, vo)) = (operand(q)?, operand(k)?, operand(v)?);
+        let (out, oo) = heads_last(q.shape(), q.dtype(), device)?;
         let lse = Tensor::empty(&[dims.batch, dims.heads, dims.tq], DType::F32, device)?;
         device.launch(&Kernel::Attention(AttentionKernel::Forward {
             dtype: q.dtype(),
-            q: qc.ptr(),
-            k: kc.ptr(),
-            v: vc.ptr(),
-            out: out.ptr(),
+            q: qo,
+            k: ko,
+            v: vo,
+            out: oo,
             lse: lse.ptr(),
-            bh: dims.batch * dims.heads,
-            tq: dims.tq,
-            tk: dims.tk,
-            d: dims.d,
+            shape,
             scale,
             causal,
+            dropout,
         }))?;
-        let saved = vec![qc, kc, vc, out.clone(), lse];
+        let saved = vec![qv, kv, vv, out.clone(), lse];
         Ok(Tensor::recorded(
             out,
-            GradOp::Attention { scale, causal },
+            GradOp::Attention {
+                scale,
+                causal,
+                dropout,
+            },
             &[q, k, v],
             saved,
         ))
     }
 
+    /// The keep mask (`uint8 [B, H, Tq, Tk]`, 1 kept) that [`Tensor::fused_attention`]
+    /// draws with probability `dropout_p` when the device generator is at `state`
+    /// (read it with `Device::rng_state` before the call): the mask the kernels use,
+    /// bit for bit, materialised to check them against the naive composition.
+    #[doc(hidden)]
+    pub fn fused_attention_dropout_mask(
+        shape: [usize; 4],
+        dropout_p: f32,
+        state: (u64, u64),
+        device: &Device,
+    ) -> Result<Tensor> {
+        let [b, h, tq, tk] = shape;
+        let dropout = AttentionDropout {
+            keep: 1.0 - dropout_p,
+            seed: state.0,
+            offset: state.1,
+        };
+        let mut mask = Vec::with_capacity(b * h * tq * tk);
+        for row in 0..b * h * tq {
+            mask.extend(
+                attention_keep_row(&dropout, row, tk)
+                    .into_iter()
+                    .map(u8::from),
+            );
+        }
+        Tensor::from_slice(&mask, &[b, h, tq, tk], device)
+    }
+
     /// The gradients `(dq, dk, dv)` of [`Tensor::fused_attention`] from what it saved
-    /// and the output's gradient `dout`.
+    /// and the output's gradient `dout` (any strides; the gradients come out as
+    /// `[B, H, T, D]` views of `[B, T, H, D]` memory, like the output).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn fused_attention_backward(
         q: &Tensor,
@@ -128,64 +231,64 @@ impl Tensor {
         dout: &Tensor,
         scale: f32,
         causal: bool,
+        dropout: &AttentionDropout,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         let dims = check(q, k, v)?;
         dout.check_binary_dtype(out, "fused_attention_backward")?;
-        // Saved dense; a hook may hand back another layout (no copy when dense).
-        let (q, k, v, out) = (
-            q.contiguous()?,
-            k.contiguous()?,
-            v.contiguous()?,
-            out.contiguous()?,
-        );
-        let dout = dout.contiguous()?;
+        if dout.shape() != out.shape() || out.shape() != q.shape() {
+            return Err(Error::Shape {
+                op: "fused_attention_backward",
+                a: dout.shape().to_vec(),
+                b: q.shape().to_vec(),
+            });
+        }
+        let shape = dims.shape();
+        // A hook may hand back saved tensors in another layout: any strides serve. The
+        // named bindings keep a copy `operand` had to make alive through the launches.
+        let ((_q, qo), (_k, ko), (_v, vo)) = (operand(q)?, operand(k)?, operand(v)?);
+        let ((_out, oo), (_dout, go)) = (operand(out)?, operand(dout)?);
+        let lse = lse.contiguous()?;
         let device = q.device();
-        let bh = dims.batch * dims.heads;
         let dtype = q.dtype();
-        let delta = Tensor::empty(&[bh * dims.tq], DType::F32, device)?;
+        let delta = Tensor::empty(&[shape.bh * shape.tq], DType::F32, device)?;
         device.launch(&Kernel::Attention(AttentionKernel::Delta {
             dtype,
-            out: out.ptr(),
-            dout: dout.ptr(),
+            out: oo,
+            dout: go,
             delta: delta.ptr(),
-            rows: bh * dims.tq,
-            d: dims.d,
+            shape,
         }))?;
-        let dq = Tensor::empty(q.shape(), dtype, device)?;
-        let dk = Tensor::empty(k.shape(), dtype, device)?;
-        let dv = Tensor::empty(v.shape(), dtype, device)?;
+        let (dq, dqo) = heads_last(q.shape(), dtype, device)?;
+        let (dk, dko) = heads_last(k.shape(), dtype, device)?;
+        let (dv, dvo) = heads_last(v.shape(), dtype, device)?;
         device.launch(&Kernel::Attention(AttentionKernel::BackwardDq {
             dtype,
-            q: q.ptr(),
-            k: k.ptr(),
-            v: v.ptr(),
-            dout: dout.ptr(),
+            q: qo,
+            k: ko,
+            v: vo,
+            dout: go,
             lse: lse.ptr(),
             delta: delta.ptr(),
-            dq: dq.ptr(),
-            bh,
-            tq: dims.tq,
-            tk: dims.tk,
-            d: dims.d,
+            dq: dqo,
+            shape,
             scale,
             causal,
+            dropout: *dropout,
         }))?;
         device.launch(&Kernel::Attention(AttentionKernel::BackwardDkDv {
             dtype,
-            q: q.ptr(),
-            k: k.ptr(),
-            v: v.ptr(),
-            dout: dout.ptr(),
+            q: qo,
+            k: ko,
+            v: vo,
+            dout: go,
             lse: lse.ptr(),
             delta: delta.ptr(),
-            dk: dk.ptr(),
-            dv: dv.ptr(),
-            bh,
-            tq: dims.tq,
-            tk: dims.tk,
-            d: dims.d,
+            dk: dko,
+            dv: dvo,
+            shape,
             scale,
             causal,
+            dropout: *dropout,
         }))?;
         Ok((dq, dk, dv))
     }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use super::saved_hooks::PackedSaved;
 use super::{DType, Tensor};
-use crate::kernels::{BinaryOp, UnaryOp};
+use crate::kernels::{AttentionDropout, BinaryOp, UnaryOp};
 
 /// The op a node differentiates, with what its derivative needs besides saved tensors.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,12 +100,14 @@ pub enum GradOp {
         correction: usize,
         keepdim: bool,
     },
-    /// Fused attention (`fused_attention`) with its scale and causal mask; inputs: q,
-    /// k, v; saved: q, k, v (dense), the output and the float32 log-sum-exp of each
-    /// query row: never the scores.
+    /// Fused attention (`fused_attention`) with its scale, causal mask and dropout (the
+    /// generator state its mask was drawn from); inputs: q, k, v; saved: q, k, v (the
+    /// caller's views), the output and the float32 log-sum-exp of each query row: never
+    /// the scores nor the dropout mask.
     Attention {
         scale: f32,
         causal: bool,
+        dropout: AttentionDropout,
     },
 }
 
