@@ -83,13 +83,24 @@ pub fn copy_between(
     if bytes == 0 {
         return Ok(CopyPath::Peer);
     }
-    if via == CopyVia::Any && dst.can_access_peer(src)? {
-        peer_copy(src, src_ptr, dst, dst_ptr, bytes)?;
-        Ok(CopyPath::Peer)
+    let path = if via == CopyVia::Any && dst.can_access_peer(src)? {
+        CopyPath::Peer
     } else {
-        staged_copy(src, src_ptr, dst, dst_ptr, bytes)?;
-        Ok(CopyPath::Staged)
+        CopyPath::Staged
+    };
+    match path {
+        // Dry runs have no values to move, whichever way: the backend checks the ranges.
+        _ if dst.is_dry() => dst.backend().copy_from_peer(
+            dst_ptr,
+            src.backend(),
+            src_ptr,
+            bytes,
+            &dst.default_stream()?,
+        )?,
+        CopyPath::Peer => peer_copy(src, src_ptr, dst, dst_ptr, bytes)?,
+        _ => staged_copy(src, src_ptr, dst, dst_ptr, bytes)?,
     }
+    Ok(path)
 }
 // ANCHOR_END: copy_between
 
