@@ -5,12 +5,9 @@
 
 use std::sync::Mutex;
 
+use super::select::ENV_SIM_DEVICES;
 use crate::device_id::DeviceKind;
 use crate::error::{Error, Result};
-
-/// Environment variable setting how many simulated GPUs exist (`sim:0` to
-/// `sim:N-1`, and as many dry-run devices); 1 when unset.
-pub const ENV_SIM_DEVICES: &str = "LABS_SIM_DEVICES";
 
 /// The count [`set_sim_device_count`] set, or the environment's once read.
 static SIM_COUNT: Mutex<Option<usize>> = Mutex::new(None);

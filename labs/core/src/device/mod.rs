@@ -1,7 +1,8 @@
 //! The device registry: one handle type over the backends (`cuda`, `sim`, `dry`, `cpu`),
 //! each device created once per process and owning its caching allocator, and the
-//! selection rule every lab uses. It sits above the backends and the allocator: it is
-//! the one place that builds them.
+//! selection rule every lab uses; how many devices of each kind there are, the thread's
+//! current device, and copies between two devices. It sits above the backends and the
+//! allocator: it is the one place that builds them.
 
 mod count;
 mod current;
@@ -14,10 +15,12 @@ pub use crate::backend::{
     MemInfo, MemLocation, Stream, StreamImpl,
 };
 pub use crate::device_id::{DeviceId, DeviceKind};
-pub use crate::sim::ENV_SIM_PEER;
-pub use count::{device_count, set_sim_device_count, ENV_SIM_DEVICES};
+pub use count::{device_count, set_sim_device_count};
 pub use current::{current_device, set_device, with_device, DeviceGuard};
-pub use select::{select_device, Selection, DEFAULT_SIM_CAPACITY, ENV_DEVICE, ENV_SIM_CAPACITY};
+pub use select::{
+    select_device, Selection, DEFAULT_SIM_CAPACITY, ENV_DEVICE, ENV_SIM_CAPACITY, ENV_SIM_DEVICES,
+    ENV_SIM_PEER,
+};
 pub use standalone::{replay_on_sim, sim_backend};
 pub use transfer::{copy_between, CopyPath, CopyVia, STAGING_CHUNK};
 

@@ -13,6 +13,12 @@ pub const ENV_DEVICE: &str = "LABS_DEVICE";
 pub const ENV_SIM_CAPACITY: &str = "LABS_SIM_CAPACITY";
 /// The simulated GPU's capacity unless `LABS_SIM_CAPACITY` says otherwise.
 pub const DEFAULT_SIM_CAPACITY: u64 = 16 << 30;
+/// Environment variable setting how many simulated GPUs exist (`sim:0` to `sim:N-1`,
+/// and as many dry-run devices); 1 when unset.
+pub const ENV_SIM_DEVICES: &str = "LABS_SIM_DEVICES";
+/// Environment variable that, set to `0`, takes the simulated GPUs' peer access away,
+/// so that copies between them are staged through host memory as between GPUs without it.
+pub use crate::sim::ENV_SIM_PEER;
 // ANCHOR_END: env_vars
 
 pub(crate) fn sim_capacity_from_env() -> Result<u64> {
