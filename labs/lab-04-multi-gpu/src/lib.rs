@@ -22,6 +22,15 @@ pub fn mib(bytes: u64) -> String {
 /// fewest that show anything about several devices.
 pub const DEFAULT_SIM_DEVICES: usize = 2;
 
+/// Makes two simulated GPUs exist unless `LABS_SIM_DEVICES` says how many; before the
+/// first device is opened, so that `--device sim:1` is one of them.
+pub fn default_sim_devices() -> Result<()> {
+    if std::env::var(ENV_SIM_DEVICES).map_or(true, |v| v.trim().is_empty()) {
+        set_sim_device_count(DEFAULT_SIM_DEVICES)?;
+    }
+    Ok(())
+}
+
 // ANCHOR: every_device
 /// Every device of `first`'s kind: all the GPUs for `cuda`, the simulated GPUs
 /// (`LABS_SIM_DEVICES`, two when unset) for `sim` and `dry`. The host is one device,
@@ -35,10 +44,8 @@ pub fn every_device(first: &Device) -> Result<Vec<Device>> {
                 .into(),
         ));
     }
-    if matches!(kind, DeviceKind::Sim | DeviceKind::Dry)
-        && std::env::var(ENV_SIM_DEVICES).map_or(true, |v| v.trim().is_empty())
-    {
-        set_sim_device_count(DEFAULT_SIM_DEVICES)?;
+    if matches!(kind, DeviceKind::Sim | DeviceKind::Dry) {
+        default_sim_devices()?;
     }
     (0..device_count(kind)?)
         .map(|i| Device::get(kind.device(i)))

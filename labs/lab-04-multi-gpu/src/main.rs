@@ -6,7 +6,10 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use labs_core::Device;
 
-use lab_04::{bandwidth, caches, devices, every_device, mismatch, replicate, simulated_note};
+use lab_04::{
+    bandwidth, caches, default_sim_devices, devices, every_device, mismatch, replicate,
+    simulated_note,
+};
 
 #[derive(Parser)]
 #[command(about = "Lab 4: several GPUs")]
@@ -49,6 +52,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
+    default_sim_devices()?;
     let first = args.device.open().context("choosing a device")?;
     let devices = every_device(&first).context("opening every device")?;
     println!(
@@ -80,10 +84,12 @@ fn pair(devices: &[Device]) -> Option<(&Device, &Device)> {
     match devices {
         [a, b, ..] => Some((a, b)),
         [only] => {
-            println!(
-                "(only {only}: this section needs two devices; run with --device sim to see \
-                 it on simulated GPUs)\n"
-            );
+            let how = if only.is_cuda() {
+                "run with --device sim to see it on simulated GPUs"
+            } else {
+                "set LABS_SIM_DEVICES=2 or more"
+            };
+            println!("(only {only}: this section needs two devices; {how})\n");
             None
         }
         [] => None,

@@ -88,3 +88,16 @@ fn the_host_alone_is_refused_clearly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("lab 4 needs GPUs"), "{err}");
 }
+
+#[test]
+fn the_second_simulated_gpu_exists_by_default_and_a_third_does_not() {
+    let text = stdout(run(&["--device", "sim:1", "devices"], &[]));
+    assert!(text.contains("2 sim device(s): sim:0, sim:1"), "{text}");
+    let out = run(&["--device", "sim:2", "devices"], &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid device ordinal: sim:2 requested, but there are 2 sim devices"),
+        "{err}"
+    );
+}
