@@ -113,6 +113,12 @@ fn print_section(section: Section, devices: &[Device], quick: bool) -> anyhow::R
                 let samples = if quick { 2 } else { 7 };
                 let rows = bandwidth::measure(a, b, &bandwidth::sizes(quick), samples)?;
                 println!("{}", bandwidth::table(a, b, &rows));
+                if let Some(r) = rows.iter().find(|r| !r.exact) {
+                    anyhow::bail!(
+                        "a copy of {} bytes from {a} to {b} arrived changed",
+                        r.bytes
+                    );
+                }
             }
         }
         Section::Replicate => {

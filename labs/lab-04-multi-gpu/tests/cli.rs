@@ -55,6 +55,11 @@ fn the_default_command_prints_every_section_on_two_simulated_gpus() {
     }
     // Sizes 1, 4 and 16 MiB, each copied by a peer copy.
     assert_eq!(rows_taking(&text, "peer"), 3, "{text}");
+    assert_eq!(
+        text.matches("| yes").count(),
+        3,
+        "every copy exact:\n{text}"
+    );
 }
 
 #[test]
@@ -78,6 +83,11 @@ fn without_peer_access_copies_are_staged() {
         &[("LABS_SIM_PEER", "0")],
     ));
     assert_eq!(rows_taking(&text, "staged"), 3, "{text}");
+    assert_eq!(
+        text.matches("| yes").count(),
+        3,
+        "every copy exact:\n{text}"
+    );
     assert!(text.contains("- (no peer access)"), "{text}");
 }
 
