@@ -25,6 +25,57 @@ impl DeviceId {
     pub fn is_accelerator(self) -> bool {
         !matches!(self, DeviceId::Cpu)
     }
+
+    /// The kind of device, without its index.
+    pub fn kind(self) -> DeviceKind {
+        match self {
+            DeviceId::Cpu => DeviceKind::Cpu,
+            DeviceId::Cuda(_) => DeviceKind::Cuda,
+            DeviceId::Sim(_) => DeviceKind::Sim,
+            DeviceId::Dry(_) => DeviceKind::Dry,
+        }
+    }
+
+    /// The device's index among those of its kind (`torch.device.index`); the host
+    /// has none.
+    pub fn index(self) -> Option<usize> {
+        match self {
+            DeviceId::Cpu => None,
+            DeviceId::Cuda(i) | DeviceId::Sim(i) | DeviceId::Dry(i) => Some(i),
+        }
+    }
+}
+
+/// A kind of device (`torch.device.type`): what `device_count` counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+    Sim,
+    Dry,
+}
+
+impl DeviceKind {
+    /// The device of this kind with index `index` (the host has one, whatever the index).
+    pub fn device(self, index: usize) -> DeviceId {
+        match self {
+            DeviceKind::Cpu => DeviceId::Cpu,
+            DeviceKind::Cuda => DeviceId::Cuda(index),
+            DeviceKind::Sim => DeviceId::Sim(index),
+            DeviceKind::Dry => DeviceId::Dry(index),
+        }
+    }
+}
+
+impl fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Cuda => "cuda",
+            DeviceKind::Sim => "sim",
+            DeviceKind::Dry => "dry",
+        })
+    }
 }
 
 impl fmt::Display for DeviceId {

@@ -1,7 +1,7 @@
 //! One error type for every device operation, so that the GPU and the simulator fail
 //! the same way and callers can match on what went wrong.
 
-use crate::device_id::{DeviceId, ParseDeviceError};
+use crate::device_id::{DeviceId, DeviceKind, ParseDeviceError};
 use crate::dtype::DType;
 use crate::format::bytes;
 use crate::oom_report::{self, OomReport};
@@ -31,8 +31,9 @@ pub enum Error {
     #[error("no usable NVIDIA driver: {0}")]
     NoDriver(String),
 
-    /// A device index beyond the number of devices present.
-    #[error("{requested} does not exist: {available} CUDA device(s) found")]
+    /// A device index beyond the number of devices of its kind, worded like PyTorch's
+    /// `CUDA error: invalid device ordinal`, with the count; the same on every backend.
+    #[error("{}", NoSuchDeviceMessage { requested: *requested, available: *available })]
     NoSuchDevice {
         requested: DeviceId,
         available: usize,
@@ -47,8 +48,11 @@ pub enum Error {
     Compile { module: &'static str, log: String },
 
     // ANCHOR: device_mismatch
-    /// Two tensors of one operation live on different devices; worded like PyTorch.
-    #[error("expected all tensors to be on the same device, but found {a} and {b}")]
+    /// Two tensors of one operation live on different devices; PyTorch's words.
+    #[error(
+        "Expected all tensors to be on the same device, but found at least two devices, \
+         {a} and {b}!"
+    )]
     DeviceMismatch { a: DeviceId, b: DeviceId },
 
     // ANCHOR_END: device_mismatch
@@ -111,6 +115,31 @@ impl Error {
 
     pub fn is_out_of_memory(&self) -> bool {
         matches!(self, Error::OutOfMemory { .. })
+    }
+}
+
+/// Formats [`Error::NoSuchDevice`]: which device, how many of its kind there are, and,
+/// for simulated GPUs, how to have more.
+struct NoSuchDeviceMessage {
+    requested: DeviceId,
+    available: usize,
+}
+
+impl std::fmt::Display for NoSuchDeviceMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = self.requested.kind();
+        write!(
+            f,
+            "invalid device ordinal: {} requested, but there {} {} {kind} device{}",
+            self.requested,
+            if self.available == 1 { "is" } else { "are" },
+            self.available,
+            if self.available == 1 { "" } else { "s" },
+        )?;
+        if matches!(kind, DeviceKind::Sim | DeviceKind::Dry) {
+            write!(f, " (LABS_SIM_DEVICES sets how many)")?;
+        }
+        Ok(())
     }
 }
 

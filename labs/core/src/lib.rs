@@ -9,7 +9,9 @@
 //!   and the matrix product (cuBLAS on the GPU, a CPU GEMM crate on the simulator);
 //! - `alloc`: the caching allocator, which sees only the contract; `snapshot`, the
 //!   memory snapshots lab 3 reads (ours and PyTorch's), plain data;
-//! - `device`: the registry that opens devices and owns one allocator each;
+//! - `device`: the registry that opens devices and owns one allocator each, counts
+//!   them, keeps each thread's current device, and copies between two devices (peer
+//!   copies, or staged through pinned host memory);
 //! - `tensor` and `host`: tensors over the allocator's memory (and the graph their ops
 //!   record for autograd), pinned host memory;
 //! - `autograd`: the backward pass over that graph;

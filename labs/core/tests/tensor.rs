@@ -151,7 +151,8 @@ fn mixing_devices_fails_like_pytorch() {
     assert_eq!(
         err.to_string(),
         format!(
-            "expected all tensors to be on the same device, but found {} and cpu",
+            "Expected all tensors to be on the same device, but found at least two devices, \
+             {} and cpu!",
             d.id()
         )
     );

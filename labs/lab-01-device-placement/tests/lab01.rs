@@ -25,9 +25,13 @@ fn placement_tables_show_every_device_and_the_mismatch() {
     assert_eq!(to.rows()[0][1], "true");
     assert_eq!(to.rows()[1][1], "false");
     let msg = placement::mismatch_error(&d).unwrap();
-    assert!(
-        msg.starts_with("expected all tensors to be on the same device"),
-        "{msg}"
+    assert_eq!(
+        msg,
+        format!(
+            "Expected all tensors to be on the same device, but found at least two \
+             devices, {} and cpu!",
+            d.id()
+        )
     );
 }
 

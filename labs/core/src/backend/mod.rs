@@ -58,5 +58,10 @@ pub trait Backend:
     fn properties(&self) -> Result<DeviceProperties>;
     /// Free and total memory, as `cudaMemGetInfo` reports them.
     fn mem_info(&self) -> Result<MemInfo>;
+    /// Makes this device the calling thread's current one for driver calls
+    /// (`cuCtxSetCurrent` on `cuda`, creating the context if need be); nothing elsewhere.
+    fn make_current(&self) -> Result<()> {
+        Ok(())
+    }
 }
 // ANCHOR_END: backend_trait

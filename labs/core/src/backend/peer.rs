@@ -1,14 +1,42 @@
-//! Peer access: one device reading and writing another's memory directly (NVLink or
-//! PCIe peer-to-peer), the fast path of cross-device copies. Backends that cannot do
-//! it say so; callers then stage copies through host memory.
+//! Peer access: one device reading another's memory directly (NVLink or PCIe
+//! peer-to-peer), the fast path of cross-device copies. Backends that cannot do it say
+//! so; callers then stage copies through pinned host memory.
 
-use crate::device_id::DeviceId;
-use crate::error::Result;
+use std::any::Any;
+
+use super::{Backend, Stream};
+use crate::device_id::{DeviceId, DevicePtr};
+use crate::error::{Error, Result};
 
 pub trait PeerAccess {
-    /// Whether this device can map `peer`'s memory (`cuDeviceCanAccessPeer`).
+    /// Whether this device can read `peer`'s memory directly (`cuDeviceCanAccessPeer`).
+    /// A device is never its own peer.
     fn can_access_peer(&self, peer: DeviceId) -> Result<bool> {
         let _ = peer;
         Ok(false)
     }
+
+    /// Enqueues on `stream`, this device's, a copy of `bytes` from `src` on `peer` into
+    /// `dst` here (`cuMemcpyPeerAsync`), enabling access to `peer` the first time
+    /// (`cuCtxEnablePeerAccess`, once per pair). Only where `can_access_peer(peer)`.
+    /// The caller orders the copy after `peer`'s pending work, and `peer`'s later
+    /// work after the copy, with events.
+    fn copy_from_peer(
+        &self,
+        dst: DevicePtr,
+        peer: &dyn Backend,
+        src: DevicePtr,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        let _ = (dst, src, bytes, stream);
+        Err(Error::InvalidArgument(format!(
+            "no peer access from {} to {}",
+            stream.device(),
+            peer.id()
+        )))
+    }
+
+    /// The backend's own type, to reach a peer's internals (its context, its memory).
+    fn as_any(&self) -> &dyn Any;
 }

@@ -61,6 +61,8 @@ struct State {
     /// cuBLAS, for [`Kernel::Gemm`]: its handle is made on the first product.
     blas: Blas,
     multiprocessors: u32,
+    /// The GPUs whose memory this context may read (`cuCtxEnablePeerAccess` done).
+    peers: std::sync::Mutex<std::collections::HashSet<usize>>,
     /// The physical allocation behind each `vm_map`, by mapped address.
     handles:
         std::sync::Mutex<std::collections::HashMap<DevicePtr, sys::CUmemGenericAllocationHandle>>,
@@ -104,6 +106,7 @@ impl CudaBackend {
                     ctx,
                     default_stream,
                     multiprocessors,
+                    peers: Default::default(),
                     handles: Default::default(),
                 }));
                 self.state.get().expect("just set")
@@ -172,6 +175,10 @@ impl Backend for CudaBackend {
             multiprocessors: s.multiprocessors,
             compute_capability: (major as u32, minor as u32),
         })
+    }
+
+    fn make_current(&self) -> Result<()> {
+        self.state().map(|_| ())
     }
 
     fn mem_info(&self) -> Result<MemInfo> {
@@ -561,7 +568,67 @@ impl ManagedMemory for CudaBackend {
     }
 }
 
-impl PeerAccess for CudaBackend {}
+// ANCHOR: cuda_peer
+impl PeerAccess for CudaBackend {
+    fn can_access_peer(&self, peer: DeviceId) -> Result<bool> {
+        let DeviceId::Cuda(other) = peer else {
+            return Ok(false);
+        };
+        if other == self.ordinal {
+            return Ok(false);
+        }
+        driver()?;
+        let cu_device = |ordinal: usize| {
+            result::device::get(ordinal as i32).map_err(|e| Error::driver("cuDeviceGet", e))
+        };
+        let (this, that) = (cu_device(self.ordinal)?, cu_device(other)?);
+        let mut can = 0;
+        // SAFETY: a valid out-pointer and two device handles; no context is needed.
+        unsafe { sys::cuDeviceCanAccessPeer(&mut can, this, that) }
+            .result()
+            .map_err(|e| Error::driver("cuDeviceCanAccessPeer", e))?;
+        Ok(can != 0)
+    }
+
+    fn copy_from_peer(
+        &self,
+        dst: DevicePtr,
+        peer: &dyn Backend,
+        src: DevicePtr,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        let other = peer.as_any().downcast_ref::<CudaBackend>().ok_or_else(|| {
+            Error::InvalidArgument(format!("a peer copy from {} to {}", peer.id(), self.id_()))
+        })?;
+        // The peer's context first: making it exists binds it, and ours must be bound last.
+        let peer_ctx = other.state()?.ctx.cu_ctx();
+        let s = self.state()?;
+        let raw = cuda_stream(stream, self.id_())?.raw();
+        let mut peers = s.peers.lock().unwrap();
+        if !peers.contains(&other.ordinal) {
+            // SAFETY: our context is current; the peer's is alive (its device holds it).
+            let r = unsafe { sys::cuCtxEnablePeerAccess(peer_ctx, 0) };
+            if r != sys::CUresult::CUDA_SUCCESS
+                && r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+            {
+                return Err(Error::driver("cuCtxEnablePeerAccess", format!("{r:?}")));
+            }
+            peers.insert(other.ordinal);
+        }
+        drop(peers);
+        // SAFETY: both ranges are device memory their owners keep alive until the
+        // stream has passed the copy; the contexts are those the pointers belong to.
+        unsafe { sys::cuMemcpyPeerAsync(dst, s.ctx.cu_ctx(), src, peer_ctx, bytes, raw) }
+            .result()
+            .map_err(|e| Error::driver("cuMemcpyPeerAsync", e))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+// ANCHOR_END: cuda_peer
 
 impl CudaBackend {
     fn location(&self, to: MemLocation) -> sys::CUmemLocation {

@@ -1,18 +1,28 @@
 //! The device registry: one handle type over the backends (`cuda`, `sim`, `dry`, `cpu`),
 //! each device created once per process and owning its caching allocator, and the
-//! selection rule every lab uses. It sits above the backends and the allocator: it is
-//! the one place that builds them.
+//! selection rule every lab uses; how many devices of each kind there are, the thread's
+//! current device, and copies between two devices. It sits above the backends and the
+//! allocator: it is the one place that builds them.
 
+mod count;
+mod current;
 mod select;
 mod standalone;
+mod transfer;
 
 pub use crate::backend::{
     Backend, DeviceProperties, DevicePtr, Event, EventImpl, FillPattern, HostPtr, ManagedAdvice,
     MemInfo, MemLocation, Stream, StreamImpl,
 };
-pub use crate::device_id::DeviceId;
-pub use select::{select_device, Selection, DEFAULT_SIM_CAPACITY, ENV_DEVICE, ENV_SIM_CAPACITY};
+pub use crate::device_id::{DeviceId, DeviceKind};
+pub use count::{device_count, set_sim_device_count};
+pub use current::{current_device, set_device, with_device, DeviceGuard};
+pub use select::{
+    select_device, Selection, DEFAULT_SIM_CAPACITY, ENV_DEVICE, ENV_SIM_CAPACITY, ENV_SIM_DEVICES,
+    ENV_SIM_PEER,
+};
 pub use standalone::{replay_on_sim, sim_backend};
+pub use transfer::{copy_between, CopyPath, CopyVia, STAGING_CHUNK};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -49,11 +59,22 @@ impl Device {
     // ANCHOR: device_get
     /// The process-wide device with this id, created on first use. Creating a `cuda`
     /// device checks that it exists but does not create its context: that happens at
-    /// its first real use, as in PyTorch.
+    /// its first real use, as in PyTorch. `sim:N` and `dry:N` exist for `N` below
+    /// `LABS_SIM_DEVICES` (1 unless set), and beyond it those `new_sim` and `new_dry`
+    /// made.
     pub fn get(id: DeviceId) -> Result<Device> {
         let mut map = registry().lock().unwrap();
         if let Some(d) = map.get(&id) {
             return Ok(d.clone());
+        }
+        if let DeviceId::Sim(index) | DeviceId::Dry(index) = id {
+            let available = count::sim_device_count()?;
+            if index >= available {
+                return Err(crate::error::Error::NoSuchDevice {
+                    requested: id,
+                    available,
+                });
+            }
         }
         let backend: Arc<dyn Backend> = match id {
             DeviceId::Cpu => Arc::new(crate::sim::SimBackend::host()),
@@ -79,10 +100,13 @@ impl Device {
     }
 
     /// A new simulated GPU of the given capacity, registered under the next free
-    /// `sim:N`. Used where a lab needs a device the size of another machine's GPU.
+    /// `sim:N` beyond the configured ones (`N >= device_count(Sim)`), so that `sim:0`
+    /// and its siblings keep `LABS_SIM_CAPACITY`. Used where a lab needs a device the
+    /// size of another machine's GPU; not counted by `device_count`, but `Device::get`
+    /// finds it by its id.
     pub fn new_sim(capacity: u64) -> Device {
         let mut map = registry().lock().unwrap();
-        let index = (0..)
+        let index = (count::sim_device_count().unwrap_or(1)..)
             .find(|i| !map.contains_key(&DeviceId::Sim(*i)))
             .expect("a free index");
         let id = DeviceId::Sim(index);
@@ -92,11 +116,12 @@ impl Device {
     }
 
     /// A new dry-run device of the given capacity, registered under the next free
-    /// `dry:N`: the simulated GPU's allocations without its work, to learn what fits on
-    /// a GPU of that size before running on it.
+    /// `dry:N` beyond the configured ones (as `new_sim`): the simulated GPU's
+    /// allocations without its work, to learn what fits on a GPU of that size before
+    /// running on it.
     pub fn new_dry(capacity: u64) -> Device {
         let mut map = registry().lock().unwrap();
-        let index = (0..)
+        let index = (count::sim_device_count().unwrap_or(1)..)
             .find(|i| !map.contains_key(&DeviceId::Dry(*i)))
             .expect("a free index");
         let id = DeviceId::Dry(index);
@@ -118,6 +143,12 @@ impl Device {
 
     pub fn id(&self) -> DeviceId {
         self.inner.id
+    }
+
+    /// The device's index among those of its kind (`torch.device.index`); `None` for
+    /// the host.
+    pub fn index(&self) -> Option<usize> {
+        self.inner.id.index()
     }
 
     pub fn backend(&self) -> &dyn Backend {
@@ -222,6 +253,13 @@ impl Device {
         })
     }
     // ANCHOR_END: raw_buffer
+
+    /// Whether this device can read `peer`'s memory directly, so that copies from it
+    /// skip host memory (`torch.cuda.can_device_access_peer`). False for the device
+    /// itself and for devices of another kind.
+    pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
+        self.backend().can_access_peer(peer.id())
+    }
 
     /// Two handles to the same device?
     pub fn same(&self, other: &Device) -> bool {

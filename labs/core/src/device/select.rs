@@ -13,6 +13,12 @@ pub const ENV_DEVICE: &str = "LABS_DEVICE";
 pub const ENV_SIM_CAPACITY: &str = "LABS_SIM_CAPACITY";
 /// The simulated GPU's capacity unless `LABS_SIM_CAPACITY` says otherwise.
 pub const DEFAULT_SIM_CAPACITY: u64 = 16 << 30;
+/// Environment variable setting how many simulated GPUs exist (`sim:0` to `sim:N-1`,
+/// and as many dry-run devices); 1 when unset.
+pub const ENV_SIM_DEVICES: &str = "LABS_SIM_DEVICES";
+/// Environment variable that, set to `0`, takes the simulated GPUs' peer access away,
+/// so that copies between them are staged through host memory as between GPUs without it.
+pub use crate::sim::ENV_SIM_PEER;
 // ANCHOR_END: env_vars
 
 pub(crate) fn sim_capacity_from_env() -> Result<u64> {
@@ -41,7 +47,12 @@ pub fn select_device(flag: Option<&str>) -> Result<Selection> {
             .filter(|v| !v.trim().is_empty()),
     };
     if let Some(text) = explicit {
-        let id: DeviceId = text.parse()?;
+        let mut id: DeviceId = text.parse()?;
+        // A kind without an index means the thread's current device of that kind, as
+        // `torch.device("cuda")` does.
+        if !text.contains(':') {
+            id = id.kind().device(super::current_device());
+        }
         return Ok(Selection {
             device: Device::get(id)?,
             notice: None,
@@ -49,7 +60,7 @@ pub fn select_device(flag: Option<&str>) -> Result<Selection> {
     }
     match crate::cuda::device_count() {
         Ok(n) if n > 0 => Ok(Selection {
-            device: Device::get(DeviceId::Cuda(0))?,
+            device: Device::get(DeviceId::Cuda(super::current_device()))?,
             notice: None,
         }),
         other => {
@@ -57,12 +68,13 @@ pub fn select_device(flag: Option<&str>) -> Result<Selection> {
                 Ok(_) => "the NVIDIA driver reports no GPU".to_string(),
                 Err(e) => e.to_string(),
             };
-            let device = Device::get(DeviceId::Sim(0))?;
+            let device = Device::get(DeviceId::Sim(super::current_device()))?;
             let capacity = device.mem_info()?.total;
             Ok(Selection {
                 notice: Some(format!(
-                    "note: no NVIDIA GPU ({why}); running on the simulated GPU sim:0 ({}). \
+                    "note: no NVIDIA GPU ({why}); running on the simulated GPU {} ({}). \
                      Pass --device cuda to insist on a GPU.",
+                    device.id(),
                     bytes(capacity)
                 )),
                 device,

@@ -48,7 +48,7 @@ pub use saved_hooks::{
 use std::sync::Arc;
 
 use crate::alloc::{Allocation, Category};
-use crate::device::{Device, DevicePtr};
+use crate::device::{copy_between, CopyPath, CopyVia, Device, DevicePtr};
 use crate::error::{Error, Result};
 
 /// A block of the device's caching allocator, returned to the cache when the last
@@ -246,17 +246,30 @@ impl Tensor {
     }
 
     // ANCHOR: tensor_to
-    /// This tensor on `device`: itself (no copy) when already there, else a copy.
+    /// This tensor on `device`: itself (no copy) when already there, else a copy. From
+    /// one GPU to another the copy goes directly where the two can (peer access), else
+    /// through pinned host memory in chunks.
     pub fn to(&self, device: &Device) -> Result<Tensor> {
         if self.device().id() == device.id() {
             return Ok(self.clone());
         }
-        let mut host = vec![0u8; self.nbytes()];
-        self.read_bytes(&mut host)?;
+        Ok(self.to_via(device, CopyVia::Any)?.0)
+    }
+
+    /// A copy of this tensor on another device, by the paths `via` allows, and the
+    /// path it took.
+    pub fn to_via(&self, device: &Device, via: CopyVia) -> Result<(Tensor, CopyPath)> {
+        let dense = self.contiguous()?;
         let t = Tensor::empty(self.shape(), self.dtype, device)?;
-        let stream = device.default_stream()?;
-        device.backend().copy_htod(t.ptr(), &host, &stream)?;
-        Ok(t)
+        let path = copy_between(
+            dense.device(),
+            dense.ptr(),
+            device,
+            t.ptr(),
+            self.nbytes(),
+            via,
+        )?;
+        Ok((t, path))
     }
     // ANCHOR_END: tensor_to
 

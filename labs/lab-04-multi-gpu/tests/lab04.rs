@@ -1,0 +1,93 @@
+//! The lab's experiments on simulated GPUs, which every machine has (two, or
+//! `LABS_SIM_DEVICES`, and private ones where figures must not be shared): the
+//! exercises (scatter and gather), each device's own allocator, and replication's
+//! memory. On two GPUs the binary shows the same.
+
+use lab_04::exercises::{gather, scatter};
+use lab_04::{caches, every_device, replicate};
+use labs_core::{Device, DeviceId, Tensor};
+
+/// Two simulated GPUs of this test's own (`new_sim` makes extras), for figures that
+/// other tests' allocations must not disturb.
+fn private_pair() -> Vec<Device> {
+    vec![Device::new_sim(1 << 30), Device::new_sim(1 << 30)]
+}
+
+fn sims() -> Vec<Device> {
+    let first = Device::get(DeviceId::Sim(0)).unwrap();
+    let devices = every_device(&first).unwrap();
+    assert!(devices.len() >= 2, "{devices:?}");
+    devices
+}
+
+#[test]
+fn scatter_chunks_like_torch_chunk_and_gather_restores_the_batch() {
+    let devices = sims();
+    let k = devices.len();
+    for rows in [1, k - 1, k, 3 * k + 1] {
+        let data: Vec<f32> = (0..rows * 3).map(|i| i as f32).collect();
+        let batch = Tensor::from_slice(&data, &[rows, 3], &devices[0]).unwrap();
+        let shards = scatter(&batch, &devices).unwrap();
+        let chunk = rows.div_ceil(k);
+        assert_eq!(shards.len(), rows.div_ceil(chunk), "{rows} rows");
+        let mut seen = 0;
+        for (i, s) in shards.iter().enumerate() {
+            assert_eq!(s.device().id(), devices[i].id());
+            let n = chunk.min(rows - seen);
+            assert_eq!(s.shape(), [n, 3]);
+            assert_eq!(s.to_vec::<f32>().unwrap(), data[seen * 3..(seen + n) * 3]);
+            seen += n;
+        }
+        let back = gather(&shards, &devices[0]).unwrap();
+        assert_eq!(back.device().id(), devices[0].id());
+        assert_eq!(back.to_vec::<f32>().unwrap(), data);
+    }
+}
+
+#[test]
+fn each_allocator_sees_only_its_device() {
+    let devices = private_pair();
+    let unit = 2 << 20;
+    let rows = caches::measure(&devices, unit).unwrap();
+    assert_eq!(rows.len(), devices.len());
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r.tensor, ((i + 1) * unit) as u64);
+        assert!(
+            r.allocated >= r.tensor && r.reserved >= r.allocated,
+            "{r:?}"
+        );
+        assert!(r.cached >= r.tensor, "freed memory stays cached: {r:?}");
+    }
+    assert_eq!(rows[0].after_empty, 0, "{:?}", rows[0]);
+    for r in &rows[1..] {
+        assert_eq!(
+            r.after_empty, r.cached,
+            "another device's empty_cache: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn replication_computes_what_one_device_does_and_weighs_most_on_the_first() {
+    let devices = private_pair();
+    let s = replicate::Sizes::for_devices(&devices, true);
+    let (output, rows) = replicate::measure(&devices, s).unwrap();
+    let want = replicate::reference(&devices[0], s).unwrap();
+    assert_eq!(output.device().id(), devices[0].id());
+    assert_eq!(output.shape(), want.shape());
+    let (got, want) = (
+        output.to_vec::<f32>().unwrap(),
+        want.to_vec::<f32>().unwrap(),
+    );
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-5 + 1e-5 * w.abs(), "{g} vs {w}");
+    }
+    let params = ((2 * s.width * s.hidden + s.hidden + s.width) * 4) as u64;
+    for r in &rows {
+        assert_eq!(r.parameters, params, "{r:?}");
+        assert!(r.peak >= r.parameters, "{r:?}");
+    }
+    for r in &rows[1..] {
+        assert!(rows[0].peak > r.peak, "{:?} vs {r:?}", rows[0]);
+    }
+}
