@@ -144,14 +144,14 @@ pub fn time_collective(
     }
     stream.record(&end)?;
     end.synchronize()?;
-    let seconds = start.elapsed_ms(&end)? as f64 / 1e3 / iters.max(1) as f64;
-    let algbw = bytes as f64 / seconds.max(1e-12);
+    let time = Duration::from_secs_f64(start.elapsed_ms(&end)? as f64 / 1e3 / iters.max(1) as f64);
+    let algbw = bytes as f64 / time.as_secs_f64().max(1e-12);
     Ok(CollectiveTiming {
         op,
         dtype,
         bytes,
         world_size: n,
-        time: Duration::from_secs_f64(seconds),
+        time,
         algbw,
         busbw: algbw * bus_bandwidth_factor(op, n),
     })

@@ -139,7 +139,7 @@ impl Rendezvous {
             }
             id
         } else {
-            let bytes = recv(rv.to_root(), "rank 0")?;
+            let bytes = recv(rv.root_connection(), "rank 0")?;
             bytes.try_into().map_err(|b: Vec<u8>| {
                 Error::Distributed(format!("rank 0 sent an id of {} bytes", b.len()))
             })?
@@ -225,7 +225,7 @@ impl Rendezvous {
         })
     }
 
-    fn to_root(&mut self) -> &mut TcpStream {
+    fn root_connection(&mut self) -> &mut TcpStream {
         self.peers[0]
             .as_mut()
             .expect("a rank's connection to rank 0")
@@ -253,7 +253,7 @@ impl Rendezvous {
         answer: impl FnOnce(Vec<Vec<u8>>) -> std::result::Result<Vec<u8>, String>,
     ) -> Result<Vec<u8>> {
         if self.rank != 0 {
-            let root = self.to_root();
+            let root = self.root_connection();
             send(root, "rank 0", &mine)?;
             let reply = recv(root, "rank 0")?;
             return match reply.split_first() {
@@ -362,6 +362,9 @@ pub struct ProcessGroupOptions {
     /// This rank's device; by default `cuda:LOCAL_RANK` (or `sim:LOCAL_RANK` when
     /// `LABS_DEVICE` names the simulator or there is no GPU).
     pub device: Option<Device>,
+    /// The job and this process's place in it; by default read from the environment
+    /// ([`DistEnv::from_env`]). Ranks on threads of one process (tests) give their own.
+    pub env: Option<DistEnv>,
 }
 
 impl Default for ProcessGroupOptions {
@@ -369,6 +372,7 @@ impl Default for ProcessGroupOptions {
         ProcessGroupOptions {
             timeout: DEFAULT_TIMEOUT,
             device: None,
+            env: None,
         }
     }
 }
@@ -383,7 +387,10 @@ pub fn init_process_group() -> Result<Communicator> {
 /// [`init_process_group`] with options: NCCL on GPUs (rank 0's unique id sent by the
 /// rendezvous), the rendezvous's own connections on simulated GPUs.
 pub fn init_process_group_with(options: ProcessGroupOptions) -> Result<Communicator> {
-    let env = DistEnv::from_env()?;
+    let env = match options.env {
+        Some(env) => env,
+        None => DistEnv::from_env()?,
+    };
     let device = match options.device {
         Some(d) => d,
         None => Device::get(default_device(env.local_rank)?)?,
@@ -391,7 +398,7 @@ pub fn init_process_group_with(options: ProcessGroupOptions) -> Result<Communica
     let (rank, world) = (env.rank, env.world_size);
     if device.is_cuda() {
         let (_rendezvous, id) =
-            Rendezvous::join(&env, options.timeout, || crate::cuda::nccl::unique_id())?;
+            Rendezvous::join(&env, options.timeout, crate::cuda::nccl::unique_id)?;
         return super::nccl::nccl_rank(&device, rank, world, &id);
     }
     if !matches!(device.id(), DeviceId::Sim(_)) {

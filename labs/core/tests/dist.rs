@@ -1,0 +1,599 @@
+//! Collectives, rendezvous and launcher (`labs_core::dist`). The collectives run on two
+//! and three simulated GPUs whatever the device under test, and on the device under
+//! test's own group: under `LABS_DEVICE=cuda`, NCCL over every GPU of the machine.
+
+use std::time::{Duration, Instant};
+
+use half::{bf16, f16};
+use labs_core::dist::{
+    self, BenchOp, Communicator, DistEnv, OutputStream, ProcessGroupOptions, ReduceOp, Rendezvous,
+};
+use labs_core::testing::test_device;
+use labs_core::{DType, Device, DeviceId, Error, Tensor};
+
+const DTYPES: [DType; 6] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+];
+
+fn sim_devices(first: usize, n: usize) -> Vec<Device> {
+    (first..first + n)
+        .map(|i| Device::get(DeviceId::Sim(i)).unwrap())
+        .collect()
+}
+
+/// The group of the device under test: every GPU through NCCL, or two simulated GPUs.
+fn group_under_test() -> Vec<Communicator> {
+    let d = test_device();
+    if d.is_cuda() {
+        let n = labs_core::cuda::device_count().unwrap();
+        let gpus: Vec<Device> = (0..n)
+            .map(|i| Device::get(DeviceId::Cuda(i)).unwrap())
+            .collect();
+        dist::nccl_group(&gpus).unwrap()
+    } else {
+        dist::sim_group(&sim_devices(0, 2)).unwrap()
+    }
+}
+
+/// Runs `f` on every rank, each on its own thread, and returns their results in rank
+/// order.
+fn on_ranks<T: Send>(comms: Vec<Communicator>, f: impl Fn(&Communicator) -> T + Sync) -> Vec<T> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = comms.iter().map(|c| s.spawn(|| f(c))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Rank `rank`'s element `i`: small values, exact in every dtype (halves for floats,
+/// non-negative for uint8).
+fn value(dtype: DType, rank: usize, i: usize) -> f64 {
+    let base = ((rank * 5 + i * 3) % 13) as f64;
+    match dtype {
+        DType::U8 => base,
+        DType::I32 | DType::I64 => base - 6.0,
+        _ => base - 6.0 + if i % 2 == 1 { 0.5 } else { 0.0 },
+    }
+}
+
+/// `x` rounded to `dtype`, as a collective that combines in float64 and rounds once.
+fn round_to(dtype: DType, x: f64) -> f64 {
+    match dtype {
+        DType::F16 => f16::from_f64(x).to_f64(),
+        DType::BF16 => bf16::from_f64(x).to_f64(),
+        DType::F32 => x as f32 as f64,
+        _ => x,
+    }
+}
+
+fn tensor(dtype: DType, values: &[f64], device: &Device) -> Tensor {
+    let v: Vec<f32> = values.iter().map(|&x| x as f32).collect();
+    Tensor::from_slice(&v, &[v.len()], device)
+        .unwrap()
+        .to_dtype(dtype)
+        .unwrap()
+}
+
+fn read(t: &Tensor) -> Vec<f64> {
+    let v = t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    v.into_iter().map(f64::from).collect()
+}
+
+fn reduce(op: ReduceOp, dtype: DType, world: usize, i: usize) -> f64 {
+    let xs = (0..world).map(|r| value(dtype, r, i));
+    let exact = match op {
+        ReduceOp::Sum => xs.sum(),
+        ReduceOp::Avg => xs.sum::<f64>() / world as f64,
+        ReduceOp::Max => xs.fold(f64::MIN, f64::max),
+        ReduceOp::Min => xs.fold(f64::MAX, f64::min),
+    };
+    round_to(dtype, exact)
+}
+
+/// Every collective in every dtype on `comms`, against the host's arithmetic.
+fn check_every_collective(comms: Vec<Communicator>) {
+    let world = comms.len();
+    on_ranks(comms, |c| {
+        let (rank, d) = (c.rank(), c.device().clone());
+        for dtype in DTYPES {
+            let n = 7;
+            let mine: Vec<f64> = (0..n).map(|i| value(dtype, rank, i)).collect();
+            let float = !matches!(dtype, DType::I32 | DType::I64 | DType::U8);
+            for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min] {
+                if op == ReduceOp::Avg && !float {
+                    continue;
+                }
+                let t = tensor(dtype, &mine, &d);
+                c.all_reduce(&t, op).unwrap().wait().unwrap();
+                let want: Vec<f64> = (0..n).map(|i| reduce(op, dtype, world, i)).collect();
+                assert_eq!(read(&t), want, "all_reduce({op}) {dtype} rank {rank}");
+            }
+            let root = world - 1;
+            let t = tensor(dtype, &mine, &d);
+            c.broadcast(&t, root).unwrap().wait().unwrap();
+            let want: Vec<f64> = (0..n).map(|i| value(dtype, root, i)).collect();
+            assert_eq!(read(&t), want, "broadcast {dtype} rank {rank}");
+
+            let out = Tensor::zeros(&[world, n], dtype, &d).unwrap();
+            c.all_gather(&tensor(dtype, &mine, &d), &out)
+                .unwrap()
+                .wait()
+                .unwrap();
+            let want: Vec<f64> = (0..world * n).map(|j| value(dtype, j / n, j % n)).collect();
+            assert_eq!(read(&out), want, "all_gather {dtype} rank {rank}");
+
+            for op in [ReduceOp::Sum, ReduceOp::Max] {
+                let input: Vec<f64> = (0..world * n).map(|i| value(dtype, rank, i)).collect();
+                let out = Tensor::zeros(&[n], dtype, &d).unwrap();
+                c.reduce_scatter(&tensor(dtype, &input, &d), &out, op)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                let want: Vec<f64> = (0..n)
+                    .map(|i| reduce(op, dtype, world, rank * n + i))
+                    .collect();
+                assert_eq!(read(&out), want, "reduce_scatter({op}) {dtype} rank {rank}");
+            }
+        }
+        c.barrier().unwrap();
+    });
+}
+
+#[test]
+fn every_collective_on_two_simulated_gpus() {
+    check_every_collective(dist::sim_group(&sim_devices(0, 2)).unwrap());
+}
+
+#[test]
+fn every_collective_on_three_simulated_gpus() {
+    check_every_collective(dist::sim_group(&sim_devices(0, 3)).unwrap());
+}
+
+#[test]
+fn every_collective_on_the_device_under_test() {
+    let comms = group_under_test();
+    assert_eq!(comms[0].device().is_cuda(), test_device().is_cuda());
+    check_every_collective(comms);
+}
+
+#[test]
+fn communicator_reports_its_place() {
+    let comms = dist::sim_group(&sim_devices(0, 3)).unwrap();
+    for (r, c) in comms.iter().enumerate() {
+        assert_eq!((c.rank(), c.world_size()), (r, 3));
+        assert_eq!(c.device().id(), DeviceId::Sim(r));
+        // Collectives go to a stream of their own, not the default stream.
+        let default = c.device().default_stream().unwrap();
+        assert_ne!(c.stream().handle(), default.handle());
+    }
+}
+
+// ANCHOR: ordering_test
+/// A slow producer on the default stream, the collective on the communication stream,
+/// a consumer on the default stream: the collective sees the producer's values and the
+/// consumer the collective's, because of the events between the streams.
+#[test]
+fn collective_is_ordered_between_producer_and_consumer() {
+    let comms = group_under_test();
+    let world = comms.len();
+    on_ranks(comms, |c| {
+        let d = c.device();
+        let stream = d.default_stream().unwrap();
+        let busy = Tensor::zeros(&[1024], DType::F32, d).unwrap();
+        let spin =
+            labs_core::timing::calibrate_spin(&busy, &stream, Duration::from_millis(50)).unwrap();
+        for round in 0..3 {
+            let base = Tensor::full(&[4096], (c.rank() + 1) as f32, d).unwrap();
+            busy.spin_on(spin, &stream).unwrap();
+            let produced = base.scale(2.0).unwrap(); // runs after the spin
+            let work = c.all_reduce(&produced, ReduceOp::Sum).unwrap();
+            work.wait().unwrap();
+            let consumed = produced.scale(0.5).unwrap();
+            // Each rank produced 2(r + 1); the sum over ranks, halved: Σ(r + 1).
+            let want = (world * (world + 1) / 2) as f32;
+            let got = consumed.to_vec::<f32>().unwrap();
+            assert!(
+                got.iter().all(|&v| v == want),
+                "round {round} rank {}: {:?}",
+                c.rank(),
+                &got[..4]
+            );
+            work.synchronize().unwrap();
+            assert!(work.is_completed().unwrap());
+        }
+    });
+}
+// ANCHOR_END: ordering_test
+
+fn distributed_message(e: Error) -> String {
+    match e {
+        Error::Distributed(m) => m,
+        other => panic!("expected a distributed error, got {other:?}"),
+    }
+}
+
+#[test]
+fn ranks_that_disagree_fail_clearly_instead_of_hanging() {
+    let comms = dist::sim_group(&sim_devices(0, 2)).unwrap();
+    let started = Instant::now();
+    let errors = on_ranks(comms, |c| {
+        let t = Tensor::zeros(&[4 + c.rank()], DType::F32, c.device()).unwrap();
+        let shapes = c.all_reduce(&t, ReduceOp::Sum).err().unwrap();
+        let t = Tensor::zeros(&[4], DType::F32, c.device()).unwrap();
+        let kinds = match c.rank() {
+            0 => c.all_reduce(&t, ReduceOp::Sum),
+            _ => c.broadcast(&t, 0),
+        }
+        .err()
+        .unwrap();
+        // The group still works once the ranks agree again.
+        c.all_reduce(&t, ReduceOp::Sum).unwrap().wait().unwrap();
+        (distributed_message(shapes), distributed_message(kinds))
+    });
+    assert!(started.elapsed() < Duration::from_secs(10));
+    for (shapes, kinds) in errors {
+        assert!(shapes.contains("differs across ranks"), "{shapes}");
+        assert!(
+            shapes.contains("rank 0 called all_reduce(sum) of 4 float32")
+                && shapes.contains("rank 1 called all_reduce(sum) of 5 float32"),
+            "{shapes}"
+        );
+        assert!(kinds.contains("broadcast(root=0)"), "{kinds}");
+    }
+}
+
+#[test]
+fn a_rank_that_leaves_or_never_comes_is_an_error() {
+    let mut comms = dist::sim_group(&sim_devices(0, 2)).unwrap();
+    drop(comms.pop());
+    let t = Tensor::zeros(&[4], DType::F32, comms[0].device()).unwrap();
+    let e = distributed_message(comms[0].all_reduce(&t, ReduceOp::Sum).err().unwrap());
+    assert!(e.contains("rank 1 left the group"), "{e}");
+
+    let comms =
+        dist::sim_group_with_timeout(&sim_devices(0, 2), Duration::from_millis(200)).unwrap();
+    let started = Instant::now();
+    let e = distributed_message(comms[0].all_reduce(&t, ReduceOp::Sum).err().unwrap());
+    assert!(e.contains("timed out") && e.contains("[1]"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn bad_arguments_are_refused_before_any_exchange() {
+    let comms = dist::sim_group(&sim_devices(0, 2)).unwrap();
+    let c = &comms[0];
+    let d = c.device();
+    let invalid = |e: Error| match e {
+        Error::InvalidArgument(m) => m,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+    let x = Tensor::zeros(&[4], DType::F32, d).unwrap();
+    let wrong = Tensor::zeros(&[7], DType::F32, d).unwrap();
+    let e = invalid(c.all_gather(&x, &wrong).err().unwrap());
+    assert!(
+        e.contains("output has 7 elements") && e.contains("needs 8"),
+        "{e}"
+    );
+    let e = invalid(c.reduce_scatter(&wrong, &x, ReduceOp::Sum).err().unwrap());
+    assert!(
+        e.contains("input has 7 elements") && e.contains("needs 8"),
+        "{e}"
+    );
+    let m = Tensor::zeros(&[2, 3], DType::F32, d)
+        .unwrap()
+        .transpose(0, 1)
+        .unwrap();
+    let e = invalid(c.all_reduce(&m, ReduceOp::Sum).err().unwrap());
+    assert!(e.contains("contiguous"), "{e}");
+    let elsewhere = Tensor::zeros(&[4], DType::F32, comms[1].device()).unwrap();
+    let e = invalid(c.all_reduce(&elsewhere, ReduceOp::Sum).err().unwrap());
+    assert!(e.contains("sim:1") && e.contains("sim:0"), "{e}");
+    let e = invalid(c.broadcast(&x, 2).err().unwrap());
+    assert!(e.contains("root 2"), "{e}");
+    let ints = Tensor::zeros(&[4], DType::I32, d).unwrap();
+    assert!(matches!(
+        c.all_reduce(&ints, ReduceOp::Avg).err().unwrap(),
+        Error::DType {
+            op: "all_reduce",
+            ..
+        }
+    ));
+    let halves = Tensor::zeros(&[8], DType::F16, d).unwrap();
+    assert!(matches!(
+        c.all_gather(&x, &halves).err().unwrap(),
+        Error::DTypeMismatch { .. }
+    ));
+    // None of these reached the exchange: the group is still in step.
+    on_ranks(comms, |c| {
+        let t = Tensor::full(&[2], 1.0f32, c.device()).unwrap();
+        c.all_reduce(&t, ReduceOp::Sum).unwrap().wait().unwrap();
+        assert_eq!(t.to_vec::<f32>().unwrap(), vec![2.0, 2.0]);
+    });
+}
+
+#[test]
+fn groups_refuse_devices_their_transport_cannot_serve() {
+    let dry = Device::get(DeviceId::Dry(0)).unwrap();
+    let sim = Device::get(DeviceId::Sim(0)).unwrap();
+    let e = dist::sim_group(&[sim.clone(), dry]).err().unwrap();
+    assert!(e.to_string().contains("dry:0"), "{e}");
+    let e = dist::sim_group(&[sim.clone(), sim.clone()]).err().unwrap();
+    assert!(e.to_string().contains("listed twice"), "{e}");
+    let e = dist::nccl_group(&[sim]).err().unwrap();
+    assert!(e.to_string().contains("sim_group"), "{e}");
+    assert!(dist::group(&[]).is_err());
+}
+
+#[test]
+fn nccl_is_found_or_named_when_missing() {
+    match labs_core::cuda::nccl::unique_id() {
+        Ok(id) => assert!(id.iter().any(|&b| b != 0)),
+        Err(e) => {
+            assert!(!test_device().is_cuda(), "NCCL is needed on the GPU: {e}");
+            assert!(e.to_string().contains("libnccl.so.2"), "{e}");
+        }
+    }
+}
+
+#[test]
+fn benchmark_times_and_scales_bandwidth() {
+    assert_eq!(dist::bus_bandwidth_factor(BenchOp::AllReduce, 4), 1.5);
+    assert_eq!(dist::bus_bandwidth_factor(BenchOp::AllGather, 4), 0.75);
+    assert_eq!(dist::bus_bandwidth_factor(BenchOp::ReduceScatter, 2), 0.5);
+    assert_eq!(dist::bus_bandwidth_factor(BenchOp::Broadcast, 8), 1.0);
+    let comms = group_under_test();
+    let world = comms.len();
+    let rows = on_ranks(comms, |c| {
+        let ops = [
+            BenchOp::AllReduce,
+            BenchOp::AllGather,
+            BenchOp::ReduceScatter,
+            BenchOp::Broadcast,
+        ];
+        ops.map(|op| dist::time_collective(c, op, 1 << 16, DType::BF16, 1, 3).unwrap())
+    });
+    for row in rows.iter().flatten() {
+        assert_eq!(row.world_size, world);
+        assert_eq!(row.bytes, 1 << 16);
+        assert!(row.time > Duration::ZERO, "{row:?}");
+        let seconds = row.time.as_secs_f64();
+        assert!(
+            (row.algbw * seconds / row.bytes as f64 - 1.0).abs() < 1e-6,
+            "{row:?}"
+        );
+        let factor = dist::bus_bandwidth_factor(row.op, world);
+        assert!((row.busbw - row.algbw * factor).abs() <= 1e-9 * row.algbw.max(1.0));
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn env(rank: usize, world_size: usize, port: u16) -> DistEnv {
+    DistEnv {
+        rank,
+        local_rank: rank,
+        world_size,
+        master_addr: "127.0.0.1".into(),
+        master_port: port,
+    }
+}
+
+#[test]
+fn rendezvous_hands_rank_zeros_id_to_every_rank() {
+    let port = free_port();
+    let ids = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|rank| {
+                s.spawn(move || {
+                    let (rv, id) =
+                        Rendezvous::join(&env(rank, 3, port), Duration::from_secs(20), || {
+                            assert_eq!(rank, 0, "only rank 0 makes the id");
+                            Ok(std::array::from_fn(|i| i as u8 ^ 0x5a))
+                        })
+                        .unwrap();
+                    assert_eq!((rv.rank(), rv.world_size()), (rank, 3));
+                    id
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let want: [u8; 128] = std::array::from_fn(|i| i as u8 ^ 0x5a);
+    assert!(ids.iter().all(|id| *id == want));
+}
+
+#[test]
+fn rendezvous_fails_clearly_when_ranks_are_missing_or_vanish() {
+    let zero = || Ok([0u8; 128]);
+    let port = free_port();
+    let short = Duration::from_millis(300);
+    let e = distributed_message(
+        Rendezvous::join(&env(0, 2, port), short, zero)
+            .err()
+            .unwrap(),
+    );
+    assert!(e.contains("never connected") && e.contains("[1]"), "{e}");
+    let e = distributed_message(
+        Rendezvous::join(&env(1, 2, port), short, zero)
+            .err()
+            .unwrap(),
+    );
+    assert!(e.contains("nothing listens"), "{e}");
+
+    // A peer that says hello and then goes away.
+    let port = free_port();
+    let root = std::thread::spawn(move || {
+        Rendezvous::join(&env(0, 2, port), Duration::from_secs(20), zero)
+            .err()
+            .unwrap()
+    });
+    let mut peer = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let hello = b"labs-rendezvous rank=1 world=2";
+    let mut frame = (hello.len() as u64).to_le_bytes().to_vec();
+    frame.extend_from_slice(hello);
+    std::io::Write::write_all(&mut peer, &frame).unwrap();
+    drop(peer);
+    let e = distributed_message(root.join().unwrap());
+    assert!(e.contains("rank 1"), "{e}");
+}
+
+#[test]
+fn process_group_of_simulated_gpus_over_tcp() {
+    let port = free_port();
+    let results = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|rank| {
+                s.spawn(move || {
+                    let c = dist::init_process_group_with(ProcessGroupOptions {
+                        timeout: Duration::from_secs(20),
+                        device: Some(Device::get(DeviceId::Sim(rank)).unwrap()),
+                        env: Some(env(rank, 2, port)),
+                    })
+                    .unwrap();
+                    let t = Tensor::full(&[3], (rank + 1) as f32, c.device()).unwrap();
+                    c.all_reduce(&t, ReduceOp::Max).unwrap().wait().unwrap();
+                    let out = Tensor::zeros(&[6], DType::F32, c.device()).unwrap();
+                    c.all_gather(&t, &out).unwrap().wait().unwrap();
+                    let bad = Tensor::zeros(&[1 + rank], DType::F32, c.device()).unwrap();
+                    let e = c.all_reduce(&bad, ReduceOp::Sum).err().unwrap();
+                    c.barrier().unwrap();
+                    (out.to_vec::<f32>().unwrap(), distributed_message(e))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    for (gathered, mismatch) in results {
+        assert_eq!(gathered, vec![2.0; 6]);
+        assert!(mismatch.contains("differs across ranks"), "{mismatch}");
+    }
+}
+
+fn sh(script: &str) -> Vec<String> {
+    vec!["-c".into(), script.into()]
+}
+
+#[test]
+fn launcher_sets_the_environment_and_prefixes_output() {
+    let mut lines = Vec::new();
+    let script = "echo rank $RANK local $LOCAL_RANK of $WORLD_SIZE at $MASTER_ADDR:$MASTER_PORT; \
+                  echo to stderr >&2";
+    let status = dist::launch_with(3, "sh", &sh(script), |l| lines.push(l)).unwrap();
+    assert!(status.success());
+    for rank in 0..3 {
+        let out: Vec<_> = lines.iter().filter(|l| l.rank == rank).collect();
+        assert_eq!(out.len(), 2, "{lines:?}");
+        let stdout = out
+            .iter()
+            .find(|l| l.stream == OutputStream::Stdout)
+            .unwrap();
+        assert!(
+            stdout
+                .text
+                .starts_with(&format!("rank {rank} local {rank} of 3 at 127.0.0.1:")),
+            "{stdout:?}"
+        );
+        assert!(stdout
+            .to_string()
+            .starts_with(&format!("[rank {rank}] rank {rank}")));
+        assert!(out
+            .iter()
+            .any(|l| l.stream == OutputStream::Stderr && l.text == "to stderr"));
+    }
+}
+
+#[test]
+fn launcher_stops_the_others_when_a_rank_fails() {
+    let started = Instant::now();
+    let mut lines = Vec::new();
+    let script = "if [ \"$RANK\" = 1 ]; then echo giving up >&2; exit 3; fi; exec sleep 60";
+    let e = dist::launch_with(3, "sh", &sh(script), |l| lines.push(l))
+        .err()
+        .unwrap();
+    let e = distributed_message(e);
+    assert!(e.contains("rank 1 of 3 exited with code 3"), "{e}");
+    assert!(e.contains("stopped"), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the others were not stopped"
+    );
+    assert!(
+        lines.iter().any(|l| l.rank == 1 && l.text == "giving up"),
+        "{lines:?}"
+    );
+    assert!(dist::launch_with(0, "sh", &[], |_| {}).is_err());
+}
+
+/// Launched by the test below (the environment says so): one rank of a job, on the
+/// device under test's kind.
+fn launched_rank() {
+    let env = DistEnv::from_env().unwrap();
+    let device = if test_device().is_cuda() {
+        Device::get(DeviceId::Cuda(env.local_rank)).unwrap()
+    } else {
+        Device::get(DeviceId::Sim(env.local_rank)).unwrap()
+    };
+    let c = dist::init_process_group_with(ProcessGroupOptions {
+        device: Some(device),
+        ..Default::default()
+    })
+    .unwrap();
+    let t = Tensor::full(&[5], (c.rank() + 1) as f32, c.device()).unwrap();
+    c.all_reduce(&t, ReduceOp::Sum).unwrap().wait().unwrap();
+    println!("all_reduce gave {}", t.to_vec::<f32>().unwrap()[0]);
+    c.barrier().unwrap();
+}
+
+#[test]
+fn launcher_runs_a_process_group() {
+    if std::env::var_os("MASTER_PORT").is_some() {
+        return launched_rank();
+    }
+    let nproc = if test_device().is_cuda() {
+        labs_core::cuda::device_count().unwrap()
+    } else {
+        2
+    };
+    let exe = std::env::current_exe().unwrap();
+    let args: Vec<String> = [
+        "launcher_runs_a_process_group",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut lines = Vec::new();
+    let status = dist::launch_with(nproc, exe.to_str().unwrap(), &args, |l| lines.push(l));
+    let sum = nproc * (nproc + 1) / 2;
+    assert!(status.is_ok(), "{status:?}\n{lines:#?}");
+    for rank in 0..nproc {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.rank == rank && l.text.contains(&format!("all_reduce gave {sum}"))),
+            "{lines:#?}"
+        );
+    }
+}
