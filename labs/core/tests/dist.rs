@@ -110,7 +110,23 @@ fn check_every_collective(comms: Vec<Communicator>) {
                 let t = tensor(dtype, &mine, &d);
                 c.all_reduce(&t, op).unwrap().wait().unwrap();
                 let want: Vec<f64> = (0..n).map(|i| reduce(op, dtype, world, i)).collect();
-                assert_eq!(read(&t), want, "all_reduce({op}) {dtype} rank {rank}");
+                let got = read(&t);
+                if op == ReduceOp::Avg && d.is_cuda() && !world.is_power_of_two() {
+                    // NCCL averages as a sum of x / n, each rounded: within an ulp or two.
+                    let eps = match dtype {
+                        DType::F16 => 1e-3,
+                        DType::BF16 => 8e-3,
+                        _ => 2e-7,
+                    };
+                    for (g, w) in got.iter().zip(&want) {
+                        assert!(
+                            (g - w).abs() <= 2.0 * eps * w.abs().max(1.0),
+                            "{got:?} {want:?}"
+                        );
+                    }
+                } else {
+                    assert_eq!(got, want, "all_reduce({op}) {dtype} rank {rank}");
+                }
             }
             let root = world - 1;
             let t = tensor(dtype, &mine, &d);
@@ -162,7 +178,7 @@ fn every_collective_on_the_device_under_test() {
 
 #[test]
 fn communicator_reports_its_place() {
-    let comms = dist::sim_group(&sim_devices(0, 3)).unwrap();
+    let comms = dist::group(&sim_devices(0, 3)).unwrap();
     for (r, c) in comms.iter().enumerate() {
         assert_eq!((c.rank(), c.world_size()), (r, 3));
         assert_eq!(c.device().id(), DeviceId::Sim(r));

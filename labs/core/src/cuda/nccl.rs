@@ -261,10 +261,12 @@ fn raw_stream(stream: &Stream, device: DeviceId) -> Result<RawStream> {
 pub struct NcclComm {
     raw: sys::ncclComm_t,
     device: DeviceId,
+    /// NCCL takes one call at a time on a communicator: held across each.
+    one_call: std::sync::Mutex<()>,
 }
 
-// SAFETY: an NCCL communicator may be used from any thread, one call at a time; `dist`
-// issues each rank's calls from the thread that owns its communicator.
+// SAFETY: an NCCL communicator may be used from any thread, one call at a time, which
+// `one_call` ensures.
 unsafe impl Send for NcclComm {}
 unsafe impl Sync for NcclComm {}
 
@@ -290,7 +292,11 @@ impl NcclComm {
         check("ncclCommInitRank", unsafe {
             (api.comm_init_rank)(&mut raw, world_size as i32, unique, rank as i32)
         })?;
-        Ok(NcclComm { raw, device })
+        Ok(NcclComm {
+            raw,
+            device,
+            one_call: Default::default(),
+        })
     }
     // ANCHOR_END: comm_init_rank
 
@@ -311,6 +317,7 @@ impl NcclComm {
             .map(|(raw, &o)| NcclComm {
                 raw,
                 device: DeviceId::Cuda(o),
+                one_call: Default::default(),
             })
             .collect())
     }
@@ -325,6 +332,7 @@ impl NcclComm {
         op: RedOp,
         stream: &Stream,
     ) -> Result<()> {
+        let _one = self.one_call.lock().unwrap();
         let s = raw_stream(stream, self.device)?;
         // SAFETY: `dist` checked both buffers' sizes against `count` and `dtype`.
         check("ncclAllReduce", unsafe {
@@ -350,6 +358,7 @@ impl NcclComm {
         root: usize,
         stream: &Stream,
     ) -> Result<()> {
+        let _one = self.one_call.lock().unwrap();
         let s = raw_stream(stream, self.device)?;
         // SAFETY: as for `all_reduce`.
         check("ncclBroadcast", unsafe {
@@ -374,6 +383,7 @@ impl NcclComm {
         dtype: DType,
         stream: &Stream,
     ) -> Result<()> {
+        let _one = self.one_call.lock().unwrap();
         let s = raw_stream(stream, self.device)?;
         // SAFETY: `recv` holds `count` elements per rank (checked by `dist`).
         check("ncclAllGather", unsafe {
@@ -392,6 +402,7 @@ impl NcclComm {
         op: RedOp,
         stream: &Stream,
     ) -> Result<()> {
+        let _one = self.one_call.lock().unwrap();
         let s = raw_stream(stream, self.device)?;
         // SAFETY: as for `all_gather`, the other way round.
         check("ncclReduceScatter", unsafe {

@@ -14,6 +14,11 @@
 //! already enqueued on the default stream by an event, as PyTorch's `ProcessGroupNCCL`
 //! does; the [`Work`] it returns makes the default stream wait for it (`wait`), which is
 //! what `async_op=False` does at once.
+//!
+//! Every rank must call the same collectives in the same order, each rank from its own
+//! thread or process: a collective returns only once its peers have joined it (on the
+//! simulator, once the data has moved; with NCCL, once the kernel is enqueued, the
+//! kernel itself waiting for the peers on the GPU).
 
 mod bench;
 mod communicator;
