@@ -24,6 +24,7 @@ mod bench;
 mod communicator;
 mod launch;
 mod nccl;
+mod process_group;
 mod reduce;
 mod rendezvous;
 mod sim;
@@ -32,10 +33,8 @@ pub use bench::{bus_bandwidth_factor, time_collective, BenchOp, CollectiveTiming
 pub use communicator::{Communicator, ReduceOp, Work};
 pub use launch::{launch, launch_with, OutputLine, OutputStream};
 pub use nccl::nccl_group;
-pub use rendezvous::{
-    init_process_group, init_process_group_with, DistEnv, ProcessGroupOptions, Rendezvous,
-    DEFAULT_TIMEOUT,
-};
+pub use process_group::{init_process_group, init_process_group_with, ProcessGroupOptions};
+pub use rendezvous::{DistEnv, Rendezvous, DEFAULT_TIMEOUT};
 pub use sim::{sim_group, sim_group_with_timeout};
 
 use crate::device::Device;
