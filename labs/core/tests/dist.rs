@@ -59,12 +59,16 @@ fn value(dtype: DType, rank: usize, i: usize) -> f64 {
     }
 }
 
-/// `x` rounded to `dtype`, as a collective that combines in float64 and rounds once.
+/// `x` in `dtype`: rounded as a collective that combines in float64 and rounds once, or
+/// wrapped.
 fn round_to(dtype: DType, x: f64) -> f64 {
     match dtype {
         DType::F16 => f16::from_f64(x).to_f64(),
         DType::BF16 => bf16::from_f64(x).to_f64(),
         DType::F32 => x as f32 as f64,
+        // Integers wrap, as on the GPU (uint8 products overflow here).
+        DType::U8 => (x as i64).rem_euclid(256) as f64,
+        DType::I32 => x as i64 as i32 as f64,
         _ => x,
     }
 }
@@ -88,6 +92,7 @@ fn reduce(op: ReduceOp, dtype: DType, world: usize, i: usize) -> f64 {
         ReduceOp::Sum => xs.sum(),
         ReduceOp::Avg => xs.sum::<f64>() / world as f64,
         ReduceOp::Max => xs.fold(f64::MIN, f64::max),
+        ReduceOp::Product => xs.product(),
         ReduceOp::Min => xs.fold(f64::MAX, f64::min),
     };
     round_to(dtype, exact)
@@ -102,7 +107,14 @@ fn check_every_collective(comms: Vec<Communicator>) {
             let n = 7;
             let mine: Vec<f64> = (0..n).map(|i| value(dtype, rank, i)).collect();
             let float = !matches!(dtype, DType::I32 | DType::I64 | DType::U8);
-            for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min] {
+            let ops = [
+                ReduceOp::Sum,
+                ReduceOp::Avg,
+                ReduceOp::Product,
+                ReduceOp::Max,
+                ReduceOp::Min,
+            ];
+            for op in ops {
                 if op == ReduceOp::Avg && !float {
                     continue;
                 }
@@ -110,8 +122,14 @@ fn check_every_collective(comms: Vec<Communicator>) {
                 c.all_reduce(&t, op).unwrap().wait().unwrap();
                 let want: Vec<f64> = (0..n).map(|i| reduce(op, dtype, world, i)).collect();
                 let got = read(&t);
-                if op == ReduceOp::Avg && d.is_cuda() && !world.is_power_of_two() {
-                    // NCCL averages as a sum of x / n, each rounded: within an ulp or two.
+                let rounds_more = match op {
+                    ReduceOp::Avg => !world.is_power_of_two(),
+                    ReduceOp::Product => world > 2,
+                    _ => false,
+                };
+                if float && d.is_cuda() && rounds_more {
+                    // NCCL averages as a sum of x / n and multiplies rank after rank,
+                    // rounding each step: within an ulp or two of rounding once.
                     let eps = match dtype {
                         DType::F16 => 1e-3,
                         DType::BF16 => 8e-3,

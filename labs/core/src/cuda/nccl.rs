@@ -236,6 +236,7 @@ fn nccl_dtype(dtype: DType) -> sys::ncclDataType_t {
 pub enum RedOp {
     Sum,
     Avg,
+    Product,
     Max,
     Min,
 }
@@ -244,6 +245,7 @@ fn nccl_op(op: RedOp) -> sys::ncclRedOp_t {
     match op {
         RedOp::Sum => sys::ncclRedOp_t::ncclSum,
         RedOp::Avg => sys::ncclRedOp_t::ncclAvg,
+        RedOp::Product => sys::ncclRedOp_t::ncclProd,
         RedOp::Max => sys::ncclRedOp_t::ncclMax,
         RedOp::Min => sys::ncclRedOp_t::ncclMin,
     }

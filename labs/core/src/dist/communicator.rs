@@ -15,6 +15,7 @@ pub enum ReduceOp {
     Sum,
     /// The sum divided by the world size (floating-point dtypes only).
     Avg,
+    Product,
     Max,
     Min,
 }
@@ -24,6 +25,7 @@ impl fmt::Display for ReduceOp {
         f.write_str(match self {
             ReduceOp::Sum => "sum",
             ReduceOp::Avg => "avg",
+            ReduceOp::Product => "product",
             ReduceOp::Max => "max",
             ReduceOp::Min => "min",
         })

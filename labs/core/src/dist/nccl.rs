@@ -16,6 +16,7 @@ fn red_op(op: ReduceOp) -> RedOp {
     match op {
         ReduceOp::Sum => RedOp::Sum,
         ReduceOp::Avg => RedOp::Avg,
+        ReduceOp::Product => RedOp::Product,
         ReduceOp::Max => RedOp::Max,
         ReduceOp::Min => RedOp::Min,
     }

@@ -74,6 +74,7 @@ fn reduce(op: ReduceOp, dtype: DType, inputs: &[&[u8]]) -> Vec<u8> {
                 for (a, x) in acc.iter_mut().zip(v) {
                     *a = match op {
                         ReduceOp::Sum | ReduceOp::Avg => *a + x,
+                        ReduceOp::Product => *a * x,
                         ReduceOp::Max => a.max(x),
                         ReduceOp::Min => a.min(x),
                     };
@@ -90,6 +91,7 @@ fn reduce(op: ReduceOp, dtype: DType, inputs: &[&[u8]]) -> Vec<u8> {
                 for (a, x) in acc.iter_mut().zip(v) {
                     *a = match op {
                         ReduceOp::Sum | ReduceOp::Avg => a.wrapping_add(x),
+                        ReduceOp::Product => a.wrapping_mul(x),
                         ReduceOp::Max => (*a).max(x),
                         ReduceOp::Min => (*a).min(x),
                     };
