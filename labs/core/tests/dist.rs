@@ -348,6 +348,25 @@ fn bad_arguments_are_refused_before_any_exchange() {
     });
 }
 
+/// Dry runs meet and check each other, without values: memory is all they predict.
+#[test]
+fn dry_runs_form_groups_without_data() {
+    let dry: Vec<Device> = (0..2)
+        .map(|i| Device::get(DeviceId::Dry(i)).unwrap())
+        .collect();
+    let errors = on_ranks(dist::sim_group(&dry).unwrap(), |c| {
+        let t = Tensor::empty(&[1 << 20], DType::BF16, c.device()).unwrap();
+        c.all_reduce(&t, ReduceOp::Sum).unwrap().wait().unwrap();
+        let out = Tensor::empty(&[2 << 20], DType::BF16, c.device()).unwrap();
+        c.all_gather(&t, &out).unwrap().wait().unwrap();
+        let odd = Tensor::empty(&[1 + c.rank()], DType::BF16, c.device()).unwrap();
+        c.all_reduce(&odd, ReduceOp::Sum).err().unwrap()
+    });
+    for e in errors {
+        assert!(e.to_string().contains("differs across ranks"), "{e}");
+    }
+}
+
 #[test]
 fn groups_refuse_devices_their_transport_cannot_serve() {
     let dry = Device::get(DeviceId::Dry(0)).unwrap();

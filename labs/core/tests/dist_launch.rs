@@ -135,6 +135,45 @@ fn process_group_of_simulated_gpus_over_tcp() {
     }
 }
 
+/// Rank 1 joins, then stays silent past the timeout (`late`) or drops its communicator;
+/// rank 0's next collective is the error.
+fn rank_zero_error_when_rank_one(late: bool) -> String {
+    let port = free_port();
+    let timeout = Duration::from_secs(2);
+    std::thread::scope(|s| {
+        let join = move |rank: usize| {
+            dist::init_process_group_with(ProcessGroupOptions {
+                timeout,
+                device: Some(Device::get(DeviceId::Sim(rank)).unwrap()),
+                env: Some(env(rank, 2, port)),
+            })
+            .unwrap()
+        };
+        let one = s.spawn(move || {
+            let c = join(1);
+            if late {
+                std::thread::sleep(timeout + Duration::from_millis(500));
+            }
+            drop(c);
+        });
+        let c = join(0);
+        let t = Tensor::zeros(&[4], DType::F32, c.device()).unwrap();
+        let started = Instant::now();
+        let e = c.all_reduce(&t, ReduceOp::Sum).err().unwrap();
+        assert!(started.elapsed() < timeout * 3, "waited too long");
+        one.join().unwrap();
+        distributed_message(e)
+    })
+}
+
+#[test]
+fn process_group_over_tcp_reports_a_rank_that_left_or_is_silent() {
+    let e = rank_zero_error_when_rank_one(false);
+    assert!(e.contains("rank 1 closed its connection"), "{e}");
+    let e = rank_zero_error_when_rank_one(true);
+    assert!(e.contains("timed out waiting for rank 1"), "{e}");
+}
+
 fn sh(script: &str) -> Vec<String> {
     vec!["-c".into(), script.into()]
 }

@@ -72,7 +72,8 @@ pub struct ProcessGroupOptions {
     /// How long the rendezvous and each collective on the simulator wait for the others.
     pub timeout: Duration,
     /// This rank's device; by default `cuda:LOCAL_RANK` (or `sim:LOCAL_RANK` when
-    /// `LABS_DEVICE` names the simulator or there is no GPU).
+    /// `LABS_DEVICE` names the simulator or there is no GPU, `dry:LOCAL_RANK` when it
+    /// names a dry run).
     pub device: Option<Device>,
     /// The job and this process's place in it; by default read from the environment
     /// ([`DistEnv::from_env`]). Ranks on threads of one process (tests) give their own.
@@ -113,9 +114,9 @@ pub fn init_process_group_with(options: ProcessGroupOptions) -> Result<Communica
             Rendezvous::join(&env, options.timeout, crate::cuda::nccl::unique_id)?;
         return super::nccl::nccl_rank(&device, rank, world, &id);
     }
-    if !matches!(device.id(), DeviceId::Sim(_)) {
+    if !matches!(device.id(), DeviceId::Sim(_) | DeviceId::Dry(_)) {
         return Err(Error::InvalidArgument(format!(
-            "init_process_group: {} cannot join a process group (use cuda or sim)",
+            "init_process_group: {} cannot join a process group (use cuda, sim or dry)",
             device.id()
         )));
     }
@@ -132,8 +133,8 @@ pub fn init_process_group_with(options: ProcessGroupOptions) -> Result<Communica
 }
 // ANCHOR_END: init_process_group
 
-/// `cuda:LOCAL_RANK`, or `sim:LOCAL_RANK` where `LABS_DEVICE` names the simulator or no
-/// GPU is present.
+/// `cuda:LOCAL_RANK`, or `sim:LOCAL_RANK` (`dry:LOCAL_RANK`) where `LABS_DEVICE` names
+/// the simulator (a dry run) or no GPU is present.
 fn default_device(local_rank: usize) -> Result<DeviceId> {
     let named = std::env::var(ENV_DEVICE)
         .ok()
@@ -148,6 +149,7 @@ fn default_device(local_rank: usize) -> Result<DeviceId> {
     Ok(match kind {
         DeviceId::Cuda(_) => DeviceId::Cuda(local_rank),
         DeviceId::Sim(_) => DeviceId::Sim(local_rank),
-        other => other,
+        DeviceId::Dry(_) => DeviceId::Dry(local_rank),
+        DeviceId::Cpu => DeviceId::Cpu,
     })
 }

@@ -5,6 +5,9 @@
 //! on threads of one process ([`sim_group`]); the rendezvous's TCP exchange serves one
 //! process per rank.
 //!
+//! Dry runs (`dry:N`) form groups too: their ranks meet and are checked, no data moves,
+//! so a data-parallel step's memory is known without running it.
+//!
 //! The exchange checks what NCCL trusts: that every rank called the same collective with
 //! the same count and dtype. Ranks that disagree, a rank that drops its communicator
 //! and a rank that never comes are errors on every other rank, never a hang.
@@ -163,6 +166,12 @@ impl Transport for SimTransport {
     // ANCHOR: sim_run
     fn run(&self, call: &Call, stream: &Stream) -> Result<()> {
         let seq = self.calls.fetch_add(1, Ordering::Relaxed);
+        if self.device.is_dry() {
+            // A dry run has no values: the ranks still meet, and still must agree.
+            self.exchange
+                .exchange(self.rank, seq, &call.signature(), Vec::new())?;
+            return Ok(());
+        }
         let backend = self.device.backend();
         // The stream has been told to wait for the input's producer: reading it back
         // waits for that, as NCCL's kernel would start only then.
@@ -213,7 +222,7 @@ pub fn sim_group_with_timeout(devices: &[Device], timeout: Duration) -> Result<V
         .collect()
 }
 
-/// Distinct simulated GPUs, at least one.
+/// Distinct simulated GPUs (or distinct dry runs), at least one.
 fn check_sim_devices(devices: &[Device]) -> Result<()> {
     if devices.is_empty() {
         return Err(Error::InvalidArgument(
@@ -221,11 +230,16 @@ fn check_sim_devices(devices: &[Device]) -> Result<()> {
         ));
     }
     for (i, d) in devices.iter().enumerate() {
-        if !matches!(d.id(), DeviceId::Sim(_)) {
+        let same_kind = matches!(
+            (devices[0].id(), d.id()),
+            (DeviceId::Sim(_), DeviceId::Sim(_)) | (DeviceId::Dry(_), DeviceId::Dry(_))
+        );
+        if !same_kind {
             return Err(Error::InvalidArgument(format!(
-                "sim_group: {} is not a simulated GPU (sim:N); GPUs use nccl_group, and \
-                 dry runs have no values to exchange",
-                d.id()
+                "sim_group: {} cannot join a group of {}: a group is of simulated GPUs \
+                 (sim:N) or of dry runs (dry:N); GPUs use nccl_group",
+                d.id(),
+                devices[0].id()
             )));
         }
         if devices[..i].iter().any(|o| o.id() == d.id()) {
