@@ -51,13 +51,22 @@ impl Exchange for TcpExchange {
                 }
                 Ok(out)
             })?;
+        let world = self.rendezvous.lock().unwrap().world_size();
         let mut inputs = Vec::new();
         let mut rest = reply.as_slice();
         while rest.len() >= 8 {
             let (len, tail) = rest.split_at(8);
             let len = u64::from_le_bytes(len.try_into().unwrap()) as usize;
+            if len > tail.len() {
+                break;
+            }
             inputs.push(tail[..len].to_vec());
             rest = &tail[len..];
+        }
+        if inputs.len() != world || !rest.is_empty() {
+            return Err(Error::Distributed(format!(
+                "collective #{seq}: rank 0 sent a malformed reply"
+            )));
         }
         Ok(Arc::new(inputs))
     }
