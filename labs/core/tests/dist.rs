@@ -205,6 +205,28 @@ fn communicator_reports_its_place() {
     }
 }
 
+/// `set_stream` puts collectives on a stream of the caller's (here the default stream,
+/// where no event is needed); a stream of another device is refused.
+#[test]
+fn collectives_run_on_a_chosen_stream() {
+    let mut comms = dist::sim_group(&sim_devices(0, 2)).unwrap();
+    let elsewhere = comms[1].device().default_stream().unwrap();
+    assert!(matches!(
+        comms[0].set_stream(Some(elsewhere)).err().unwrap(),
+        Error::WrongDevice { .. }
+    ));
+    for c in comms.iter_mut() {
+        let s = c.device().default_stream().unwrap();
+        c.set_stream(Some(s.clone())).unwrap();
+        assert_eq!(c.stream().handle(), s.handle());
+    }
+    on_ranks(comms, |c| {
+        let t = Tensor::full(&[3], (c.rank() + 1) as f32, c.device()).unwrap();
+        c.all_reduce(&t, ReduceOp::Sum).unwrap().wait().unwrap();
+        assert_eq!(t.to_vec::<f32>().unwrap(), vec![3.0; 3]);
+    });
+}
+
 // ANCHOR: ordering_test
 /// A slow producer on the default stream, the collective on the communication stream,
 /// a consumer on the default stream: the collective sees the producer's values and the
