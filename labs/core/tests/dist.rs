@@ -405,7 +405,12 @@ fn groups_refuse_devices_their_transport_cannot_serve() {
 #[test]
 fn nccl_is_found_or_named_when_missing() {
     match labs_core::cuda::nccl::unique_id() {
-        Ok(id) => assert!(id.iter().any(|&b| b != 0)),
+        Ok(id) => {
+            assert!(id.iter().any(|&b| b != 0));
+            // bfloat16 and ReduceOp::Avg need NCCL 2.10 (version code 21000) or later.
+            let version = labs_core::cuda::nccl::version().unwrap();
+            assert!(version >= 21000, "NCCL version code {version}");
+        }
         Err(e) => {
             assert!(!test_device().is_cuda(), "NCCL is needed on the GPU: {e}");
             assert!(e.to_string().contains("libnccl.so.2"), "{e}");
