@@ -1,7 +1,8 @@
 """Fails when the modules of labs/core import each other in a circle.
 
 The crate is layered (element types and device ids at the bottom, the backend contract,
-the backends, the allocator, the device registry, tensors on top): a module may name
+the backends, the allocator, the device registry, tensors, then autograd, `dist` (the
+collectives, above `device` and `tensor`), `nn` and `optim` on top): a module may name
 modules below it, never above. This reads every `crate::NAME` path in each top-level
 module's files (tests left out), builds the graph of modules, and reports every strongly
 connected set of more than one module: a cycle.

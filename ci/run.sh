@@ -55,6 +55,19 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\(\.12\)\? '; then
   fi
 fi
 
+# The collectives (labs_core::dist) open NCCL at run time as libnccl.so.2: where the
+# loader cannot find it and only PyTorch's wheel carries it, name the wheel's copy.
+if [ -z "${LABS_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then
+  wheels=$(python3 -c 'import os, nvidia; print(" ".join(os.path.join(p, "nccl") for p in nvidia.__path__))' 2>/dev/null || true)
+  # shellcheck disable=SC2086
+  nccl=$(find /usr/local/cuda*/lib64 /usr/lib/x86_64-linux-gnu /usr/local/lib /opt $wheels \
+           -name 'libnccl.so.2*' 2>/dev/null | sort | head -n 1)
+  if [ -n "$nccl" ]; then
+    export LABS_NCCL_LIBRARY=$nccl
+    echo "using NCCL at $nccl"
+  fi
+fi
+
 passed=0 failed=0 failures=()
 for t in "$here"/tests/*; do
   part tests || break

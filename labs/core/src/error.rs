@@ -94,6 +94,12 @@ pub enum Error {
     #[error("{0}")]
     InvalidArgument(String),
 
+    /// A collective, its rendezvous, its launcher or its library failed: a peer that
+    /// left or never came, a timeout, ranks that disagree about a collective, NCCL
+    /// missing or reporting an error.
+    #[error("{0}")]
+    Distributed(String),
+
     /// The simulator caught something the GPU would report as an illegal address.
     #[error("illegal memory access on {device}: {detail}")]
     IllegalAddress { device: DeviceId, detail: String },

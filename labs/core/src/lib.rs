@@ -15,6 +15,8 @@
 //! - `tensor` and `host`: tensors over the allocator's memory (and the graph their ops
 //!   record for autograd), pinned host memory;
 //! - `autograd`: the backward pass over that graph;
+//! - `dist`: collectives across devices (NCCL on GPUs, an in-process exchange between
+//!   simulated GPUs), the rendezvous of a job's processes and its launcher;
 //! - `nn` and `optim`: modules with PyTorch's parameter names and layouts, safetensors
 //!   state dicts, and optimizers (SGD, Adam, AdamW) with one fused kernel per step;
 //! - `cli`, `table`, `timing`, `testing`: what the labs and their tests share.
@@ -26,6 +28,7 @@ pub mod cli;
 pub mod cuda;
 pub mod device;
 pub mod device_id;
+pub mod dist;
 pub mod dtype;
 pub mod error;
 pub mod format;

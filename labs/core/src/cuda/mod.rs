@@ -4,6 +4,7 @@
 
 mod blas;
 mod kernels;
+pub mod nccl;
 mod stream;
 
 use std::sync::{Arc, OnceLock};

@@ -46,7 +46,8 @@ impl CudaStream {
         self.raw
     }
 
-    fn bind(&self) -> Result<()> {
+    /// Makes the stream's context current on the calling thread.
+    pub fn bind(&self) -> Result<()> {
         self.ctx
             .bind_to_thread()
             .map_err(|e| Error::driver("cuCtxSetCurrent", e))

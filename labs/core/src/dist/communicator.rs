@@ -1,0 +1,356 @@
+//! The communicator: one rank's handle on a group, the checks every collective makes,
+//! and the stream ordering around it. The transport (NCCL, or the simulator's exchange)
+//! only moves the data of one checked call on one stream.
+
+use std::fmt;
+
+use crate::device::{Device, DevicePtr, Event, Stream};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// How a reduction combines the ranks' values (`torch.distributed.ReduceOp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum,
+    /// The sum divided by the world size (floating-point dtypes only).
+    Avg,
+    Product,
+    Max,
+    Min,
+}
+
+impl fmt::Display for ReduceOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Avg => "avg",
+            ReduceOp::Product => "product",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+        })
+    }
+}
+
+/// Which collective, with its own arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    AllReduce(ReduceOp),
+    Broadcast { root: usize },
+    AllGather,
+    ReduceScatter(ReduceOp),
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Kind::AllReduce(op) => write!(f, "all_reduce({op})"),
+            Kind::Broadcast { root } => write!(f, "broadcast(root={root})"),
+            Kind::AllGather => write!(f, "all_gather"),
+            Kind::ReduceScatter(op) => write!(f, "reduce_scatter({op})"),
+        }
+    }
+}
+
+/// One checked collective call of one rank: what a transport runs. `count` is what
+/// NCCL calls it: the elements of `all_reduce` and `broadcast`, each rank's share of
+/// `all_gather`'s output and of `reduce_scatter`'s input.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call {
+    pub kind: Kind,
+    pub dtype: DType,
+    pub send: DevicePtr,
+    pub recv: DevicePtr,
+    pub count: usize,
+}
+
+impl Call {
+    /// What every rank must agree on: the collective, its count and its dtype.
+    pub fn signature(&self) -> String {
+        format!("{} of {} {} elements", self.kind, self.count, self.dtype)
+    }
+
+    /// Bytes of this rank's input.
+    pub fn input_bytes(&self, world_size: usize) -> usize {
+        let per_rank = self.count * self.dtype.size();
+        match self.kind {
+            Kind::ReduceScatter(_) => per_rank * world_size,
+            _ => per_rank,
+        }
+    }
+}
+
+/// Moves the data of a collective: NCCL, or the simulator's exchange.
+pub(crate) trait Transport: Send + Sync {
+    /// Enqueues `call` on `stream` (a stream of the rank's device), after its earlier
+    /// work.
+    fn run(&self, call: &Call, stream: &Stream) -> Result<()>;
+}
+
+/// A collective in flight (PyTorch's `Work`, what `async_op=True` returns).
+#[must_use = "a collective's Work must be waited on (`wait`) before its result is used"]
+pub struct Work {
+    device: Device,
+    done: Event,
+}
+
+impl Work {
+    /// Makes the default stream wait for the collective: work enqueued there afterwards
+    /// sees its result. The host does not wait (as with NCCL in PyTorch).
+    pub fn wait(&self) -> Result<()> {
+        self.device.default_stream()?.wait(&self.done)
+    }
+
+    /// Blocks the host until the collective has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        self.done.synchronize()
+    }
+
+    /// Whether the collective has finished (`is_completed`).
+    pub fn is_completed(&self) -> Result<bool> {
+        self.done.query()
+    }
+
+    /// The event recorded after the collective on its stream.
+    pub fn event(&self) -> &Event {
+        &self.done
+    }
+}
+
+/// One rank of a group: its rank, the group's size, its device, and its transport.
+pub struct Communicator {
+    rank: usize,
+    world_size: usize,
+    device: Device,
+    /// The communication stream collectives run on unless [`Communicator::set_stream`]
+    /// names another.
+    comm_stream: Stream,
+    stream: Option<Stream>,
+    transport: Box<dyn Transport>,
+}
+
+impl fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Communicator(rank {} of {} on {})",
+            self.rank, self.world_size, self.device
+        )
+    }
+}
+
+impl Communicator {
+    pub(crate) fn new(
+        rank: usize,
+        world_size: usize,
+        device: Device,
+        transport: Box<dyn Transport>,
+    ) -> Result<Communicator> {
+        Ok(Communicator {
+            rank,
+            world_size,
+            comm_stream: device.new_stream()?,
+            device,
+            stream: None,
+            transport,
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The stream collectives are enqueued on: the communicator's own, unless
+    /// [`set_stream`](Self::set_stream) named another.
+    pub fn stream(&self) -> &Stream {
+        self.stream.as_ref().unwrap_or(&self.comm_stream)
+    }
+
+    /// Runs later collectives on `stream` (a stream of this device), or on the
+    /// communicator's own stream again with `None`.
+    pub fn set_stream(&mut self, stream: Option<Stream>) -> Result<()> {
+        if let Some(s) = &stream {
+            s.check_device(self.device.id())?;
+        }
+        self.stream = stream;
+        Ok(())
+    }
+
+    // ANCHOR: all_reduce
+    /// Reduces `tensor` across ranks in place: afterwards every rank holds `op` of all
+    /// ranks' values.
+    pub fn all_reduce(&self, tensor: &Tensor, op: ReduceOp) -> Result<Work> {
+        let what = "all_reduce";
+        self.check(what, tensor)?;
+        check_op(what, op, tensor.dtype())?;
+        self.enqueue(
+            Call {
+                kind: Kind::AllReduce(op),
+                dtype: tensor.dtype(),
+                send: tensor.ptr(),
+                recv: tensor.ptr(),
+                count: tensor.numel(),
+            },
+            &[tensor],
+        )
+    }
+    // ANCHOR_END: all_reduce
+
+    /// Copies `root`'s `tensor` into every other rank's `tensor`.
+    pub fn broadcast(&self, tensor: &Tensor, root: usize) -> Result<Work> {
+        self.check("broadcast", tensor)?;
+        if root >= self.world_size {
+            return Err(Error::InvalidArgument(format!(
+                "broadcast: root {root} is not a rank of a group of {}",
+                self.world_size
+            )));
+        }
+        self.enqueue(
+            Call {
+                kind: Kind::Broadcast { root },
+                dtype: tensor.dtype(),
+                send: tensor.ptr(),
+                recv: tensor.ptr(),
+                count: tensor.numel(),
+            },
+            &[tensor],
+        )
+    }
+
+    /// Every rank's `input` into `output`, rank after rank: `output` holds
+    /// `world_size × input.numel()` elements (PyTorch's `all_gather_into_tensor`).
+    pub fn all_gather(&self, input: &Tensor, output: &Tensor) -> Result<Work> {
+        let what = "all_gather";
+        self.check_pair(what, input, output)?;
+        self.check_sizes(what, output, "output", input.numel() * self.world_size)?;
+        self.enqueue(
+            Call {
+                kind: Kind::AllGather,
+                dtype: input.dtype(),
+                send: input.ptr(),
+                recv: output.ptr(),
+                count: input.numel(),
+            },
+            &[input, output],
+        )
+    }
+
+    /// Reduces `input` (`world_size × output.numel()` elements) across ranks and leaves
+    /// rank `r` the `r`-th part of the result in `output` (`reduce_scatter_tensor`).
+    pub fn reduce_scatter(&self, input: &Tensor, output: &Tensor, op: ReduceOp) -> Result<Work> {
+        let what = "reduce_scatter";
+        self.check_pair(what, input, output)?;
+        check_op(what, op, input.dtype())?;
+        self.check_sizes(what, input, "input", output.numel() * self.world_size)?;
+        self.enqueue(
+            Call {
+                kind: Kind::ReduceScatter(op),
+                dtype: input.dtype(),
+                send: input.ptr(),
+                recv: output.ptr(),
+                count: output.numel(),
+            },
+            &[input, output],
+        )
+    }
+
+    /// Returns once every rank has called `barrier` and all collectives enqueued before
+    /// it have finished: as PyTorch's NCCL barrier does, an all-reduce of one element
+    /// that the host then waits for.
+    pub fn barrier(&self) -> Result<()> {
+        let one = Tensor::zeros(&[1], DType::F32, &self.device)?;
+        self.all_reduce(&one, ReduceOp::Sum)?.synchronize()
+    }
+
+    // ANCHOR: enqueue
+    /// Orders the collective after the default stream's work, runs it on the chosen
+    /// stream, tells the allocator that stream uses the tensors, and marks its end.
+    fn enqueue(&self, call: Call, tensors: &[&Tensor]) -> Result<Work> {
+        let stream = self.stream();
+        let producer = self.device.default_stream()?;
+        if stream.handle() != producer.handle() {
+            let ready = self.device.new_event()?;
+            producer.record(&ready)?;
+            stream.wait(&ready)?;
+        }
+        self.transport.run(&call, stream)?;
+        for t in tensors {
+            // Freed early, their blocks are reused only after this stream's work.
+            t.record_stream(stream)?;
+        }
+        let done = self.device.new_event()?;
+        stream.record(&done)?;
+        Ok(Work {
+            device: self.device.clone(),
+            done,
+        })
+    }
+    // ANCHOR_END: enqueue
+
+    /// A tensor a collective can use: on this rank's device, contiguous, of a dtype the
+    /// transports have.
+    fn check(&self, what: &str, t: &Tensor) -> Result<()> {
+        if t.device().id() != self.device.id() {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: the tensor is on {} but rank {} of this group drives {}",
+                t.device().id(),
+                self.rank,
+                self.device.id()
+            )));
+        }
+        if !t.is_contiguous() {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: the tensor must be contiguous (shape {:?}, strides {:?}); call \
+                 .contiguous() first",
+                t.shape(),
+                t.strides()
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_pair(&self, what: &'static str, input: &Tensor, output: &Tensor) -> Result<()> {
+        self.check(what, input)?;
+        self.check(what, output)?;
+        if input.dtype() != output.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: what,
+                a: input.dtype(),
+                b: output.dtype(),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_sizes(&self, what: &str, t: &Tensor, name: &str, expected: usize) -> Result<()> {
+        if t.numel() != expected {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: {name} has {} elements (shape {:?}) but a group of {} needs {expected}",
+                t.numel(),
+                t.shape(),
+                self.world_size
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Averages of integers would truncate differently on each transport: refused.
+fn check_op(what: &'static str, op: ReduceOp, dtype: DType) -> Result<()> {
+    if op == ReduceOp::Avg && !crate::tensor::is_floating_point(dtype) {
+        return Err(Error::DType {
+            op: what,
+            found: dtype,
+            supported: "float32, float16, bfloat16 (ReduceOp::Avg)",
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,178 @@
+//! A launcher like `torchrun --nproc-per-node N`: starts one process per rank with
+//! PyTorch's environment variables, prefixes each line they print with its rank, and
+//! when one fails stops the others and says which rank failed and how.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Which of a child's outputs a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+/// One line a rank printed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputLine {
+    pub rank: usize,
+    pub stream: OutputStream,
+    pub text: String,
+}
+
+impl std::fmt::Display for OutputLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[rank {}] {}", self.rank, self.text)
+    }
+}
+
+/// Runs `program args` as `nproc` ranks on this machine and forwards their output to
+/// ours, each line prefixed with `[rank N]`. Returns rank 0's status once all have
+/// succeeded; the first rank to fail stops the others and is the error.
+pub fn launch(nproc: usize, program: &str, args: &[String]) -> Result<ExitStatus> {
+    launch_with(nproc, program, args, |line| match line.stream {
+        OutputStream::Stdout => println!("{line}"),
+        OutputStream::Stderr => eprintln!("{line}"),
+    })
+}
+
+/// A free TCP port on the loopback interface, for the rendezvous.
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| Error::Distributed(format!("finding a free port: {e}")))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| Error::Distributed(format!("finding a free port: {e}")))
+}
+
+fn forward(
+    rank: usize,
+    stream: OutputStream,
+    from: impl Read + Send + 'static,
+    to: Sender<OutputLine>,
+) {
+    std::thread::spawn(move || {
+        for text in BufReader::new(from).lines().map_while(std::io::Result::ok) {
+            if to.send(OutputLine { rank, stream, text }).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// How a process ended, in words.
+fn describe(status: ExitStatus) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return format!("was killed by signal {signal}");
+        }
+    }
+    match status.code() {
+        Some(code) => format!("exited with code {code}"),
+        None => format!("ended ({status})"),
+    }
+}
+
+// ANCHOR: launch_with
+/// [`launch`], handing each line of output to `on_line` instead of printing it.
+pub fn launch_with(
+    nproc: usize,
+    program: &str,
+    args: &[String],
+    mut on_line: impl FnMut(OutputLine),
+) -> Result<ExitStatus> {
+    if nproc == 0 {
+        return Err(Error::InvalidArgument(
+            "launch: nproc must be at least 1".into(),
+        ));
+    }
+    let port = free_port()?;
+    let (lines, received) = channel();
+    let mut children: Vec<Option<Child>> = Vec::with_capacity(nproc);
+    for rank in 0..nproc {
+        let spawned = Command::new(program)
+            .args(args)
+            .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", rank.to_string())
+            .env("WORLD_SIZE", nproc.to_string())
+            .env("LOCAL_WORLD_SIZE", nproc.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                stop(&mut children);
+                return Err(Error::Distributed(format!(
+                    "launch: cannot start rank {rank} ({program}): {e}"
+                )));
+            }
+        };
+        forward(
+            rank,
+            OutputStream::Stdout,
+            child.stdout.take().unwrap(),
+            lines.clone(),
+        );
+        forward(
+            rank,
+            OutputStream::Stderr,
+            child.stderr.take().unwrap(),
+            lines.clone(),
+        );
+        children.push(Some(child));
+    }
+    drop(lines);
+    let mut statuses: Vec<Option<ExitStatus>> = vec![None; nproc];
+    let mut failure = None;
+    while failure.is_none() && statuses.iter().any(Option::is_none) {
+        match received.recv_timeout(Duration::from_millis(20)) {
+            Ok(line) => on_line(line),
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+        }
+        for rank in 0..nproc {
+            let Some(child) = children[rank].as_mut() else {
+                continue;
+            };
+            if let Ok(Some(status)) = child.try_wait() {
+                statuses[rank] = Some(status);
+                children[rank] = None;
+                if !status.success() && failure.is_none() {
+                    failure = Some((rank, status));
+                }
+            }
+        }
+    }
+    stop(&mut children);
+    // What the ranks printed before they ended: the readers end with the pipes, unless
+    // a process the rank started still holds them, hence the quiet period.
+    while let Ok(line) = received.recv_timeout(Duration::from_millis(500)) {
+        on_line(line);
+    }
+    match failure {
+        None => Ok(statuses[0].expect("every rank has ended")),
+        Some((rank, status)) => Err(Error::Distributed(format!(
+            "rank {rank} of {nproc} {}; the other ranks were stopped",
+            describe(status)
+        ))),
+    }
+}
+// ANCHOR_END: launch_with
+
+/// Kills the ranks still running and reaps them.
+fn stop(children: &mut [Option<Child>]) {
+    for child in children.iter_mut().flatten() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

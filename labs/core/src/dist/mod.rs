@@ -1,0 +1,53 @@
+//! Collectives across devices, with PyTorch's `torch.distributed` names and semantics:
+//! one [`Communicator`] per rank (one rank per device) running `all_reduce`,
+//! `broadcast`, `all_gather` (PyTorch's `all_gather_into_tensor`), `reduce_scatter`
+//! (`reduce_scatter_tensor`) and `barrier`.
+//!
+//! Two transports carry the data, behind the same API and the same results:
+//!
+//! - NCCL on GPUs ([`nccl_group`] for the GPUs of one process, [`init_process_group`]
+//!   for one process per GPU, started by [`launch`]);
+//! - an in-process exchange for simulated GPUs ([`sim_group`]): ranks on threads meet in
+//!   a shared state, so the chapter's programs and tests run on any machine.
+//!
+//! Each collective is enqueued on the communicator's own stream, ordered after the work
+//! already enqueued on the default stream by an event, as PyTorch's `ProcessGroupNCCL`
+//! does; the [`Work`] it returns makes the default stream wait for it (`wait`), which is
+//! what `async_op=False` does at once.
+//!
+//! Every rank must call the same collectives in the same order, each rank from its own
+//! thread or process: a collective returns only once its peers have joined it (on the
+//! simulator, once the data has moved; with NCCL, once the kernel is enqueued, the
+//! kernel itself waiting for the peers on the GPU).
+
+mod bench;
+mod communicator;
+mod launch;
+mod nccl;
+mod process_group;
+mod reduce;
+mod rendezvous;
+mod sim;
+
+pub use bench::{bus_bandwidth_factor, time_collective, BenchOp, CollectiveTiming};
+pub use communicator::{Communicator, ReduceOp, Work};
+pub use launch::{launch, launch_with, OutputLine, OutputStream};
+pub use nccl::nccl_group;
+pub use process_group::{init_process_group, init_process_group_with, ProcessGroupOptions};
+pub use rendezvous::{DistEnv, Rendezvous, DEFAULT_TIMEOUT};
+pub use sim::{sim_group, sim_group_with_timeout};
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+
+/// A communicator per device, on the transport their kind calls for: NCCL for GPUs,
+/// the in-process exchange for simulated GPUs.
+pub fn group(devices: &[Device]) -> Result<Vec<Communicator>> {
+    match devices.first() {
+        Some(d) if d.is_cuda() => nccl_group(devices),
+        Some(_) => sim_group(devices),
+        None => Err(Error::InvalidArgument(
+            "a process group needs at least one device".into(),
+        )),
+    }
+}

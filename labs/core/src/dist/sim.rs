@@ -1,0 +1,253 @@
+//! The transport of simulated GPUs. A rank's collective reads its input back to the
+//! host once the communication stream reaches it, hands it to an [`Exchange`] that
+//! returns every rank's input once all have arrived, computes its own output there
+//! (`reduce.rs`) and writes it to its device. The in-process exchange here serves ranks
+//! on threads of one process ([`sim_group`]); the rendezvous's TCP exchange serves one
+//! process per rank.
+//!
+//! Dry runs (`dry:N`) form groups too: their ranks meet and are checked, no data moves,
+//! so a data-parallel step's memory is known without running it.
+//!
+//! The exchange checks what NCCL trusts: that every rank called the same collective with
+//! the same count and dtype. Ranks that disagree, a rank that drops its communicator
+//! and a rank that never comes are errors on every other rank, never a hang.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::communicator::{Call, Communicator, Transport};
+use super::rendezvous::DEFAULT_TIMEOUT;
+use crate::device::{Device, DeviceId, Stream};
+use crate::error::{Error, Result};
+
+/// Every rank's input of one collective, in rank order.
+pub(crate) type Inputs = Arc<Vec<Vec<u8>>>;
+
+/// Where the ranks of a simulated group meet.
+pub(crate) trait Exchange: Send + Sync {
+    /// Deposits this rank's `input` to collective number `seq`, described by
+    /// `signature`; returns every rank's input once all have come, or why not.
+    fn exchange(&self, rank: usize, seq: u64, signature: &str, input: Vec<u8>) -> Result<Inputs>;
+    /// This rank is gone: the others stop waiting for it.
+    fn leave(&self, rank: usize);
+}
+
+/// The ranks' deposits to one collective.
+struct Round {
+    deposits: Vec<Option<(String, Vec<u8>)>>,
+    outcome: Option<std::result::Result<Inputs, String>>,
+    collected: usize,
+}
+
+struct State {
+    rounds: HashMap<u64, Round>,
+    left: Vec<bool>,
+}
+
+/// The exchange of ranks on threads of one process.
+struct InProcess {
+    world: usize,
+    timeout: Duration,
+    state: Mutex<State>,
+    arrived: Condvar,
+}
+
+/// Every rank's call, when they differ: the error each of them reports.
+pub(crate) fn mismatch(seq: u64, deposits: &[Option<(String, Vec<u8>)>]) -> Option<String> {
+    let first = &deposits[0].as_ref()?.0;
+    if deposits.iter().flatten().all(|(s, _)| s == first) {
+        return None;
+    }
+    let calls: Vec<String> = deposits
+        .iter()
+        .enumerate()
+        .filter_map(|(r, d)| d.as_ref().map(|(s, _)| format!("rank {r} called {s}")))
+        .collect();
+    Some(format!(
+        "collective #{seq} differs across ranks: {}",
+        calls.join(", ")
+    ))
+}
+
+impl Exchange for InProcess {
+    fn exchange(&self, rank: usize, seq: u64, signature: &str, input: Vec<u8>) -> Result<Inputs> {
+        let deadline = Instant::now() + self.timeout;
+        let mut st = self.state.lock().unwrap();
+        let world = self.world;
+        let round = st.rounds.entry(seq).or_insert_with(|| Round {
+            deposits: vec![None; world],
+            outcome: None,
+            collected: 0,
+        });
+        round.deposits[rank] = Some((signature.to_string(), input));
+        if round.deposits.iter().all(Option::is_some) {
+            round.outcome = Some(match mismatch(seq, &round.deposits) {
+                Some(e) => Err(e),
+                None => Ok(Arc::new(
+                    round
+                        .deposits
+                        .iter_mut()
+                        .map(|d| d.take().unwrap().1)
+                        .collect(),
+                )),
+            });
+            self.arrived.notify_all();
+        }
+        loop {
+            let round = st
+                .rounds
+                .get_mut(&seq)
+                .expect("a round lives until collected");
+            if let Some(outcome) = round.outcome.clone() {
+                round.collected += 1;
+                if round.collected == world {
+                    st.rounds.remove(&seq);
+                }
+                return outcome.map_err(Error::Distributed);
+            }
+            let missing: Vec<usize> = (0..world)
+                .filter(|&r| round.deposits[r].is_none())
+                .collect();
+            if let Some(gone) = missing.iter().find(|&&r| st.left[r]) {
+                return Err(Error::Distributed(format!(
+                    "rank {rank}: {signature} (collective #{seq}) cannot finish: rank {gone} \
+                     left the group before calling it"
+                )));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Distributed(format!(
+                    "rank {rank}: {signature} (collective #{seq}) timed out after {:?} \
+                     waiting for rank(s) {missing:?}",
+                    self.timeout
+                )));
+            }
+            st = self.arrived.wait_timeout(st, deadline - now).unwrap().0;
+        }
+    }
+
+    fn leave(&self, rank: usize) {
+        self.state.lock().unwrap().left[rank] = true;
+        self.arrived.notify_all();
+    }
+}
+
+/// One rank's side of the simulator's transport.
+pub(crate) struct SimTransport {
+    device: Device,
+    rank: usize,
+    world: usize,
+    exchange: Arc<dyn Exchange>,
+    /// How many collectives this rank has called: every rank's n-th call meets the
+    /// others' n-th.
+    calls: AtomicU64,
+}
+
+impl SimTransport {
+    pub(crate) fn new(
+        device: Device,
+        rank: usize,
+        world: usize,
+        exchange: Arc<dyn Exchange>,
+    ) -> Self {
+        SimTransport {
+            device,
+            rank,
+            world,
+            exchange,
+            calls: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Transport for SimTransport {
+    // ANCHOR: sim_run
+    fn run(&self, call: &Call, stream: &Stream) -> Result<()> {
+        let seq = self.calls.fetch_add(1, Ordering::Relaxed);
+        if self.device.is_dry() {
+            // A dry run has no values: the ranks still meet, and still must agree.
+            self.exchange
+                .exchange(self.rank, seq, &call.signature(), Vec::new())?;
+            return Ok(());
+        }
+        let backend = self.device.backend();
+        // The stream has been told to wait for the input's producer: reading it back
+        // waits for that, as NCCL's kernel would start only then.
+        let mut input = vec![0u8; call.input_bytes(self.world)];
+        backend.copy_dtoh(&mut input, call.send, stream)?;
+        let inputs = self
+            .exchange
+            .exchange(self.rank, seq, &call.signature(), input)?;
+        let output = super::reduce::output_of(call, self.rank, &inputs)?;
+        backend.copy_htod(call.recv, &output, stream)
+    }
+    // ANCHOR_END: sim_run
+}
+
+impl Drop for SimTransport {
+    fn drop(&mut self) {
+        self.exchange.leave(self.rank);
+    }
+}
+
+/// A communicator per simulated GPU, rank `i` on `devices[i]`, meeting in this process:
+/// hand each to its own thread. Collectives wait at most [`DEFAULT_TIMEOUT`] for the
+/// other ranks.
+pub fn sim_group(devices: &[Device]) -> Result<Vec<Communicator>> {
+    sim_group_with_timeout(devices, DEFAULT_TIMEOUT)
+}
+
+/// [`sim_group`], with how long a collective waits for the other ranks.
+pub fn sim_group_with_timeout(devices: &[Device], timeout: Duration) -> Result<Vec<Communicator>> {
+    check_sim_devices(devices)?;
+    let world = devices.len();
+    let exchange: Arc<dyn Exchange> = Arc::new(InProcess {
+        world,
+        timeout,
+        state: Mutex::new(State {
+            rounds: HashMap::new(),
+            left: vec![false; world],
+        }),
+        arrived: Condvar::new(),
+    });
+    devices
+        .iter()
+        .enumerate()
+        .map(|(rank, d)| {
+            let transport = SimTransport::new(d.clone(), rank, world, exchange.clone());
+            Communicator::new(rank, world, d.clone(), Box::new(transport))
+        })
+        .collect()
+}
+
+/// Distinct simulated GPUs (or distinct dry runs), at least one.
+fn check_sim_devices(devices: &[Device]) -> Result<()> {
+    if devices.is_empty() {
+        return Err(Error::InvalidArgument(
+            "sim_group: a group needs at least one device".into(),
+        ));
+    }
+    for (i, d) in devices.iter().enumerate() {
+        let same_kind = matches!(
+            (devices[0].id(), d.id()),
+            (DeviceId::Sim(_), DeviceId::Sim(_)) | (DeviceId::Dry(_), DeviceId::Dry(_))
+        );
+        if !same_kind {
+            return Err(Error::InvalidArgument(format!(
+                "sim_group: {} cannot join a group of {}: a group is of simulated GPUs \
+                 (sim:N) or of dry runs (dry:N); GPUs use nccl_group",
+                d.id(),
+                devices[0].id()
+            )));
+        }
+        if devices[..i].iter().any(|o| o.id() == d.id()) {
+            return Err(Error::InvalidArgument(format!(
+                "sim_group: {} is listed twice; each rank needs its own device",
+                d.id()
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,283 @@
+//! The rendezvous, process groups over it and the launcher (`labs_core::dist`): ranks
+//! on threads of this process, and ranks in processes the launcher starts (this test
+//! binary itself, on the device under test's kind).
+
+use std::time::{Duration, Instant};
+
+use labs_core::dist::{self, DistEnv, OutputStream, ProcessGroupOptions, ReduceOp, Rendezvous};
+use labs_core::testing::test_device;
+use labs_core::{DType, Device, DeviceId, Error, Tensor};
+
+fn distributed_message(e: Error) -> String {
+    match e {
+        Error::Distributed(m) => m,
+        other => panic!("expected a distributed error, got {other:?}"),
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn env(rank: usize, world_size: usize, port: u16) -> DistEnv {
+    DistEnv {
+        rank,
+        local_rank: rank,
+        world_size,
+        master_addr: "127.0.0.1".into(),
+        master_port: port,
+    }
+}
+
+#[test]
+fn rendezvous_hands_rank_zeros_id_to_every_rank() {
+    let port = free_port();
+    let ids = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|rank| {
+                s.spawn(move || {
+                    let (rv, id) =
+                        Rendezvous::join(&env(rank, 3, port), Duration::from_secs(20), || {
+                            assert_eq!(rank, 0, "only rank 0 makes the id");
+                            Ok(std::array::from_fn(|i| i as u8 ^ 0x5a))
+                        })
+                        .unwrap();
+                    assert_eq!((rv.rank(), rv.world_size()), (rank, 3));
+                    id
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let want: [u8; 128] = std::array::from_fn(|i| i as u8 ^ 0x5a);
+    assert!(ids.iter().all(|id| *id == want));
+}
+
+#[test]
+fn rendezvous_fails_clearly_when_ranks_are_missing_or_vanish() {
+    let zero = || Ok([0u8; 128]);
+    let port = free_port();
+    let short = Duration::from_millis(300);
+    let e = distributed_message(
+        Rendezvous::join(&env(0, 2, port), short, zero)
+            .err()
+            .unwrap(),
+    );
+    assert!(e.contains("never connected") && e.contains("[1]"), "{e}");
+    let e = distributed_message(
+        Rendezvous::join(&env(1, 2, port), short, zero)
+            .err()
+            .unwrap(),
+    );
+    assert!(e.contains("nothing listens"), "{e}");
+
+    // A peer that says hello and then goes away.
+    let port = free_port();
+    let root = std::thread::spawn(move || {
+        Rendezvous::join(&env(0, 2, port), Duration::from_secs(20), zero)
+            .err()
+            .unwrap()
+    });
+    let mut peer = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let hello = b"labs-rendezvous rank=1 world=2";
+    let mut frame = (hello.len() as u64).to_le_bytes().to_vec();
+    frame.extend_from_slice(hello);
+    std::io::Write::write_all(&mut peer, &frame).unwrap();
+    drop(peer);
+    let e = distributed_message(root.join().unwrap());
+    assert!(e.contains("rank 1"), "{e}");
+}
+
+#[test]
+fn process_group_of_simulated_gpus_over_tcp() {
+    let port = free_port();
+    let results = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|rank| {
+                s.spawn(move || {
+                    let c = dist::init_process_group_with(ProcessGroupOptions {
+                        timeout: Duration::from_secs(20),
+                        device: Some(Device::get(DeviceId::Sim(rank)).unwrap()),
+                        env: Some(env(rank, 2, port)),
+                    })
+                    .unwrap();
+                    let t = Tensor::full(&[3], (rank + 1) as f32, c.device()).unwrap();
+                    c.all_reduce(&t, ReduceOp::Max).unwrap().wait().unwrap();
+                    let out = Tensor::zeros(&[6], DType::F32, c.device()).unwrap();
+                    c.all_gather(&t, &out).unwrap().wait().unwrap();
+                    let bad = Tensor::zeros(&[1 + rank], DType::F32, c.device()).unwrap();
+                    let e = c.all_reduce(&bad, ReduceOp::Sum).err().unwrap();
+                    c.barrier().unwrap();
+                    (out.to_vec::<f32>().unwrap(), distributed_message(e))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    for (gathered, mismatch) in results {
+        assert_eq!(gathered, vec![2.0; 6]);
+        assert!(mismatch.contains("differs across ranks"), "{mismatch}");
+    }
+}
+
+/// Rank 1 joins, then stays silent past the timeout (`late`) or drops its communicator;
+/// rank 0's next collective is the error.
+fn rank_zero_error_when_rank_one(late: bool) -> String {
+    let port = free_port();
+    let timeout = Duration::from_secs(2);
+    std::thread::scope(|s| {
+        let join = move |rank: usize| {
+            dist::init_process_group_with(ProcessGroupOptions {
+                timeout,
+                device: Some(Device::get(DeviceId::Sim(rank)).unwrap()),
+                env: Some(env(rank, 2, port)),
+            })
+            .unwrap()
+        };
+        let one = s.spawn(move || {
+            let c = join(1);
+            if late {
+                std::thread::sleep(timeout + Duration::from_millis(500));
+            }
+            drop(c);
+        });
+        let c = join(0);
+        let t = Tensor::zeros(&[4], DType::F32, c.device()).unwrap();
+        let started = Instant::now();
+        let e = c.all_reduce(&t, ReduceOp::Sum).err().unwrap();
+        assert!(started.elapsed() < timeout * 3, "waited too long");
+        one.join().unwrap();
+        distributed_message(e)
+    })
+}
+
+#[test]
+fn process_group_over_tcp_reports_a_rank_that_left_or_is_silent() {
+    let e = rank_zero_error_when_rank_one(false);
+    assert!(e.contains("rank 1 closed its connection"), "{e}");
+    let e = rank_zero_error_when_rank_one(true);
+    assert!(e.contains("timed out waiting for rank 1"), "{e}");
+}
+
+fn sh(script: &str) -> Vec<String> {
+    vec!["-c".into(), script.into()]
+}
+
+#[test]
+fn launcher_sets_the_environment_and_prefixes_output() {
+    let mut lines = Vec::new();
+    let script = "echo rank $RANK local $LOCAL_RANK of $WORLD_SIZE at $MASTER_ADDR:$MASTER_PORT; \
+                  echo to stderr >&2";
+    let status = dist::launch_with(3, "sh", &sh(script), |l| lines.push(l)).unwrap();
+    assert!(status.success());
+    for rank in 0..3 {
+        let out: Vec<_> = lines.iter().filter(|l| l.rank == rank).collect();
+        assert_eq!(out.len(), 2, "{lines:?}");
+        let stdout = out
+            .iter()
+            .find(|l| l.stream == OutputStream::Stdout)
+            .unwrap();
+        assert!(
+            stdout
+                .text
+                .starts_with(&format!("rank {rank} local {rank} of 3 at 127.0.0.1:")),
+            "{stdout:?}"
+        );
+        assert!(stdout
+            .to_string()
+            .starts_with(&format!("[rank {rank}] rank {rank}")));
+        assert!(out
+            .iter()
+            .any(|l| l.stream == OutputStream::Stderr && l.text == "to stderr"));
+    }
+}
+
+#[test]
+fn launcher_stops_the_others_when_a_rank_fails() {
+    let started = Instant::now();
+    let mut lines = Vec::new();
+    let script = "if [ \"$RANK\" = 1 ]; then echo giving up >&2; exit 3; fi; exec sleep 60";
+    let e = dist::launch_with(3, "sh", &sh(script), |l| lines.push(l))
+        .err()
+        .unwrap();
+    let e = distributed_message(e);
+    assert!(e.contains("rank 1 of 3 exited with code 3"), "{e}");
+    assert!(e.contains("stopped"), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the others were not stopped"
+    );
+    assert!(
+        lines.iter().any(|l| l.rank == 1 && l.text == "giving up"),
+        "{lines:?}"
+    );
+    assert!(dist::launch_with(0, "sh", &[], |_| {}).is_err());
+}
+
+/// Launched by the test below (the environment says so): one rank of a job, on the
+/// device under test's kind.
+fn launched_rank() {
+    let env = DistEnv::from_env().unwrap();
+    let device = if test_device().is_cuda() {
+        Device::get(DeviceId::Cuda(env.local_rank)).unwrap()
+    } else {
+        Device::get(DeviceId::Sim(env.local_rank)).unwrap()
+    };
+    let c = dist::init_process_group_with(ProcessGroupOptions {
+        device: Some(device),
+        ..Default::default()
+    })
+    .unwrap();
+    let t = Tensor::full(&[5], (c.rank() + 1) as f32, c.device()).unwrap();
+    c.all_reduce(&t, ReduceOp::Sum).unwrap().wait().unwrap();
+    println!("all_reduce gave {}", t.to_vec::<f32>().unwrap()[0]);
+    c.barrier().unwrap();
+}
+
+#[test]
+fn launcher_runs_a_process_group() {
+    if std::env::var_os("MASTER_PORT").is_some() {
+        return launched_rank();
+    }
+    let nproc = if test_device().is_cuda() {
+        labs_core::cuda::device_count().unwrap()
+    } else {
+        2
+    };
+    let exe = std::env::current_exe().unwrap();
+    let args: Vec<String> = [
+        "launcher_runs_a_process_group",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut lines = Vec::new();
+    let status = dist::launch_with(nproc, exe.to_str().unwrap(), &args, |l| lines.push(l));
+    let sum = nproc * (nproc + 1) / 2;
+    assert!(status.is_ok(), "{status:?}\n{lines:#?}");
+    for rank in 0..nproc {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.rank == rank && l.text.contains(&format!("all_reduce gave {sum}"))),
+            "{lines:#?}"
+        );
+    }
+}
