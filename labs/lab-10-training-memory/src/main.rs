@@ -104,6 +104,10 @@ struct TrainArgs {
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
+    /// Time every kernel launch (each waited for, so the step runs slower) and print
+    /// the kernel families by total time to stderr: where a step's time goes.
+    #[arg(long)]
+    profile: bool,
     /// Draw where the memory goes over the last step, by allocation category (stacked
     /// areas, the cache on top), into this SVG file.
     #[arg(long, value_name = "FILE")]
@@ -162,8 +166,15 @@ fn run(cli: Cli) -> Result<()> {
     let device = open(&cli.device, cli.dry_run, capacity(cli.capacity.as_deref())?)?;
     let show = !args.json && std::io::stderr().is_terminal();
     let bar = progress(config.steps, show);
+    if args.profile {
+        labs_core::device::profile::start();
+    }
     let report = train::run_with_progress(&config, &device, &bar)?;
     bar.finish_and_clear();
+    if args.profile {
+        labs_core::device::profile::stop();
+        eprint_profile(config.steps);
+    }
     if args.json {
         println!("{}", report.to_json());
     } else {
@@ -176,6 +187,27 @@ fn run(cli: Cli) -> Result<()> {
         bail!("{oom}");
     }
     Ok(())
+}
+
+/// The kernel families by total time over the run, per optimizer step.
+fn eprint_profile(steps: usize) {
+    let rows = labs_core::device::profile::take();
+    let total: f64 = rows.iter().map(|r| r.total.as_secs_f64()).sum();
+    eprintln!(
+        "kernel time per step (each launch waited for): {:.2} ms in {} launches",
+        total * 1e3 / steps.max(1) as f64,
+        rows.iter().map(|r| r.launches).sum::<u64>() / steps.max(1) as u64
+    );
+    for r in rows.iter().take(30) {
+        let t = r.total.as_secs_f64();
+        eprintln!(
+            "{:>9.3} ms {:>5.1}% {:>7} launches  {}",
+            t * 1e3 / steps.max(1) as f64,
+            100.0 * t / total.max(1e-12),
+            r.launches / steps.max(1) as u64,
+            r.label
+        );
+    }
 }
 
 /// The last step's memory by category, as an SVG picture in `path`.

@@ -6,6 +6,7 @@
 
 mod count;
 mod current;
+pub mod profile;
 mod select;
 mod standalone;
 mod transfer;
@@ -238,7 +239,16 @@ impl Device {
 
     /// Enqueues a kernel on the default stream.
     pub fn launch(&self, kernel: &Kernel) -> Result<()> {
-        self.backend().launch(kernel, &self.default_stream()?)
+        let stream = self.default_stream()?;
+        if profile::enabled() {
+            stream.synchronize()?;
+            let t = std::time::Instant::now();
+            self.backend().launch(kernel, &stream)?;
+            stream.synchronize()?;
+            profile::record(kernel, t.elapsed());
+            return Ok(());
+        }
+        self.backend().launch(kernel, &stream)
     }
 
     // ANCHOR: raw_buffer
