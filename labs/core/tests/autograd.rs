@@ -264,8 +264,25 @@ fn backward_refuses_bad_calls() {
     let wrong = tensor(&[1.0], &[1], &device);
     assert!(y.backward_with(Some(wrong), false).is_err());
     assert!(
-        x.narrow(0, 0, 1).is_err(),
-        "no gradient for narrow yet: refused, not dropped"
+        x.expand(&[3, 2]).is_err(),
+        "no gradient for expand yet: refused, not dropped"
+    );
+    // narrow's gradient lands in its place, zeros around it; two narrows of one
+    // tensor add up.
+    let w = tensor(&[1.0, 2.0, 3.0, 4.0, 5.0], &[5], &device).requires_grad_(true);
+    let a = w.narrow(0, 1, 3).unwrap();
+    let b = w.narrow(0, 3, 2).unwrap();
+    let loss = a
+        .mul(&tensor(&[10.0, 20.0, 30.0], &[3], &device))
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .add(&b.sum_all().unwrap())
+        .unwrap();
+    loss.backward().unwrap();
+    assert_eq!(
+        w.grad().unwrap().to_vec::<f32>().unwrap(),
+        vec![0.0, 10.0, 20.0, 31.0, 1.0]
     );
 }
 

@@ -304,15 +304,21 @@ fn a_multihead_attention_forward_saves_no_probabilities_mask_or_copies() {
     println!("saved bytes of one attention forward: math {math}, fused {fused}");
     let activation = (b * l * e * 4) as u64; // one [B, L, E] float32
     let weights = (b * h * l * l) as u64; // one [B, H, L, L] element each
-                                          // Both keep x, the three projection weights (and index_select's indices), k and v,
+                                          // Both keep x, the packed projection weight, k and v,
                                           // and out_proj's weight.
                                           // The math path also keeps q scaled, the softmax, the dropout mask (a byte each),
                                           // the dropped weights and the copy of its output that out_proj reads; the fused
                                           // kernel keeps q, its output (which out_proj reads in place) and a log-sum-exp.
     let lse = (b * h * l * 4) as u64;
-    assert_eq!(math - fused, 4 * weights + weights + 4 * weights - lse);
+    // One activation more on the math path: its k and v are views of the packed
+    // projection's [B, L, 3E] output, which keeps the query's third alive too (the
+    // fused node saves all three thirds anyway, as it needs q).
+    assert_eq!(
+        math - fused,
+        4 * weights + weights + 4 * weights - lse + activation
+    );
     let common = activation // x
-        + 3 * (e * e * 4 + e * 8) as u64 // the in_proj weight's rows and their indices
+        + (3 * e * e * 4) as u64 // the packed in_proj weight, read in place
         + 2 * activation // k, v
         + (e * e * 4) as u64; // out_proj.weight
                               // q and the output, nothing else: before strided operands the node kept dense
@@ -348,7 +354,9 @@ fn a_training_transformer_layer_attends_through_the_fused_kernel() {
     println!("saved bytes of a training encoder layer: math {math}, fused {fused}");
     let weights = (b * h * l * l) as u64;
     let lse = (b * h * l * 4) as u64;
-    assert_eq!(math - fused, 9 * weights - lse);
+    let activation = (b * l * e * 4) as u64;
+    // As in the test above, the math path keeps the packed projection's query third.
+    assert_eq!(math - fused, 9 * weights - lse + activation);
 }
 
 /// Values of another width than the keys are the math path's (the kernel needs one

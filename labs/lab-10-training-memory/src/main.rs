@@ -104,8 +104,8 @@ struct TrainArgs {
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
-    /// Time every kernel launch (each waited for, so the step runs slower) and print
-    /// the kernel families by total time to stderr: where a step's time goes.
+    /// Time every kernel launch with events and print the kernel families by GPU time
+    /// to stderr: where a step's time goes.
     #[arg(long)]
     profile: bool,
     /// Draw where the memory goes over the last step, by allocation category (stacked
@@ -173,7 +173,7 @@ fn run(cli: Cli) -> Result<()> {
     bar.finish_and_clear();
     if args.profile {
         labs_core::device::profile::stop();
-        eprint_profile(config.steps);
+        eprint_profile(config.steps)?;
     }
     if args.json {
         println!("{}", report.to_json());
@@ -190,11 +190,11 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 /// The kernel families by total time over the run, per optimizer step.
-fn eprint_profile(steps: usize) {
-    let rows = labs_core::device::profile::take();
+fn eprint_profile(steps: usize) -> Result<()> {
+    let rows = labs_core::device::profile::take()?;
     let total: f64 = rows.iter().map(|r| r.total.as_secs_f64()).sum();
     eprintln!(
-        "kernel time per step (each launch waited for): {:.2} ms in {} launches",
+        "GPU time in kernels per step: {:.2} ms in {} launches",
         total * 1e3 / steps.max(1) as f64,
         rows.iter().map(|r| r.launches).sum::<u64>() / steps.max(1) as u64
     );
@@ -208,6 +208,7 @@ fn eprint_profile(steps: usize) {
             r.label
         );
     }
+    Ok(())
 }
 
 /// The last step's memory by category, as an SVG picture in `path`.

@@ -38,6 +38,7 @@ pub(super) fn input_grads(op: &GradOp, grad: &Tensor, saved: &[Tensor]) -> Resul
             vec![grad.permute(&inverse)?]
         }
         GradOp::Reshape(input) => vec![grad.reshape(input)?],
+        GradOp::Narrow { dim, start, full } => vec![narrow_backward(grad, *dim, *start, *full)?],
         GradOp::Identity => vec![grad.clone()],
         GradOp::Matmul => matmul(grad, saved)?,
         GradOp::Cast { from } => vec![grad.to_dtype(*from)?],
@@ -232,4 +233,29 @@ fn binary(op: BinaryOp, g: &Tensor, saved: &[Tensor]) -> Result<Vec<Tensor>> {
             )))
         }
     })
+}
+
+/// The gradient of `narrow(dim, start, len)`: `grad` in its place along `dim` of an
+/// input `full` long there, zeros before and after (PyTorch's `slice_backward`).
+fn narrow_backward(grad: &Tensor, dim: usize, start: usize, full: usize) -> Result<Tensor> {
+    let len = grad.shape()[dim];
+    if start == 0 && len == full {
+        return Ok(grad.clone());
+    }
+    let zeros = |n: usize| -> Result<Tensor> {
+        let mut shape = grad.shape().to_vec();
+        shape[dim] = n;
+        Tensor::zeros(&shape, grad.dtype(), grad.device())
+    };
+    let grad = grad.contiguous()?;
+    let mut parts = Vec::new();
+    if start > 0 {
+        parts.push(zeros(start)?);
+    }
+    parts.push(grad);
+    if start + len < full {
+        parts.push(zeros(full - start - len)?);
+    }
+    let refs: Vec<&Tensor> = parts.iter().collect();
+    Tensor::cat(&refs, dim)
 }

@@ -240,12 +240,12 @@ impl Device {
     /// Enqueues a kernel on the default stream.
     pub fn launch(&self, kernel: &Kernel) -> Result<()> {
         let stream = self.default_stream()?;
-        if profile::enabled() {
-            stream.synchronize()?;
-            let t = std::time::Instant::now();
+        if profile::enabled() && !self.is_dry() {
+            let (start, end) = (self.new_event()?, self.new_event()?);
+            stream.record(&start)?;
             self.backend().launch(kernel, &stream)?;
-            stream.synchronize()?;
-            profile::record(kernel, t.elapsed());
+            stream.record(&end)?;
+            profile::record(kernel, start, end);
             return Ok(());
         }
         self.backend().launch(kernel, &stream)

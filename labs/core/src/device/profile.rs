@@ -1,9 +1,9 @@
 //! A kernel profiler for finding where a step's time goes, without Nsight: while on,
-//! every launch through [`Device::launch`](super::Device::launch) waits for the stream
-//! before and after the kernel and adds the time between to its label's total (the
-//! kernel family, its op and dtype). The waits serialise the GPU and add a round trip
-//! per kernel, so the step runs slower than it would; what it shows is each family's
-//! share, not a step time.
+//! every launch through [`Device::launch`](super::Device::launch) is bracketed by two
+//! events on its stream, and [`take`] adds the GPU time between each pair to the
+//! launch's label (the kernel family, its op and dtype). Nothing waits, so the GPU runs
+//! as it would (two event records more per launch); the sum is the time the GPU spent
+//! in kernels, and a step's time beyond it is the GPU waiting for the host.
 //!
 //! On with `LABS_PROFILE=1` or [`start`]; [`take`] returns the totals and clears them.
 
@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::backend::Event;
+use crate::error::Result;
 use crate::kernels::Kernel;
 
 /// The environment variable that turns the profiler on for the whole process.
@@ -19,13 +21,16 @@ pub const ENV_PROFILE: &str = "LABS_PROFILE";
 
 static ON: AtomicBool = AtomicBool::new(false);
 
-fn totals() -> &'static Mutex<HashMap<String, (u64, Duration)>> {
-    static TOTALS: OnceLock<Mutex<HashMap<String, (u64, Duration)>>> = OnceLock::new();
+/// Each timed launch: its label and the events around it.
+type Pending = Vec<(String, Event, Event)>;
+
+fn totals() -> &'static Mutex<Pending> {
+    static TOTALS: OnceLock<Mutex<Pending>> = OnceLock::new();
     TOTALS.get_or_init(|| {
         if std::env::var(ENV_PROFILE).is_ok_and(|v| v == "1") {
             ON.store(true, Ordering::Relaxed);
         }
-        Mutex::new(HashMap::new())
+        Mutex::new(Vec::new())
     })
 }
 
@@ -54,12 +59,19 @@ pub struct KernelTime {
     pub total: Duration,
 }
 
-/// The totals so far, the longest first; clears them.
-pub fn take() -> Vec<KernelTime> {
-    let mut rows: Vec<KernelTime> = totals()
-        .lock()
-        .unwrap()
-        .drain()
+/// The totals so far, the longest first (waits for the launches timed); clears them.
+pub fn take() -> Result<Vec<KernelTime>> {
+    let pending: Pending = std::mem::take(&mut *totals().lock().unwrap());
+    let mut sums: HashMap<String, (u64, Duration)> = HashMap::new();
+    for (label, start, end) in pending {
+        end.synchronize()?;
+        let ms = start.elapsed_ms(&end)?.max(0.0);
+        let e = sums.entry(label).or_insert((0, Duration::ZERO));
+        e.0 += 1;
+        e.1 += Duration::from_secs_f64(f64::from(ms) / 1e3);
+    }
+    let mut rows: Vec<KernelTime> = sums
+        .into_iter()
         .map(|(label, (launches, total))| KernelTime {
             label,
             launches,
@@ -67,20 +79,30 @@ pub fn take() -> Vec<KernelTime> {
         })
         .collect();
     rows.sort_by(|a, b| b.total.cmp(&a.total).then(a.label.cmp(&b.label)));
-    rows
+    Ok(rows)
 }
 
-pub(super) fn record(kernel: &Kernel, took: Duration) {
-    let mut t = totals().lock().unwrap();
-    let e = t.entry(label(kernel)).or_insert((0, Duration::ZERO));
-    e.0 += 1;
-    e.1 += took;
+pub(super) fn record(kernel: &Kernel, start: Event, end: Event) {
+    totals().lock().unwrap().push((label(kernel), start, end));
 }
 
 /// The kernel's family (its variant), and its op, dtype and shape class where it has
 /// them, read from its debug form: one rule for every kernel, so that a new one needs
 /// no entry here.
 pub fn label(kernel: &Kernel) -> String {
+    // Matrix products by shape: which of them is slow is the question.
+    if let Kernel::Gemm(g) = kernel {
+        return format!(
+            "Gemm {:?} {}x{}x{} batch {} {}{}",
+            g.dtype,
+            g.m,
+            g.n,
+            g.k,
+            g.batch,
+            if g.a.transposed { "T" } else { "N" },
+            if g.b.transposed { "T" } else { "N" }
+        );
+    }
     let text = format!("{kernel:?}");
     let family: String = text
         .chars()

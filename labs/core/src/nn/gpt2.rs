@@ -18,7 +18,7 @@
 
 use super::attention::scaled_dot_product_attention;
 use super::layer_checkpoint::run_layer;
-use super::multihead_attention::packed_projection;
+use super::multihead_attention::packed_heads;
 use super::{join, Dropout, Embedding, LayerCheckpoint, LayerNorm, Linear, Module, Rng};
 use crate::alloc::Category;
 use crate::device::Device;
@@ -94,14 +94,13 @@ struct CausalSelfAttention {
 impl CausalSelfAttention {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (b, t, e) = (x.shape()[0], x.shape()[1], x.shape()[2]);
-        let d = e / self.n_head;
-        let bias = self.c_attn.bias.as_ref().expect("c_attn has a bias");
-        let heads = |i| -> Result<Tensor> {
-            packed_projection(x, &self.c_attn.weight, bias, i)?
-                .reshape(&[b, t, self.n_head, d])?
-                .transpose(1, 2)
-        };
-        let (q, k, v) = (heads(0)?, heads(1)?, heads(2)?);
+        // One product for query, key and value ([B, T, 3E]), split into heads by views.
+        let qkv = self.c_attn.forward(x)?;
+        let (q, k, v) = (
+            packed_heads(&qkv, 0, self.n_head)?,
+            packed_heads(&qkv, 1, self.n_head)?,
+            packed_heads(&qkv, 2, self.n_head)?,
+        );
         let y = scaled_dot_product_attention(&q, &k, &v, None, true, self.dropout, self.training)?;
         let y = y.transpose(1, 2)?.reshape(&[b, t, e])?;
         self.resid_dropout.forward(&self.c_proj.forward(&y)?)

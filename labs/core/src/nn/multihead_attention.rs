@@ -165,24 +165,34 @@ impl MultiheadAttention {
         }
         let mask = self.merged_mask(&masks, b, l, s, query.dtype(), query.device())?;
         let causal = masks.is_causal && masks.attn_mask.is_none();
-        let q = self.heads(&packed_projection(
-            query,
-            &self.in_proj_weight,
-            &self.in_proj_bias,
-            0,
-        )?)?;
-        let k = self.heads(&packed_projection(
-            key,
-            &self.in_proj_weight,
-            &self.in_proj_bias,
-            1,
-        )?)?;
-        let v = self.heads(&packed_projection(
-            value,
-            &self.in_proj_weight,
-            &self.in_proj_bias,
-            2,
-        )?)?;
+        // Self-attention (one tensor for query, key and value, as every layer of the
+        // book's models): one product with the packed weight, split into heads by
+        // views, as PyTorch's `_in_projection_packed` does. Otherwise one product per
+        // part, each with its rows of the packed weight (a view, not a copy).
+        let same = |a: &Tensor, b: &Tensor| {
+            a.shares_storage(b)
+                && a.ptr() == b.ptr()
+                && a.shape() == b.shape()
+                && a.strides() == b.strides()
+        };
+        let (q, k, v) = if same(query, key) && same(key, value) {
+            let y = query.linear(&self.in_proj_weight, Some(&self.in_proj_bias))?;
+            (
+                packed_heads(&y, 0, self.num_heads)?,
+                packed_heads(&y, 1, self.num_heads)?,
+                packed_heads(&y, 2, self.num_heads)?,
+            )
+        } else {
+            let part = |x: &Tensor, i| -> Result<Tensor> {
+                self.heads(&packed_projection(
+                    x,
+                    &self.in_proj_weight,
+                    &self.in_proj_bias,
+                    i,
+                )?)
+            };
+            (part(query, 0)?, part(key, 1)?, part(value, 2)?)
+        };
         let (out, weights) = if need_weights {
             let (o, w) = attention_with_weights(
                 &q,
@@ -285,11 +295,18 @@ fn check_device(mask: &Tensor, device: &Device) -> Result<()> {
 /// the shared weight; the copy is of an `E x E` weight, not of the activations.
 pub(crate) fn packed_projection(x: &Tensor, w: &Tensor, b: &Tensor, i: usize) -> Result<Tensor> {
     let e = w.shape()[1];
-    let rows: Vec<i64> = (i * e..(i + 1) * e).map(|r| r as i64).collect();
-    let rows = Tensor::from_slice(&rows, &[e], x.device())?;
-    let wi = w.index_select(0, &rows)?;
-    let bi = b.index_select(0, &rows)?;
-    x.matmul(&wi.transpose(0, 1)?)?.add(&bi)
+    x.linear(&w.narrow(0, i * e, e)?, Some(&b.narrow(0, i * e, e)?))
+}
+
+/// Part `i` of the three in `y [B, L, 3E]` (the output of a packed projection) as
+/// `heads` heads `[B, H, L, D]`: a view of `y`, no copy (the fused attention kernel
+/// reads it where it lies).
+pub(crate) fn packed_heads(y: &Tensor, i: usize, heads: usize) -> Result<Tensor> {
+    let (b, l, e3) = (y.shape()[0], y.shape()[1], y.shape()[2]);
+    let d = e3 / 3 / heads;
+    y.view(&[b, l, 3 * heads, d])?
+        .narrow(2, i * heads, heads)?
+        .transpose(1, 2)
 }
 
 impl Module for MultiheadAttention {

@@ -30,6 +30,13 @@ pub enum GradOp {
     },
     /// A reordering of dimensions.
     Permute(Vec<usize>),
+    /// `len` entries of dimension `dim` from `start` of an input with `full` entries
+    /// there: the gradient goes back into its place, zeros around it.
+    Narrow {
+        dim: usize,
+        start: usize,
+        full: usize,
+    },
     /// Another shape over the same elements (view, reshape) of an input of this shape.
     Reshape(Vec<usize>),
     /// A dense copy (`contiguous`): the gradient passes through.
@@ -120,6 +127,7 @@ impl GradOp {
             GradOp::Sum { scale, .. } if *scale != 1.0 => "MeanBackward".into(),
             GradOp::Sum { .. } => "SumBackward".into(),
             GradOp::Permute(_) => "PermuteBackward".into(),
+            GradOp::Narrow { .. } => "NarrowBackward".into(),
             GradOp::Reshape(_) => "ViewBackward".into(),
             GradOp::Identity => "CloneBackward".into(),
             GradOp::Matmul => "MmBackward".into(),

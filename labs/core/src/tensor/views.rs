@@ -28,10 +28,18 @@ impl Tensor {
         ))
     }
 
-    /// `len` entries of dimension `dim` from `start`, sharing storage.
+    /// `len` entries of dimension `dim` from `start`, sharing storage. Its gradient
+    /// goes back into its place, zeros around it (a weight's packed parts, the query,
+    /// key and value of one projection).
     pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Tensor> {
-        self.check_no_graph("narrow")?;
-        Ok(self.with_layout(self.layout.narrow(dim, start, len)?))
+        let out = self.with_layout(self.layout.narrow(dim, start, len)?);
+        let full = self.shape()[dim];
+        Ok(Tensor::recorded(
+            out,
+            GradOp::Narrow { dim, start, full },
+            &[self],
+            vec![],
+        ))
     }
 
     /// Size-1 dimensions repeated to `shape` without copying (stride 0).
