@@ -190,7 +190,8 @@ fn from_line(line: &Value, config: &TrainConfig) -> PyTorchRun {
             e if e.starts_with("timed out") => "timeout",
             _ => "error",
         };
-        return PyTorchRun::failed(cell, first_line(error));
+        let message = error.strip_prefix("OOM: ").unwrap_or(error);
+        return PyTorchRun::failed(cell, first_line(message));
     }
     match line.get("json") {
         Some(report) if report.is_object() => PyTorchRun::from_report(report, config),
