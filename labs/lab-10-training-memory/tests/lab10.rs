@@ -2,11 +2,11 @@
 //! with `LABS_DEVICE=cuda`): `cargo test -p lab-10 --features exercises` grades the
 //! starter code, the default build the reference solutions.
 
-use lab_10::exercises::{accumulate, optimizer_state_bytes};
+use lab_10::exercises::{accumulate, largest_batch, optimizer_state_bytes};
 use lab_10::train::model::Batch;
-use lab_10::train::{run, OptimizerKind, TrainConfig, Trainer};
+use lab_10::train::{run, CheckpointMode, OptimizerKind, TrainConfig, Trainer};
 use labs_core::testing::test_device;
-use labs_core::DType;
+use labs_core::{DType, Device};
 
 /// The tests measure one shared device: one at a time.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -99,4 +99,63 @@ fn exercise_2_optimizer_state_is_what_the_allocator_counts() {
         );
         assert_eq!(optimizer_state_bytes(optimizer, &numels, 0), 0);
     }
+}
+
+/// A run whose activations outweigh its parameters: checkpointing pays.
+fn activation_heavy() -> TrainConfig {
+    TrainConfig {
+        d_model: 64,
+        nhead: 2,
+        layers: 2,
+        ffn: 128,
+        seq: 128,
+        steps: 2,
+        warmup: 0,
+        optimizer: OptimizerKind::Sgd,
+        ..TrainConfig::transformer()
+    }
+}
+
+fn fits(c: &TrainConfig, batch: usize, capacity: u64) -> bool {
+    let c = TrainConfig { batch, ..c.clone() };
+    run(&c, &Device::new_dry(capacity)).unwrap().oom.is_none()
+}
+
+#[test]
+fn exercise_3_the_largest_batch_that_fits_and_what_checkpointing_buys() {
+    let plain = activation_heavy();
+    // The capacity: what a batch of 16 reserves without checkpointing.
+    let sized = TrainConfig {
+        batch: 16,
+        ..plain.clone()
+    };
+    let capacity = run(&sized, &Device::new_dry(64 << 30))
+        .unwrap()
+        .peak_reserved;
+    let without = largest_batch(&plain, capacity, 256)
+        .unwrap()
+        .expect("batch 1 fits");
+    assert!(
+        without >= 16,
+        "batch 16 fitted in {capacity} bytes, the answer is {without}"
+    );
+    assert!(fits(&plain, without, capacity));
+    assert!(
+        !fits(&plain, without + 1, capacity),
+        "{} fits too",
+        without + 1
+    );
+    let checkpointed = TrainConfig {
+        checkpoint: CheckpointMode::Layers,
+        ..plain.clone()
+    };
+    let with = largest_batch(&checkpointed, capacity, 256)
+        .unwrap()
+        .unwrap();
+    assert!(fits(&checkpointed, with, capacity));
+    assert!(!fits(&checkpointed, with + 1, capacity));
+    assert!(with > without, "checkpointing: {with}, without: {without}");
+    // Nothing fits a device smaller than the parameters; the cap is honoured.
+    assert_eq!(largest_batch(&plain, 1 << 10, 256).unwrap(), None);
+    assert_eq!(largest_batch(&plain, 64 << 30, 3).unwrap(), Some(3));
 }

@@ -4,7 +4,7 @@
 use anyhow::Result;
 
 use crate::train::model::Batch;
-use crate::train::{OptimizerKind, Trainer};
+use crate::train::{OptimizerKind, TrainConfig, Trainer};
 
 // ANCHOR: exercise_accumulate
 /// Exercise 1: gradient accumulation. Run forward and backward on each micro-batch so
@@ -34,3 +34,21 @@ pub fn optimizer_state_bytes(
     todo!("what each optimizer keeps per parameter, and from which step")
 }
 // ANCHOR_END: exercise_state
+
+// ANCHOR: exercise_largest_batch
+/// Exercise 3: the largest micro-batch, from 1 to `max_batch`, with which a run of
+/// `config` fits a GPU of `capacity` bytes, or `None` when not even a batch of 1 fits.
+/// Ask the dry run, which allocates as the GPU would without running a kernel:
+/// `crate::train::run(&config, &labs_core::Device::new_dry(capacity))` returns a report
+/// whose `oom` is `Some` when the run did not fit. A larger batch never needs less
+/// memory, so a bisection takes a handful of dry runs. Then compare `config` with and
+/// without `checkpoint: CheckpointMode::Layers`.
+pub fn largest_batch(
+    config: &TrainConfig,
+    capacity: u64,
+    max_batch: usize,
+) -> Result<Option<usize>> {
+    let _ = (config, capacity, max_batch);
+    todo!("bisect on the batch, each candidate tried on a fresh dry device")
+}
+// ANCHOR_END: exercise_largest_batch
