@@ -107,8 +107,9 @@ pub enum Scale {
     /// On a GPU with `--quick`: the tutorial's model, and a GPT-2 of 4 blocks, d_model
     /// 256, at batch 8 x 256.
     Quick,
-    /// On the simulated GPU: the tutorial's model and the small GPT-2 of [`Scale::Quick`],
-    /// 2 steps each (the peaks are reached by the second step; times mean nothing here).
+    /// On the simulated GPU, whose kernels run on the CPU: the tutorial's model and a
+    /// GPT-2 scaled down (d_model 128, 2 layers; batch 16 x 50 and 4 x 128), 2 steps each
+    /// (the peaks are reached by the second step; times mean nothing here).
     Sim,
     /// On the simulated GPU with `--quick`: tiny models, for smoke tests.
     Tiny,
@@ -129,12 +130,17 @@ impl Scale {
     /// sequence length.
     fn tutorial(self) -> (&'static str, usize, usize) {
         match self {
+            Scale::Sim => (
+                "--model transformer --d-model 128 --nhead 4 --layers 2 --ffn 512",
+                16,
+                50,
+            ),
             Scale::Tiny => (
                 "--model transformer --d-model 32 --nhead 2 --layers 1 --ffn 64",
                 8,
                 16,
             ),
-            _ => (TUTORIAL_MODEL, TUTORIAL_BATCH, TUTORIAL_SEQ),
+            Scale::Full | Scale::Quick => (TUTORIAL_MODEL, TUTORIAL_BATCH, TUTORIAL_SEQ),
         }
     }
 
@@ -142,10 +148,15 @@ impl Scale {
     fn gpt2(self) -> (&'static str, usize, usize) {
         match self {
             Scale::Full => ("--model gpt2 --optimizer adamw", 8, 1024),
-            Scale::Quick | Scale::Sim => (
+            Scale::Quick => (
                 "--model gpt2 --optimizer adamw --layers 4 --d-model 256 --nhead 4",
                 8,
                 256,
+            ),
+            Scale::Sim => (
+                "--model gpt2 --optimizer adamw --layers 2 --d-model 128 --nhead 4 --vocab 4096",
+                4,
+                128,
             ),
             Scale::Tiny => (
                 "--model gpt2 --optimizer adamw --layers 1 --d-model 32 --nhead 2 --vocab 64",
@@ -167,9 +178,13 @@ impl Scale {
     pub fn gpt2_description(self) -> &'static str {
         match self {
             Scale::Full => "GPT-2 small (124 M parameters), batch 8 x 1024, AdamW",
-            Scale::Quick | Scale::Sim => {
+            Scale::Quick => {
                 "a scaled-down GPT-2 (4 blocks, d_model 256, 4 heads, vocabulary 50257), \
                  batch 8 x 256, AdamW, in place of GPT-2 small"
+            }
+            Scale::Sim => {
+                "a scaled-down GPT-2 (2 blocks, d_model 128, 4 heads, vocabulary 4096), \
+                 batch 4 x 128, AdamW, in place of GPT-2 small"
             }
             Scale::Tiny => {
                 "a tiny GPT-2 (1 block, d_model 32, vocabulary 64), batch 2 x 32, AdamW, in \

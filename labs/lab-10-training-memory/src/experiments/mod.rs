@@ -65,7 +65,8 @@ pub fn run(device: &Device, o: &Options, w: &mut dyn Write) -> Result<Outcome> {
         writeln!(
             w,
             "(no GPU in use: the simulated GPU, whose allocator is the same code; its kernels \
-             run on the CPU, so its times mean nothing, and PyTorch is not run here)"
+             run on the CPU, so its times mean nothing, and PyTorch is not run here; the \
+             models are scaled down to run in seconds)"
         )?;
     }
     if let Some(PyTorchSource::Lines { path, .. }) = &o.pytorch {

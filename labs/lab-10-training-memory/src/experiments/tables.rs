@@ -180,12 +180,17 @@ pub fn tutorial(device: &str, runs: &[&Measurement; 4], with_pytorch: bool) -> S
             ));
         }
     }
-    out.push_str(
+    out.push_str(&format!(
         "The tutorial's model is not batch_first: its (64, 100, 256) input is 64 positions \
          of 100 sequences, and its micro-batches of 16 are 16 positions of the same 100. Ours \
-         and ci/pytorch-train.py are batch_first (64 sequences of 100 positions); the \
-         tutorial's shape is measured here as 100 sequences of 64 (and of 16) positions.\n",
-    );
+         and ci/pytorch-train.py are batch_first ({} sequences of {} positions); the \
+         tutorial's shape is measured here as {} sequences of {} (and of {}) positions.\n",
+        one.config.batch,
+        one.config.seq,
+        shape_one.config.batch,
+        shape_one.config.seq,
+        shape_accum.config.seq
+    ));
     out.push_str(&notes(&[one, accum, shape_one, shape_accum]));
     out
 }
