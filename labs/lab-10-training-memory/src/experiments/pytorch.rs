@@ -311,3 +311,95 @@ fn run_child(program: &str, argv: &[String], timeout: Duration) -> Result<ChildO
         stderr: err.join().unwrap_or_default(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tiny configuration the scripts below describe.
+    fn tiny() -> TrainConfig {
+        super::super::configs::configurations(super::super::configs::Scale::Tiny)[0]
+            .train_config()
+            .unwrap()
+    }
+
+    /// A stand-in for ci/pytorch-train.py: a Python script with `body`.
+    fn script(name: &str, body: &str) -> PyTorchSource {
+        let path = std::env::temp_dir().join(format!("lab10-{name}-{}.py", std::process::id()));
+        std::fs::write(&path, body).unwrap();
+        PyTorchSource::open(&path, "python3").unwrap()
+    }
+
+    fn config_json(c: &TrainConfig) -> String {
+        serde_json::to_string(c).unwrap()
+    }
+
+    #[test]
+    fn the_script_is_run_with_the_flags_and_its_last_json_line_read() {
+        let c = tiny();
+        let source = script(
+            "ok",
+            &format!(
+                "import json, sys\n\
+                 assert sys.argv[-3:] == ['--json', '--device', 'cuda:0'], sys.argv\n\
+                 assert '--d-model' in sys.argv, sys.argv\n\
+                 print('a warning')\n\
+                 print(json.dumps({{'config': {}, 'peak_allocated': 3, 'peak_reserved': 4, \
+                 'step_ms': 1.5}}))\n",
+                config_json(&c)
+                    .replace("true", "True")
+                    .replace("false", "False")
+                    .replace("null", "None")
+            ),
+        );
+        let flags = "--model transformer --d-model 32";
+        let run = source.run("tutorial-none", flags, &c, "cuda:0");
+        assert_eq!(
+            run,
+            PyTorchRun::Measured(PyTorchFigures {
+                peak_allocated: 3,
+                peak_reserved: 4,
+                step_ms: Some(1.5)
+            })
+        );
+    }
+
+    #[test]
+    fn a_failed_script_is_a_cell_not_an_error() {
+        let c = tiny();
+        let oom = script(
+            "oom",
+            "import json, sys\nprint(json.dumps({'oom': 'CUDA out of memory. Tried'}))\nsys.exit(1)\n",
+        );
+        match oom.run("x", "", &c, "cuda:0") {
+            PyTorchRun::Failed { cell, message } => {
+                assert_eq!(cell, "OOM");
+                assert!(message.contains("CUDA out of memory"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let crash = script("crash", "raise RuntimeError('boom')\n");
+        match crash.run("x", "", &c, "cuda:0") {
+            PyTorchRun::Failed { cell, message } => {
+                assert_eq!(cell, "error");
+                assert_eq!(message, "RuntimeError: boom");
+            }
+            other => panic!("{other:?}"),
+        }
+        let other = script(
+            "other",
+            "import json\nprint(json.dumps({'config': {'model': 'gpt2'}, 'peak_allocated': 1, \
+             'peak_reserved': 1}))\n",
+        );
+        match other.run("x", "", &c, "cuda:0") {
+            PyTorchRun::Failed { cell, message } => {
+                assert_eq!(cell, "other config");
+                assert!(
+                    message.contains("model \"gpt2\" (ours \"transformer\")"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -82,3 +82,78 @@ pub fn report(rows: &[Measurement]) -> (String, bool) {
     }
     (out, false)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiments::configs::{configurations, Scale};
+    use crate::experiments::pytorch::PyTorchFigures;
+    use crate::experiments::runs::Prediction;
+    use crate::train::TrainReport;
+
+    /// Configuration `name` (tiny) with our figures and PyTorch's.
+    fn measured(name: &str, ours: (u64, f64), theirs: (u64, f64)) -> Measurement {
+        let configuration = (configurations(Scale::Tiny).into_iter())
+            .find(|c| c.name == name)
+            .unwrap();
+        let config = configuration.train_config().unwrap();
+        let mut report = TrainReport::new(
+            &config,
+            &labs_core::Device::new_dry(1 << 30),
+            1,
+            crate::train::measure::Memory {
+                peak_allocated: ours.0,
+                peak_reserved: ours.0,
+                by_category: Default::default(),
+                num_ooms: 0,
+            },
+            None,
+        );
+        report.step_ms = Some(ours.1);
+        Measurement {
+            configuration,
+            config,
+            predicted: Prediction {
+                peak_allocated: 0,
+                peak_reserved: 0,
+                fits: true,
+            },
+            ours: Some(report),
+            pytorch: Some(PyTorchRun::Measured(PyTorchFigures {
+                peak_allocated: theirs.0,
+                peak_reserved: theirs.0,
+                step_ms: Some(theirs.1),
+            })),
+        }
+    }
+
+    #[test]
+    fn the_targets_bounds() {
+        // Within 5 % below, and faster: met.
+        assert!(missed(&measured("tutorial-none", (960, 1.0), (1000, 1.0))).is_empty());
+        // 4 % above on the fused path: within 5 %, but above PyTorch's.
+        let above = missed(&measured("tutorial-none", (1040, 1.0), (1000, 1.0)));
+        assert_eq!(above.len(), 1, "{above:?}");
+        assert!(above[0].contains("fused path"));
+        // The same on the naive path is allowed.
+        assert!(missed(&measured(
+            "tutorial-naive-attention",
+            (1040, 1.0),
+            (1000, 1.0)
+        ))
+        .is_empty());
+        // 6 % below: outside 5 %.
+        let below = missed(&measured("tutorial-none", (940, 1.0), (1000, 1.0)));
+        assert!(below.len() == 1 && below[0].contains("-6.0%"), "{below:?}");
+        // Step time: at most PyTorch's on the tutorial's model, 1.15 times on GPT-2.
+        assert_eq!(
+            missed(&measured("tutorial-none", (1000, 1.1), (1000, 1.0))).len(),
+            1
+        );
+        assert!(missed(&measured("gpt2-none", (1000, 1.1), (1000, 1.0))).is_empty());
+        assert_eq!(
+            missed(&measured("gpt2-none", (1000, 1.2), (1000, 1.0))).len(),
+            1
+        );
+    }
+}
