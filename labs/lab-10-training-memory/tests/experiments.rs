@@ -20,9 +20,11 @@ fn device() -> String {
 
 /// The fixture: train-compare's lines for the tiny tutorial model (PyTorch's side of
 /// `tutorial-none`, an out-of-memory `tutorial-accum4`, a `tutorial-offload` of another
-/// batch).
+/// batch). Built into the test, which may run where the checkout is not.
 fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/pytorch-tiny.jsonl")
+    let path = scratch("fixture").join("pytorch-tiny.jsonl");
+    std::fs::write(&path, include_str!("data/pytorch-tiny.jsonl")).unwrap();
+    path
 }
 
 fn scratch(name: &str) -> PathBuf {
