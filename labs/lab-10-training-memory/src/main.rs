@@ -48,8 +48,8 @@ struct Cli {
     /// list of those missed.
     #[arg(long)]
     check: bool,
-    /// Write every run of ours (and its dry run) as JSON lines, ci/train-compare.py
-    /// --out's format.
+    /// Write every run (ours, its dry run, and PyTorch's when run) as JSON lines,
+    /// ci/train-compare.py --out's format, which --pytorch FILE.jsonl reads back.
     #[arg(long, value_name = "FILE")]
     out: Option<std::path::PathBuf>,
     #[command(subcommand)]

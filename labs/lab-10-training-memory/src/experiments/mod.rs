@@ -37,7 +37,8 @@ pub struct Options {
     pub pictures: Option<PathBuf>,
     /// Check the chapter's targets against PyTorch's figures.
     pub check: bool,
-    /// Write every run of ours (and its dry run) here, as train-compare's JSON lines.
+    /// Write every run (ours, its dry run, and PyTorch's when run) here, as
+    /// train-compare's JSON lines.
     pub out: Option<PathBuf>,
     /// Show a progress bar on stderr.
     pub progress: bool,

@@ -158,24 +158,40 @@ impl PyTorchSource {
     }
 
     /// PyTorch's side of configuration `name` with flags `flags` (describing `config`)
-    /// on the GPU `device` (`cuda:0`).
-    pub fn run(&self, name: &str, flags: &str, config: &TrainConfig, device: &str) -> PyTorchRun {
+    /// on the GPU `device` (`cuda:0`); with a script, also the run as a line of
+    /// train-compare's `--out` (for `--out FILE`, so that a later run can read it back).
+    pub fn run(
+        &self,
+        name: &str,
+        flags: &str,
+        config: &TrainConfig,
+        device: &str,
+    ) -> (PyTorchRun, Option<Value>) {
         match self {
             PyTorchSource::Script { script, python } => {
                 let mut argv: Vec<String> = vec![script.display().to_string()];
                 argv.extend(flags.split_whitespace().map(String::from));
                 argv.extend(["--json", "--device", device].map(String::from));
-                match run_child(python, &argv, TIMEOUT) {
-                    Ok(child) => child.into_run(config),
-                    Err(e) => PyTorchRun::failed("error", format!("{e:#}")),
-                }
+                let mut line = match run_child(python, &argv, TIMEOUT) {
+                    Ok(child) => child.into_line(),
+                    Err(e) => serde_json::json!({"json": null, "error": format!("{e:#}")}),
+                };
+                let mut full = vec![python.clone()];
+                full.extend(argv);
+                line["argv"] = full.into();
+                line["config"] = name.into();
+                line["side"] = "pytorch".into();
+                (from_line(&line, config), Some(line))
             }
             PyTorchSource::Lines { path, runs } => match runs.get(name) {
-                None => PyTorchRun::failed(
-                    "absent",
-                    format!("{} has no PyTorch run named {name}", path.display()),
+                None => (
+                    PyTorchRun::failed(
+                        "absent",
+                        format!("{} has no PyTorch run named {name}", path.display()),
+                    ),
+                    None,
                 ),
-                Some(line) => from_line(line, config),
+                Some(line) => (from_line(line, config), None),
             },
         }
     }
@@ -246,33 +262,47 @@ struct ChildOutput {
 }
 
 impl ChildOutput {
-    fn into_run(self, config: &TrainConfig) -> PyTorchRun {
+    /// The run as train-compare records it: the last JSON line of its output under
+    /// `json`, and `error`: null when it ran to the end, `OOM: ...` when it ran out of
+    /// memory, else what went wrong.
+    fn into_line(self) -> Value {
         let report = self
             .stdout
             .lines()
             .rev()
             .filter(|l| l.trim_start().starts_with('{'))
             .find_map(|l| serde_json::from_str::<Value>(l).ok());
-        match (self.success, report) {
-            (None, _) => PyTorchRun::failed(
-                "timeout",
-                format!("timed out after {} s", TIMEOUT.as_secs()),
-            ),
-            (Some(_), Some(report)) if report.get("oom").is_some() => {
-                PyTorchRun::from_report(&report, config)
-            }
-            (Some(true), Some(report)) => PyTorchRun::from_report(&report, config),
-            (Some(_), _) => {
-                let why = self
-                    .stderr
-                    .lines()
-                    .rev()
+        let oom = (report.as_ref())
+            .and_then(|r| r.get("oom"))
+            .and_then(Value::as_str)
+            .map(first_line);
+        let error = match (self.success, &report, oom) {
+            (None, _, _) => Some(format!("timed out after {} s", TIMEOUT.as_secs())),
+            (Some(_), _, Some(oom)) => Some(format!("OOM: {oom}")),
+            (Some(true), Some(_), None) => None,
+            (Some(_), _, None) => {
+                let why = (self.stderr.lines().rev())
                     .find(|l| !l.trim().is_empty())
                     .unwrap_or("no output");
-                PyTorchRun::failed("error", why.trim().to_string())
+                Some(why.trim().to_string())
             }
-        }
+        };
+        serde_json::json!({
+            "success": self.success,
+            "json": report,
+            "error": error,
+            "stderr_tail": tail(&self.stderr, 2000),
+        })
     }
+}
+
+/// The last `n` bytes of `text` or fewer, cut at a character boundary.
+fn tail(text: &str, n: usize) -> &str {
+    let mut start = text.len().saturating_sub(n);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
 }
 
 /// Runs `program argv`, killing it after `timeout`.
@@ -353,7 +383,11 @@ mod tests {
             ),
         );
         let flags = "--model transformer --d-model 32";
-        let run = source.run("tutorial-none", flags, &c, "cuda:0");
+        let (run, line) = source.run("tutorial-none", flags, &c, "cuda:0");
+        let line = line.expect("a script's run is a line");
+        assert_eq!(line["side"], "pytorch");
+        assert_eq!(line["config"], "tutorial-none");
+        assert!(line["error"].is_null(), "{line}");
         assert_eq!(
             run,
             PyTorchRun::Measured(PyTorchFigures {
@@ -371,7 +405,7 @@ mod tests {
             "oom",
             "import json, sys\nprint(json.dumps({'oom': 'CUDA out of memory. Tried'}))\nsys.exit(1)\n",
         );
-        match oom.run("x", "", &c, "cuda:0") {
+        match oom.run("x", "", &c, "cuda:0").0 {
             PyTorchRun::Failed { cell, message } => {
                 assert_eq!(cell, "OOM");
                 assert!(message.contains("CUDA out of memory"), "{message}");
@@ -379,7 +413,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let crash = script("crash", "raise RuntimeError('boom')\n");
-        match crash.run("x", "", &c, "cuda:0") {
+        match crash.run("x", "", &c, "cuda:0").0 {
             PyTorchRun::Failed { cell, message } => {
                 assert_eq!(cell, "error");
                 assert_eq!(message, "RuntimeError: boom");
@@ -391,7 +425,7 @@ mod tests {
             "import json\nprint(json.dumps({'config': {'model': 'gpt2'}, 'peak_allocated': 1, \
              'peak_reserved': 1}))\n",
         );
-        match other.run("x", "", &c, "cuda:0") {
+        match other.run("x", "", &c, "cuda:0").0 {
             PyTorchRun::Failed { cell, message } => {
                 assert_eq!(cell, "other config");
                 assert!(

@@ -74,10 +74,16 @@ impl Runner<'_> {
         } else {
             None
         };
-        let pytorch = self.pytorch.filter(|_| with_pytorch).map(|source| {
-            let device = self.device.to_string();
-            source.run(&c.name, &c.flags, &config, &device)
-        });
+        let pytorch = match self.pytorch.filter(|_| with_pytorch) {
+            Some(source) => {
+                let (run, line) = source.run(&c.name, &c.flags, &config, &self.device.to_string());
+                if let Some(line) = line {
+                    self.write_line(&line)?;
+                }
+                Some(run)
+            }
+            None => None,
+        };
         self.bar.inc(1);
         Ok(Measurement {
             configuration: c.clone(),
@@ -131,6 +137,14 @@ impl Runner<'_> {
             "json": report,
             "error": report.oom.as_ref().map(|m| format!("OOM: {}", m.lines().next().unwrap_or(""))),
         });
+        writeln!(file, "{line}").with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// A line made elsewhere (PyTorch's run), as is.
+    fn write_line(&mut self, line: &serde_json::Value) -> Result<()> {
+        let Some((path, file)) = &mut self.out else {
+            return Ok(());
+        };
         writeln!(file, "{line}").with_context(|| format!("writing {}", path.display()))
     }
 }
