@@ -245,3 +245,24 @@ fn configs_lists_what_train_compare_runs() {
         "{text}"
     );
 }
+
+#[test]
+fn a_configuration_the_dry_run_says_will_not_fit_is_not_run() {
+    // 1 MiB: less than one 2 MiB segment, which every run needs.
+    let out = experiments("sim", &["--capacity", "1MiB"]);
+    let text = stdout_of(&out);
+    for (heading, label) in [
+        (HEADINGS[1], "none"),
+        (HEADINGS[2], "f32"),
+        (HEADINGS[3], "none"),
+    ] {
+        let r = row(&text, heading, label);
+        assert!(
+            r.contains("does not fit (predicted 2.0 MiB reserved)"),
+            "{r}"
+        );
+    }
+    let r = row(&text, HEADINGS[4], "tutorial-none");
+    assert!(r.contains("does not fit") && r.contains("2.0"), "{r}");
+    assert!(!text.contains("Ours, batch first"), "{text}");
+}
