@@ -41,9 +41,11 @@ fn ours_missing(m: &Measurement) -> Option<String> {
     }
 }
 
-/// One quantity of a row: ours, and with PyTorch's figures, theirs and the ratio.
+/// One quantity of a row: ours, and with PyTorch's figures, theirs and the ratio. Where
+/// we have no figures, the first quantity of the row (`explain`) says why.
 fn triple(
     m: &Measurement,
+    explain: bool,
     ours: impl Fn(&crate::train::TrainReport) -> Option<f64>,
     theirs: impl Fn(&super::pytorch::PyTorchFigures) -> Option<f64>,
     digits: usize,
@@ -51,8 +53,8 @@ fn triple(
     let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     let o = m.ours_done().and_then(&ours);
     let mut cells = vec![match ours_missing(m) {
-        Some(why) => why,
-        None => fmt(o),
+        Some(why) if explain => why,
+        _ => fmt(o),
     }];
     if let Some(run) = &m.pytorch {
         match run {
@@ -76,6 +78,7 @@ fn triple(
 fn alloc_cells(m: &Measurement) -> Vec<String> {
     triple(
         m,
+        true,
         |r| Some(r.peak_allocated as f64 / MIB),
         |f| Some(f.peak_allocated as f64 / MIB),
         1,
@@ -85,6 +88,7 @@ fn alloc_cells(m: &Measurement) -> Vec<String> {
 fn reserved_cells(m: &Measurement) -> Vec<String> {
     triple(
         m,
+        false,
         |r| Some(r.peak_reserved as f64 / MIB),
         |f| Some(f.peak_reserved as f64 / MIB),
         1,
@@ -92,7 +96,7 @@ fn reserved_cells(m: &Measurement) -> Vec<String> {
 }
 
 fn step_cells(m: &Measurement) -> Vec<String> {
-    triple(m, |r| r.step_ms, |f| f.step_ms, 2)
+    triple(m, false, |r| r.step_ms, |f| f.step_ms, 2)
 }
 
 /// The headers of the ours/PyTorch/ratio columns of `what`.
