@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+
 use indicatif::ProgressBar;
 use labs_core::Device;
 use serde_json::json;
@@ -29,8 +30,11 @@ pub struct Measurement {
     pub configuration: Configuration,
     pub config: TrainConfig,
     pub predicted: Prediction,
-    /// Our run; `None` when the prediction said it does not fit (not run).
+    /// Our run; `None` when the prediction said it does not fit (not run) or the run
+    /// failed (`ours_error`).
     pub ours: Option<TrainReport>,
+    /// Why our run failed, for an error other than out-of-memory.
+    pub ours_error: Option<String>,
     /// PyTorch's; `None` when not measured in this run.
     pub pytorch: Option<PyTorchRun>,
 }
@@ -64,13 +68,23 @@ impl Runner<'_> {
         config.timeline = self.pictures && c.family == Family::Tutorial;
         self.bar.set_message(c.name.clone());
         let predicted = self.predict(c, &config)?;
+        let mut ours_error = None;
         let ours = if predicted.fits {
-            let report = train::run(&config, self.device)
-                .with_context(|| format!("configuration {}", c.name))?;
+            // An error other than out-of-memory is a row that says so, not the end of
+            // every other configuration's figures.
+            let report = match train::run(&config, self.device) {
+                Ok(report) => {
+                    self.write(c, "ours", &report)?;
+                    Some(report)
+                }
+                Err(e) => {
+                    ours_error = Some(format!("{e:#}"));
+                    None
+                }
+            };
             // PyTorch's run, or the next configuration, starts from an empty cache.
             self.device.allocator()?.empty_cache()?;
-            self.write(c, "ours", &report)?;
-            Some(report)
+            report
         } else {
             None
         };
@@ -90,6 +104,7 @@ impl Runner<'_> {
             config,
             predicted,
             ours,
+            ours_error,
             pytorch,
         })
     }

@@ -32,6 +32,7 @@ fn ratio(ours: f64, theirs: f64) -> String {
 /// What a row shows in place of our figures when we have none.
 fn ours_missing(m: &Measurement) -> Option<String> {
     match &m.ours {
+        None if m.ours_error.is_some() => Some("error".to_string()),
         None => Some(format!(
             "does not fit (predicted {} MiB reserved)",
             mib(m.predicted.peak_reserved)
@@ -120,6 +121,9 @@ fn notes(rows: &[&Measurement]) -> String {
                 "- {}, PyTorch: {cell}: {message}\n",
                 m.configuration.name
             ));
+        }
+        if let Some(error) = &m.ours_error {
+            out.push_str(&format!("- {}, ours: {error}\n", m.configuration.name));
         }
         if let Some(oom) = m.ours.as_ref().and_then(|r| r.oom.as_ref()) {
             let first = oom.lines().next().unwrap_or("");

@@ -119,6 +119,7 @@ mod tests {
                 fits: true,
             },
             ours: Some(report),
+            ours_error: None,
             pytorch: Some(PyTorchRun::Measured(PyTorchFigures {
                 peak_allocated: theirs.0,
                 peak_reserved: theirs.0,
