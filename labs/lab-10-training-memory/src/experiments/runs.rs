@@ -6,7 +6,6 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-
 use indicatif::ProgressBar;
 use labs_core::Device;
 use serde_json::json;
