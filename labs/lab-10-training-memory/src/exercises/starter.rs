@@ -52,3 +52,18 @@ pub fn largest_batch(
     todo!("bisect on the batch, each candidate tried on a fresh dry device")
 }
 // ANCHOR_END: exercise_largest_batch
+
+// ANCHOR: exercise_attention_saving
+/// Exercise 4: the activation bytes one float32 self-attention call over `[batch, seq,
+/// d_model]` with `heads` heads saves less when the fused kernel serves it than on the
+/// math path (`--attention naive`). The math path keeps the attention probabilities,
+/// one `[batch, heads, seq, seq]` tensor, for the backward of softmax and of the product
+/// with V; the fused kernel keeps instead each row's log-sum-exp, one `[batch, heads,
+/// seq]` float32 tensor, and recomputes the probabilities in backward. Everything else
+/// saved is the same. Each tensor is one allocation, rounded as the allocator rounds
+/// (`labs_core::alloc::round_size(bytes, 0)`).
+pub fn fused_attention_saving(batch: usize, heads: usize, seq: usize) -> u64 {
+    let _ = (batch, heads, seq);
+    todo!("the probabilities' bytes less the log-sum-exp's, each rounded")
+}
+// ANCHOR_END: exercise_attention_saving
