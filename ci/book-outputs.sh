@@ -90,6 +90,13 @@ LAB09_PARTS=(
   "unused-result=4. c = a @ b"
   "leak-guard=5. The leak guard"
 )
+LAB10_PARTS=(
+  "tutorial=1. Tutorial 004's experiment"
+  "techniques=2. Techniques on the tutorial's model"
+  "gpt2=3. GPT-2 small"
+  "categories=4. Where the memory goes"
+  "predicted=5. Predicted before running"
+)
 LAB08_BENCH_PARTS=(
   "bench-bandwidth=Copy bandwidth between host memory"
   "bench-best=Best bandwidth over all sizes"
@@ -103,6 +110,7 @@ header() {
   [ "$1" != "$bin" ] && args=${1#* }
   args=${args//\{data\}/data}
   args=${args//\{pytorch\}/pytorch-reference.json}
+  args=${args//\{ci\}/ci}
   if [ -n "$args" ]; then
     echo "\$ cargo run --release -p $bin -- $args$note"
   else
@@ -233,6 +241,8 @@ gpu)
   fi
   whole lab-09/all-gpu "lab-09 --device cuda"
   parts lab-09 "lab-09 --device cuda" "${LAB09_PARTS[@]}"
+  whole lab-10/all-gpu "lab-10 --device cuda --pytorch {ci}/pytorch-train.py --pictures lab-10-pictures"
+  parts lab-10 "lab-10 --device cuda --pytorch {ci}/pytorch-train.py --pictures lab-10-pictures" "${LAB10_PARTS[@]}"
 
   # What each PyTorch snippet printed (ci/check-snippets.py, run by run.sh).
   if [ -d "$logs/snippets" ]; then
@@ -250,6 +260,11 @@ gpu)
     cp "$logs"/lab-03-demo/*.svg book/src/figures/lab-03/demo-gpu/
     echo "copied the demo's pictures to book/src/figures/lab-03/demo-gpu"
   fi
+  if [ -d "$logs/lab-10-pictures" ]; then
+    mkdir -p book/src/figures/lab-10
+    cp "$logs"/lab-10-pictures/*.svg book/src/figures/lab-10/
+    echo "copied lab-10's pictures to book/src/figures/lab-10"
+  fi
   ;;
 sim)
   [ $# -eq 1 ] || { echo "usage: $0 sim" >&2; exit 2; }
@@ -257,7 +272,7 @@ sim)
   # The labs' defaults: no device, allocator or capacity override from the caller.
   unset LABS_DEVICE LABS_ALLOC_CONF LABS_SIM_CAPACITY LABS_DATA_DIR LABS_SHARED_DIR
   echo "building the labs..." >&2
-  cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-05 -p lab-06 -p lab-07 -p lab-08 -p lab-09
+  cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-05 -p lab-06 -p lab-07 -p lab-08 -p lab-09 -p lab-10
   bin_dir=${CARGO_TARGET_DIR:-$root/target}/release
   # Commands run in an empty folder that sees the repository's data/ as ./data, so that
   # files they write (an exported trace) stay out of the checkout while paths read as
@@ -307,6 +322,8 @@ sim)
   parts lab-08 "lab-08 bench --device sim" "${LAB08_BENCH_PARTS[@]}"
   whole lab-09/all-sim "lab-09 --device sim"
   parts lab-09 "lab-09 --device sim" "${LAB09_PARTS[@]}"
+  whole lab-10/all-sim "lab-10 --device sim"
+  parts lab-10 "lab-10 --device sim" "${LAB10_PARTS[@]}"
   ;;
 *)
   echo "usage: $0 gpu LOGS_DIR RUN_LOG | $0 sim" >&2

@@ -90,6 +90,10 @@ done
 # the benches read them through commands.txt's {pytorch} (lab-08 bench --pytorch FILE)
 # and print them beside their own. Skipped, with a note, where python3 has no torch.
 pytorch_json=
+has_torch=no
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+  has_torch=yes
+fi
 if part reference && [ -f "$here/ci/pytorch-reference.py" ]; then
   echo "== PyTorch reference"
   if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
@@ -118,6 +122,13 @@ while read -r line; do
     args=${args//\{pytorch\}/$pytorch_json}
   else
     args=${args//--pytorch \{pytorch\}/}
+  fi
+  # `--pytorch {ci}/pytorch-train.py`: PyTorch's twin of lab-10's runs, run by lab-10 on
+  # this GPU, or nothing where python3 has no torch (lab-10 then prints ours alone).
+  if [ "$has_torch" = yes ]; then
+    args=${args//\{ci\}/$here/ci}
+  else
+    args=${args//--pytorch \{ci\}\/pytorch-train.py/}
   fi
   log="$logs/$(echo "$line" | tr -c 'A-Za-z0-9._-' '_').log"
   echo "== $line"

@@ -7,11 +7,12 @@ after the other), and prints a markdown table of peak allocated and peak reserve
 
   python3 ci/train-compare.py --lab target/release/lab-10                 # the chapter's table
   python3 ci/train-compare.py --lab bin/lab-10 --quick --out train.jsonl
-  python3 ci/train-compare.py --lab bin/lab-10 --only gpt2-b8 --only gpt2-b8-bf16
+  python3 ci/train-compare.py --lab bin/lab-10 --only gpt2-none --only gpt2-bf16
   python3 ci/train-compare.py --lab bin/lab-10 --dry-run-check            # predicted vs measured
   python3 ci/train-compare.py --lab bin/lab-10 --config 'small=--d-model 128 --batch 8'
 
-Runs on a machine with one NVIDIA GPU, PyTorch and a release build of lab-10. A run that
+The configurations are those of `lab-10` (the chapter's tables), listed by `lab-10 configs`.
+`lab-10 --pytorch FILE` reads the lines `--out FILE` writes. Runs on a machine with one NVIDIA GPU, PyTorch and a release build of lab-10. A run that
 fails (out of memory, an error, a timeout) is a row that says so, with the message under
 the table, not a crash.
 `--dry-run-check` also runs ours with `--dry-run --capacity <the GPU's total memory>` and
@@ -29,23 +30,26 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIB = 1 << 20
 
-# The chapter's table: the tutorial's nn.Transformer(d_model=256) at batch 64 (seq 100,
-# fused attention: both drivers' default) and the techniques that lower its memory one
-# at a time, then GPT-2 small.
-TUTORIAL = "--model transformer --d-model 256"
-CONFIGS = {
-    "tutorial-b64": f"{TUTORIAL} --batch 64",
-    "tutorial-accum4x16": f"{TUTORIAL} --batch 16 --accum 4",
-    "tutorial-ckpt-layers": f"{TUTORIAL} --batch 64 --checkpoint layers",
-    "tutorial-ckpt-selective": f"{TUTORIAL} --batch 64 --checkpoint selective",
-    "tutorial-offload": f"{TUTORIAL} --batch 64 --offload",
-    "tutorial-naive-attention": f"{TUTORIAL} --batch 64 --attention naive",
-    "tutorial-bf16": f"{TUTORIAL} --batch 64 --amp bf16",
-    "tutorial-f16": f"{TUTORIAL} --batch 64 --amp f16",
-    "gpt2-b8": "--model gpt2 --batch 8 --seq 1024",
-    "gpt2-b8-bf16": "--model gpt2 --batch 8 --seq 1024 --amp bf16",
-}
-QUICK = ["tutorial-b64", "tutorial-accum4x16", "tutorial-bf16"]
+# The chapter's configurations are the lab's own: `lab-10 configs` prints them (name, a
+# tab, the flags both drivers take), from labs/lab-10-training-memory/src/experiments/
+# configs.rs, the one list that `lab-10` (the chapter's tables) and this script compare.
+QUICK = ["tutorial-none", "tutorial-accum4", "tutorial-bf16"]
+
+
+def chapter_configs(lab):
+    """{name: flags} of the chapter's configurations, as `lab-10 configs` lists them."""
+    try:
+        done = subprocess.run([lab, "configs"], capture_output=True, text=True, check=True,
+                              timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        sys.exit(f"train-compare.py: `{lab} configs` did not list the configurations ({e})")
+    configs = {}
+    for line in done.stdout.splitlines():
+        name, sep, flags = line.partition("\t")
+        if not sep:
+            sys.exit(f"train-compare.py: `{lab} configs` printed {line!r}, not NAME<tab>FLAGS")
+        configs[name] = flags
+    return configs
 
 
 def parse_args(argv):
@@ -69,7 +73,9 @@ def parse_args(argv):
     p.add_argument("--capacity", help="the dry run's capacity (default: the GPU's total)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     a = p.parse_args(argv)
-    configs = dict(CONFIGS)
+    if not os.path.isfile(a.lab):
+        p.error(f"--lab {a.lab}: no such file (build it: cargo build --release -p lab-10)")
+    configs = chapter_configs(a.lab)
     for item in a.config:
         name, sep, flags = item.partition("=")
         if not sep or not name.strip():
@@ -88,8 +94,6 @@ def parse_args(argv):
     if unknown:
         p.error(f"unknown configuration {', '.join(unknown)}; known: {', '.join(configs)}")
     a.selected = [(n, configs[n]) for n in (wanted or configs)]
-    if not os.path.isfile(a.lab):
-        p.error(f"--lab {a.lab}: no such file (build it: cargo build --release -p lab-10)")
     if not os.path.isfile(a.pytorch_script):
         p.error(f"--pytorch-script {a.pytorch_script}: no such file")
     return a

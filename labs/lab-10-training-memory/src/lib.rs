@@ -3,4 +3,5 @@
 //! with accumulation, checkpointing, offload, fused attention and autocast, measured.
 
 pub mod exercises;
+pub mod experiments;
 pub mod train;

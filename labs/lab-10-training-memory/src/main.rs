@@ -1,19 +1,20 @@
-//! `cargo run --release -p lab-10 -- train [flags]`: the training driver of chapter 10,
-//! on a GPU, the simulated GPU, or the dry-run device (`--dry-run`), which predicts the
-//! GPU's peaks without running a kernel.
+//! `cargo run --release -p lab-10 [-- --device cuda|sim] [--quick] [--pytorch PATH]
+//! [--pictures DIR] [--check]`: the experiments of chapter 10 as tables.
+//! `lab-10 train [flags]`: the training driver, on a GPU, the simulated GPU, or the
+//! dry-run device (`--dry-run`), which predicts the GPU's peaks without running a kernel.
+//! `lab-10 configs [--quick]`: the configurations the experiments compare, as flags.
 
 use std::io::IsTerminal;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use labs_core::device::ENV_SIM_CAPACITY;
 use labs_core::format::parse_bytes;
 use labs_core::{Device, DeviceId};
 
-use lab_10::train::{
-    self, AmpMode, AttentionMode, CheckpointMode, ModelKind, OptimizerKind, TrainConfig,
-};
+use lab_10::experiments::{self, configs, pytorch::PyTorchSource, Options};
+use lab_10::train::{self, TrainArgs};
 
 #[derive(Parser)]
 #[command(name = "lab-10", about = "Chapter 10: training memory")]
@@ -28,6 +29,29 @@ struct Cli {
     /// peaks predict the GPU's.
     #[arg(long, global = true)]
     dry_run: bool,
+    /// Smaller models: a scaled-down GPT-2 on a GPU, tiny models on the simulated one.
+    #[arg(long, global = true)]
+    quick: bool,
+    /// PyTorch's figures beside ours: ci/pytorch-train.py (a .py, run for each
+    /// configuration on the same GPU after ours) or the JSON lines of
+    /// ci/train-compare.py --out (.jsonl or .json).
+    #[arg(long, value_name = "PATH")]
+    pytorch: Option<std::path::PathBuf>,
+    /// The Python that runs --pytorch *.py.
+    #[arg(long, default_value = "python3")]
+    python: String,
+    /// Write one picture of the last step's memory by category per tutorial run here
+    /// (<model>-<technique>.svg).
+    #[arg(long, value_name = "DIR")]
+    pictures: Option<std::path::PathBuf>,
+    /// Check the chapter's targets against PyTorch's figures: exit non-zero with the
+    /// list of those missed.
+    #[arg(long)]
+    check: bool,
+    /// Write every run (ours, its dry run, and PyTorch's when run) as JSON lines,
+    /// ci/train-compare.py --out's format, which --pytorch FILE.jsonl reads back.
+    #[arg(long, value_name = "FILE")]
+    out: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -38,114 +62,14 @@ enum Command {
     /// split by category, step time and losses. A flag given twice takes its last value.
     #[command(args_override_self = true)]
     Train(TrainArgs),
-}
-
-#[derive(Args)]
-struct TrainArgs {
-    /// The model.
-    #[arg(long, value_enum, default_value = "transformer")]
-    model: ModelKind,
-    /// Model width (default: transformer 512, gpt2 768).
-    #[arg(long)]
-    d_model: Option<usize>,
-    /// Attention heads (default: transformer 8, gpt2 12).
-    #[arg(long)]
-    nhead: Option<usize>,
-    /// Encoder and decoder layers each (transformer, default 6), blocks (gpt2,
-    /// default 12).
-    #[arg(long)]
-    layers: Option<usize>,
-    /// Feed-forward width (transformer, default 2048; gpt2 takes only 4 x d_model).
-    #[arg(long)]
-    ffn: Option<usize>,
-    /// Vocabulary (gpt2, default 50257).
-    #[arg(long)]
-    vocab: Option<usize>,
-    /// Dropout (default: transformer 0.1, gpt2 0.0).
-    #[arg(long)]
-    dropout: Option<f32>,
-    /// The micro-batch.
-    #[arg(long, default_value_t = 1)]
-    batch: usize,
-    /// Sequence length (default: transformer 100, gpt2 1024).
-    #[arg(long)]
-    seq: Option<usize>,
-    /// Optimizer steps.
-    #[arg(long, default_value_t = 5)]
-    steps: usize,
-    /// Micro-batches per optimizer step (gradient accumulation).
-    #[arg(long, default_value_t = 1)]
-    accum: usize,
-    /// Activation checkpointing: none, every layer (layers), or every layer keeping
-    /// matmul and attention outputs (selective).
-    #[arg(long, value_enum, default_value = "none")]
-    checkpoint: CheckpointMode,
-    /// Offload saved activations to pinned host memory during forward.
-    #[arg(long)]
-    offload: bool,
-    /// The attention kernel: naive (math) or fused.
-    #[arg(long, value_enum, default_value = "fused")]
-    attention: AttentionMode,
-    /// Mixed precision: none, bf16, or f16 (with a gradient scaler).
-    #[arg(long, value_enum, default_value = "none")]
-    amp: AmpMode,
-    /// The optimizer.
-    #[arg(long, value_enum, default_value = "adam")]
-    optimizer: OptimizerKind,
-    /// Learning rate.
-    #[arg(long, default_value_t = 1e-3)]
-    lr: f64,
-    /// Seed of the model's initial values and of the data.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Steps left out of the step time.
-    #[arg(long, default_value_t = 1)]
-    warmup: usize,
-    /// Print one JSON object instead of tables.
-    #[arg(long)]
-    json: bool,
-    /// Time every kernel launch with events and print the kernel families by GPU time
-    /// to stderr: where a step's time goes.
-    #[arg(long)]
-    profile: bool,
-    /// Draw where the memory goes over the last step, by allocation category (stacked
-    /// areas, the cache on top), into this SVG file.
-    #[arg(long, value_name = "FILE")]
-    timeline: Option<std::path::PathBuf>,
-}
-
-impl TrainArgs {
-    fn config(&self) -> TrainConfig {
-        let d = TrainConfig::defaults(self.model);
-        let d_model = self.d_model.unwrap_or(d.d_model);
-        let ffn = match self.model {
-            ModelKind::Transformer => d.ffn,
-            ModelKind::Gpt2 => 4 * d_model,
-        };
-        TrainConfig {
-            model: self.model,
-            d_model,
-            nhead: self.nhead.unwrap_or(d.nhead),
-            layers: self.layers.unwrap_or(d.layers),
-            ffn: self.ffn.unwrap_or(ffn),
-            vocab: self.vocab.unwrap_or(d.vocab),
-            dropout: self.dropout.unwrap_or(d.dropout),
-            batch: self.batch,
-            seq: self.seq.unwrap_or(d.seq),
-            steps: self.steps,
-            accum: self.accum,
-            checkpoint: self.checkpoint,
-            offload: self.offload,
-            offload_min_bytes: d.offload_min_bytes,
-            attention: self.attention,
-            amp: self.amp,
-            optimizer: self.optimizer,
-            lr: self.lr,
-            seed: self.seed,
-            warmup: self.warmup,
-            timeline: self.timeline.is_some(),
-        }
-    }
+    /// Prints the configurations the experiments compare (name, then the flags both
+    /// `lab-10 train` and ci/pytorch-train.py take), at the GPU's sizes (with --quick,
+    /// the quick ones).
+    Configs {
+        /// The simulated GPU's sizes instead of the GPU's.
+        #[arg(long)]
+        sim: bool,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -154,12 +78,21 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let Some(Command::Train(args)) = cli.command else {
-        println!(
-            "lab-10: training memory. Commands:\n  train   trains a Transformer or a GPT-2 \
-             and reports its memory (lab-10 train --help)"
-        );
-        return Ok(());
+    let args = match cli.command {
+        Some(Command::Train(args)) => args,
+        Some(Command::Configs { sim }) => {
+            let scale = match (sim, cli.quick) {
+                (false, false) => configs::Scale::Full,
+                (false, true) => configs::Scale::Quick,
+                (true, false) => configs::Scale::Sim,
+                (true, true) => configs::Scale::Tiny,
+            };
+            for c in configs::configurations(scale) {
+                println!("{}\t{}", c.name, c.flags);
+            }
+            return Ok(());
+        }
+        None => return experiments(cli),
     };
     let config = args.config();
     config.validate()?;
@@ -211,6 +144,32 @@ fn eprint_profile(steps: usize) -> Result<()> {
     Ok(())
 }
 
+/// The chapter's experiments (no subcommand).
+fn experiments(cli: Cli) -> Result<()> {
+    if cli.dry_run {
+        bail!("--dry-run applies to train: the experiments run on a device that computes, and predict each run with a dry run of their own");
+    }
+    // Read first, so that a bad file stops the run before it measures.
+    let pytorch = (cli.pytorch.as_deref())
+        .map(|p| PyTorchSource::open(p, &cli.python))
+        .transpose()?;
+    let device = open(&cli.device, false, capacity(cli.capacity.as_deref())?)?;
+    let options = Options {
+        quick: cli.quick,
+        pytorch,
+        pictures: cli.pictures,
+        check: cli.check,
+        out: cli.out,
+        progress: std::io::stderr().is_terminal(),
+    };
+    let mut stdout = std::io::stdout();
+    let outcome = experiments::run(&device, &options, &mut stdout)?;
+    if outcome.targets_met == Some(false) {
+        bail!("--check: the chapter's targets were not all met (listed above)");
+    }
+    Ok(())
+}
+
 /// The last step's memory by category, as an SVG picture in `path`.
 fn draw_timeline(
     report: &train::TrainReport,
@@ -220,32 +179,8 @@ fn draw_timeline(
     if report.timeline.is_empty() {
         bail!("--timeline: no step completed, so there is no timeline to draw");
     }
-    let c = &report.config;
-    let mut title = format!(
-        "{:?} d_model {} batch {}x{}",
-        c.model, c.d_model, c.batch, c.seq
-    )
-    .to_lowercase();
-    for (on, what) in [
-        (c.accum > 1, format!("accum {}", c.accum)),
-        (
-            c.checkpoint != CheckpointMode::None,
-            format!("checkpoint {:?}", c.checkpoint).to_lowercase(),
-        ),
-        (c.offload, "offload".to_string()),
-        (
-            c.amp != AmpMode::None,
-            format!("amp {:?}", c.amp).to_lowercase(),
-        ),
-        (true, format!("{:?} attention", c.attention).to_lowercase()),
-    ] {
-        if on {
-            title.push_str(", ");
-            title.push_str(&what);
-        }
-    }
     let name = device.properties().map(|p| p.name).unwrap_or_default();
-    let title = format!("One training step: {title} ({device}, {name})");
+    let title = report.timeline_title(&name);
     let svg = lab_03::plots::category_area_svg(&report.timeline, &title)?;
     std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
     eprintln!("wrote {}", path.display());

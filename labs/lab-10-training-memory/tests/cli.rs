@@ -174,10 +174,11 @@ fn the_tables_summarise_the_run() {
 }
 
 #[test]
-fn without_a_command_it_names_train() {
-    let out = Command::new(binary()).output().unwrap();
+fn the_help_names_train_and_configs() {
+    let out = Command::new(binary()).arg("--help").output().unwrap();
     assert!(out.status.success());
-    assert!(String::from_utf8(out.stdout).unwrap().contains("train"));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("train") && text.contains("configs"), "{text}");
 }
 
 #[test]

@@ -2,11 +2,11 @@
 //! with `LABS_DEVICE=cuda`): `cargo test -p lab-10 --features exercises` grades the
 //! starter code, the default build the reference solutions.
 
-use lab_10::exercises::{accumulate, optimizer_state_bytes};
+use lab_10::exercises::{accumulate, fused_attention_saving, largest_batch, optimizer_state_bytes};
 use lab_10::train::model::Batch;
-use lab_10::train::{run, OptimizerKind, TrainConfig, Trainer};
+use lab_10::train::{run, CheckpointMode, OptimizerKind, TrainConfig, Trainer};
 use labs_core::testing::test_device;
-use labs_core::DType;
+use labs_core::{DType, Device};
 
 /// The tests measure one shared device: one at a time.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -99,4 +99,115 @@ fn exercise_2_optimizer_state_is_what_the_allocator_counts() {
         );
         assert_eq!(optimizer_state_bytes(optimizer, &numels, 0), 0);
     }
+}
+
+/// A run whose activations outweigh its parameters: checkpointing pays.
+fn activation_heavy() -> TrainConfig {
+    TrainConfig {
+        d_model: 64,
+        nhead: 2,
+        layers: 2,
+        ffn: 128,
+        seq: 128,
+        steps: 2,
+        warmup: 0,
+        optimizer: OptimizerKind::Sgd,
+        ..TrainConfig::transformer()
+    }
+}
+
+fn fits(c: &TrainConfig, batch: usize, capacity: u64) -> bool {
+    let c = TrainConfig { batch, ..c.clone() };
+    run(&c, &Device::new_dry(capacity)).unwrap().oom.is_none()
+}
+
+#[test]
+fn exercise_3_the_largest_batch_that_fits_and_what_checkpointing_buys() {
+    let plain = activation_heavy();
+    // The capacity: what a batch of 16 reserves without checkpointing.
+    let sized = TrainConfig {
+        batch: 16,
+        ..plain.clone()
+    };
+    let capacity = run(&sized, &Device::new_dry(64 << 30))
+        .unwrap()
+        .peak_reserved;
+    let without = largest_batch(&plain, capacity, 256)
+        .unwrap()
+        .expect("batch 1 fits");
+    assert!(
+        without >= 16,
+        "batch 16 fitted in {capacity} bytes, the answer is {without}"
+    );
+    assert!(fits(&plain, without, capacity));
+    assert!(
+        !fits(&plain, without + 1, capacity),
+        "{} fits too",
+        without + 1
+    );
+    let checkpointed = TrainConfig {
+        checkpoint: CheckpointMode::Layers,
+        ..plain.clone()
+    };
+    let with = largest_batch(&checkpointed, capacity, 256)
+        .unwrap()
+        .unwrap();
+    assert!(fits(&checkpointed, with, capacity));
+    assert!(!fits(&checkpointed, with + 1, capacity));
+    assert!(with > without, "checkpointing: {with}, without: {without}");
+    // Nothing fits a device smaller than the parameters; the cap is honoured.
+    assert_eq!(largest_batch(&plain, 1 << 10, 256).unwrap(), None);
+    assert_eq!(largest_batch(&plain, 64 << 30, 3).unwrap(), Some(3));
+}
+
+/// The activation bytes one encoder layer's forward leaves saved (dropout off, so that
+/// only the attention path differs), on the dry-run device, which allocates as the GPU.
+fn encoder_layer_activations(
+    batch: usize,
+    seq: usize,
+    d_model: usize,
+    heads: usize,
+    backend: labs_core::nn::SdpaBackend,
+) -> u64 {
+    use labs_core::nn::{sdpa_kernel, Module, Rng, TransformerConfig, TransformerEncoderLayer};
+    let _backend = sdpa_kernel(backend);
+    let device = Device::new_dry(1 << 34);
+    let config = TransformerConfig {
+        dim_feedforward: 4 * d_model,
+        dropout: 0.0,
+        ..TransformerConfig::new(d_model, heads)
+    };
+    let layer = TransformerEncoderLayer::new(config, &mut Rng::seeded(0), &device).unwrap();
+    let x = labs_core::Tensor::randn(&[batch, seq, d_model], 0, &device).unwrap();
+    let _y = layer.forward(&x).unwrap();
+    let by_category = device.allocator().unwrap().memory_by_category();
+    let activation = by_category
+        .iter()
+        .find(|(c, _)| *c == labs_core::alloc::Category::Activation)
+        .unwrap();
+    activation.1.current
+}
+
+#[test]
+fn exercise_4_what_the_fused_kernel_does_not_keep() {
+    use labs_core::nn::SdpaBackend;
+    // Powers of two, then sizes the allocator's 512-byte rounding shows in.
+    for (batch, seq, d_model, heads) in [
+        (2, 64, 64, 2),
+        (2, 128, 64, 4),
+        (3, 50, 32, 2),
+        (1, 7, 16, 2),
+    ] {
+        let math = encoder_layer_activations(batch, seq, d_model, heads, SdpaBackend::Math);
+        let fused = encoder_layer_activations(batch, seq, d_model, heads, SdpaBackend::Fused);
+        assert_eq!(
+            math - fused,
+            fused_attention_saving(batch, heads, seq),
+            "batch {batch} seq {seq} d_model {d_model} heads {heads}: math {math}, fused {fused}"
+        );
+    }
+    // Quadratic in the sequence: twice the length, four times the saving, nearly.
+    let short = fused_attention_saving(8, 8, 512) as f64;
+    let long = fused_attention_saving(8, 8, 1024) as f64;
+    assert!((long / short - 4.0).abs() < 0.01, "{short} {long}");
 }

@@ -4,7 +4,7 @@ use anyhow::Result;
 use labs_core::alloc::round_size;
 
 use crate::train::model::Batch;
-use crate::train::{OptimizerKind, Trainer};
+use crate::train::{OptimizerKind, TrainConfig, Trainer};
 
 // ANCHOR: solution_accumulate
 /// Exercise 1: gradient accumulation.
@@ -37,3 +37,45 @@ pub fn optimizer_state_bytes(
         .sum()
 }
 // ANCHOR_END: solution_state
+
+// ANCHOR: solution_largest_batch
+/// Exercise 3: the largest batch that fits, by bisection over dry runs.
+pub fn largest_batch(
+    config: &TrainConfig,
+    capacity: u64,
+    max_batch: usize,
+) -> Result<Option<usize>> {
+    let fits = |batch: usize| -> Result<bool> {
+        let c = TrainConfig {
+            batch,
+            ..config.clone()
+        };
+        let report = crate::train::run(&c, &labs_core::Device::new_dry(capacity))?;
+        Ok(report.oom.is_none())
+    };
+    if max_batch == 0 || !fits(1)? {
+        return Ok(None);
+    }
+    // fits(lo) and, unless lo == max_batch, !fits(hi).
+    let (mut lo, mut hi) = (1, max_batch + 1);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(Some(lo))
+}
+// ANCHOR_END: solution_largest_batch
+
+// ANCHOR: solution_attention_saving
+/// Exercise 4: O(seq²) probabilities against O(seq) log-sum-exps.
+pub fn fused_attention_saving(batch: usize, heads: usize, seq: usize) -> u64 {
+    let rows = (batch * heads * seq) as u64;
+    let probabilities = round_size(4 * rows * seq as u64, 0);
+    let log_sum_exp = round_size(4 * rows, 0);
+    probabilities - log_sum_exp
+}
+// ANCHOR_END: solution_attention_saving

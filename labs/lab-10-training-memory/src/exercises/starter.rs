@@ -4,7 +4,7 @@
 use anyhow::Result;
 
 use crate::train::model::Batch;
-use crate::train::{OptimizerKind, Trainer};
+use crate::train::{OptimizerKind, TrainConfig, Trainer};
 
 // ANCHOR: exercise_accumulate
 /// Exercise 1: gradient accumulation. Run forward and backward on each micro-batch so
@@ -34,3 +34,36 @@ pub fn optimizer_state_bytes(
     todo!("what each optimizer keeps per parameter, and from which step")
 }
 // ANCHOR_END: exercise_state
+
+// ANCHOR: exercise_largest_batch
+/// Exercise 3: the largest micro-batch, from 1 to `max_batch`, with which a run of
+/// `config` fits a GPU of `capacity` bytes, or `None` when not even a batch of 1 fits.
+/// Ask the dry run, which allocates as the GPU would without running a kernel:
+/// `crate::train::run(&config, &labs_core::Device::new_dry(capacity))` returns a report
+/// whose `oom` is `Some` when the run did not fit. A larger batch never needs less
+/// memory, so a bisection takes a handful of dry runs. Then compare `config` with and
+/// without `checkpoint: CheckpointMode::Layers`.
+pub fn largest_batch(
+    config: &TrainConfig,
+    capacity: u64,
+    max_batch: usize,
+) -> Result<Option<usize>> {
+    let _ = (config, capacity, max_batch);
+    todo!("bisect on the batch, each candidate tried on a fresh dry device")
+}
+// ANCHOR_END: exercise_largest_batch
+
+// ANCHOR: exercise_attention_saving
+/// Exercise 4: the activation bytes one float32 self-attention call over `[batch, seq,
+/// d_model]` with `heads` heads saves less when the fused kernel serves it than on the
+/// math path (`--attention naive`). The math path keeps the attention probabilities,
+/// one `[batch, heads, seq, seq]` tensor, for the backward of softmax and of the product
+/// with V; the fused kernel keeps instead each row's log-sum-exp, one `[batch, heads,
+/// seq]` float32 tensor, and recomputes the probabilities in backward. Everything else
+/// saved is the same. Each tensor is one allocation, rounded as the allocator rounds
+/// (`labs_core::alloc::round_size(bytes, 0)`).
+pub fn fused_attention_saving(batch: usize, heads: usize, seq: usize) -> u64 {
+    let _ = (batch, heads, seq);
+    todo!("the probabilities' bytes less the log-sum-exp's, each rounded")
+}
+// ANCHOR_END: exercise_attention_saving

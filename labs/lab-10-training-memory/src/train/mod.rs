@@ -4,18 +4,21 @@
 //! executes the allocator and every op's allocations without kernels, so its peaks
 //! predict the GPU's.
 //!
-//! - [`config`]: the flags as a [`TrainConfig`];
+//! - [`config`]: a run as a [`TrainConfig`];
+//! - [`args`]: `lab-10 train`'s flags, parsed into one;
 //! - [`model`]: either model, its random micro-batches, one forward and loss;
 //! - [`step`]: one optimizer step with accumulation, checkpoint, offload and AMP;
 //! - [`measure`]: peaks, their split by category, step times;
 //! - [`report`]: the [`TrainReport`], as JSON or tables.
 
+pub mod args;
 pub mod config;
 pub mod measure;
 pub mod model;
 pub mod report;
 pub mod step;
 
+pub use args::{parse_flags, TrainArgs};
 pub use config::{AmpMode, AttentionMode, CheckpointMode, ModelKind, OptimizerKind, TrainConfig};
 pub use report::{OffloadReport, TrainReport};
 pub use step::Trainer;

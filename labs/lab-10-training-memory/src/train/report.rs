@@ -8,7 +8,7 @@ use labs_core::format::bytes;
 use labs_core::table::Table;
 use serde::Serialize;
 
-use super::config::{ModelKind, TrainConfig};
+use super::config::{AmpMode, CheckpointMode, ModelKind, TrainConfig};
 use super::step::amp_name;
 
 /// What the offload hooks did (`OffloadStats`).
@@ -104,6 +104,36 @@ impl TrainReport {
             oom,
             timeline: Vec::new(),
         }
+    }
+
+    /// The title of the run's timeline picture: the model, the batch and the
+    /// techniques in use, and where it ran (`device_name`, the GPU's own name).
+    pub fn timeline_title(&self, device_name: &str) -> String {
+        let c = &self.config;
+        let mut title = format!(
+            "{:?} d_model {} batch {}x{}",
+            c.model, c.d_model, c.batch, c.seq
+        )
+        .to_lowercase();
+        for (on, what) in [
+            (c.accum > 1, format!("accum {}", c.accum)),
+            (
+                c.checkpoint != CheckpointMode::None,
+                format!("checkpoint {:?}", c.checkpoint).to_lowercase(),
+            ),
+            (c.offload, "offload".to_string()),
+            (c.amp != AmpMode::None, format!("amp {}", amp_name(c.amp))),
+            (true, format!("{:?} attention", c.attention).to_lowercase()),
+        ] {
+            if on {
+                title.push_str(", ");
+                title.push_str(&what);
+            }
+        }
+        format!(
+            "One training step: {title} ({}, {device_name})",
+            self.device
+        )
     }
 
     /// One line of JSON.

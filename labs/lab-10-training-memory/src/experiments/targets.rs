@@ -1,0 +1,160 @@
+//! The chapter's targets against PyTorch (`--check`): peak allocated within ±5 % of
+//! PyTorch's and never above it on the fused-attention path; step time at most
+//! PyTorch's on the tutorial's model and at most 1.15 times it on GPT-2.
+
+use super::configs::Family;
+use super::pytorch::PyTorchRun;
+use super::runs::Measurement;
+use super::tables::mib;
+
+/// How far our peak allocated may be from PyTorch's.
+pub const ALLOCATED_TOLERANCE: f64 = 0.05;
+/// Our step time over PyTorch's, at most: on the tutorial's model, and on GPT-2.
+pub const TUTORIAL_STEP_RATIO: f64 = 1.0;
+pub const GPT2_STEP_RATIO: f64 = 1.15;
+
+/// The targets `m` misses, one line each; empty when PyTorch was not measured (nothing
+/// to compare) or neither side fits.
+pub fn missed(m: &Measurement) -> Vec<String> {
+    let name = &m.configuration.name;
+    let theirs = match &m.pytorch {
+        None => return Vec::new(),
+        Some(PyTorchRun::Measured(f)) => f,
+        Some(PyTorchRun::Failed { cell, .. }) => {
+            // PyTorch could not run it: a miss only when its failure is not one of
+            // memory that ours shares.
+            return match (cell.as_str(), m.ours_done()) {
+                ("OOM", _) => Vec::new(),
+                _ => vec![format!("{name}: PyTorch's run gave no figures ({cell})")],
+            };
+        }
+    };
+    let Some(ours) = m.ours_done() else {
+        return vec![format!(
+            "{name}: ours did not run to the end where PyTorch did ({} MiB)",
+            mib(theirs.peak_allocated)
+        )];
+    };
+    let mut out = Vec::new();
+    let (o, t) = (ours.peak_allocated as f64, theirs.peak_allocated as f64);
+    let off = o / t.max(1.0) - 1.0;
+    if off.abs() > ALLOCATED_TOLERANCE {
+        out.push(format!(
+            "{name}: peak allocated {} MiB is {:+.1}% of PyTorch's {} MiB (target within \
+             ±{:.0}%)",
+            mib(ours.peak_allocated),
+            100.0 * off,
+            mib(theirs.peak_allocated),
+            100.0 * ALLOCATED_TOLERANCE
+        ));
+    }
+    if m.configuration.fused() && o > t {
+        out.push(format!(
+            "{name}: peak allocated {} MiB is above PyTorch's {} MiB on the fused path",
+            mib(ours.peak_allocated),
+            mib(theirs.peak_allocated)
+        ));
+    }
+    let limit = match m.configuration.family {
+        Family::Tutorial => TUTORIAL_STEP_RATIO,
+        Family::Gpt2 => GPT2_STEP_RATIO,
+    };
+    match (ours.step_ms, theirs.step_ms) {
+        (Some(o), Some(t)) if o > limit * t => out.push(format!(
+            "{name}: step {o:.2} ms is {:.2}x PyTorch's {t:.2} ms (target at most {limit:.2}x)",
+            o / t
+        )),
+        (Some(_), Some(_)) => {}
+        _ => out.push(format!("{name}: no step time to compare")),
+    }
+    out
+}
+
+/// `--check`'s report: "targets: all met", or the list of misses.
+pub fn report(rows: &[Measurement]) -> (String, bool) {
+    let misses: Vec<String> = rows.iter().flat_map(missed).collect();
+    if misses.is_empty() {
+        return ("targets: all met\n".to_string(), true);
+    }
+    let mut out = format!("targets: {} missed\n", misses.len());
+    for m in misses {
+        out.push_str(&format!("- {m}\n"));
+    }
+    (out, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiments::configs::{configurations, Scale};
+    use crate::experiments::pytorch::PyTorchFigures;
+    use crate::experiments::runs::Prediction;
+    use crate::train::TrainReport;
+
+    /// Configuration `name` (tiny) with our figures and PyTorch's.
+    fn measured(name: &str, ours: (u64, f64), theirs: (u64, f64)) -> Measurement {
+        let configuration = (configurations(Scale::Tiny).into_iter())
+            .find(|c| c.name == name)
+            .unwrap();
+        let config = configuration.train_config().unwrap();
+        let mut report = TrainReport::new(
+            &config,
+            &labs_core::Device::new_dry(1 << 30),
+            1,
+            crate::train::measure::Memory {
+                peak_allocated: ours.0,
+                peak_reserved: ours.0,
+                by_category: Default::default(),
+                num_ooms: 0,
+            },
+            None,
+        );
+        report.step_ms = Some(ours.1);
+        Measurement {
+            configuration,
+            config,
+            predicted: Prediction {
+                peak_allocated: 0,
+                peak_reserved: 0,
+                fits: true,
+            },
+            ours: Some(report),
+            ours_error: None,
+            pytorch: Some(PyTorchRun::Measured(PyTorchFigures {
+                peak_allocated: theirs.0,
+                peak_reserved: theirs.0,
+                step_ms: Some(theirs.1),
+            })),
+        }
+    }
+
+    #[test]
+    fn the_targets_bounds() {
+        // Within 5 % below, and faster: met.
+        assert!(missed(&measured("tutorial-none", (960, 1.0), (1000, 1.0))).is_empty());
+        // 4 % above on the fused path: within 5 %, but above PyTorch's.
+        let above = missed(&measured("tutorial-none", (1040, 1.0), (1000, 1.0)));
+        assert_eq!(above.len(), 1, "{above:?}");
+        assert!(above[0].contains("fused path"));
+        // The same on the naive path is allowed.
+        assert!(missed(&measured(
+            "tutorial-naive-attention",
+            (1040, 1.0),
+            (1000, 1.0)
+        ))
+        .is_empty());
+        // 6 % below: outside 5 %.
+        let below = missed(&measured("tutorial-none", (940, 1.0), (1000, 1.0)));
+        assert!(below.len() == 1 && below[0].contains("-6.0%"), "{below:?}");
+        // Step time: at most PyTorch's on the tutorial's model, 1.15 times on GPT-2.
+        assert_eq!(
+            missed(&measured("tutorial-none", (1000, 1.1), (1000, 1.0))).len(),
+            1
+        );
+        assert!(missed(&measured("gpt2-none", (1000, 1.1), (1000, 1.0))).is_empty());
+        assert_eq!(
+            missed(&measured("gpt2-none", (1000, 1.2), (1000, 1.0))).len(),
+            1
+        );
+    }
+}

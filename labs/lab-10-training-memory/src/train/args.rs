@@ -1,0 +1,136 @@
+//! `lab-10 train`'s flags as a clap [`TrainArgs`], in the library so that the
+//! experiments describe each configuration as the flags a reader (and
+//! `ci/pytorch-train.py`, which takes the same ones) would type: one meaning per flag.
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser};
+
+use super::config::{
+    AmpMode, AttentionMode, CheckpointMode, ModelKind, OptimizerKind, TrainConfig,
+};
+
+#[derive(Args)]
+pub struct TrainArgs {
+    /// The model.
+    #[arg(long, value_enum, default_value = "transformer")]
+    pub model: ModelKind,
+    /// Model width (default: transformer 512, gpt2 768).
+    #[arg(long)]
+    pub d_model: Option<usize>,
+    /// Attention heads (default: transformer 8, gpt2 12).
+    #[arg(long)]
+    pub nhead: Option<usize>,
+    /// Encoder and decoder layers each (transformer, default 6), blocks (gpt2,
+    /// default 12).
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Feed-forward width (transformer, default 2048; gpt2 takes only 4 x d_model).
+    #[arg(long)]
+    pub ffn: Option<usize>,
+    /// Vocabulary (gpt2, default 50257).
+    #[arg(long)]
+    pub vocab: Option<usize>,
+    /// Dropout (default: transformer 0.1, gpt2 0.0).
+    #[arg(long)]
+    pub dropout: Option<f32>,
+    /// The micro-batch.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Sequence length (default: transformer 100, gpt2 1024).
+    #[arg(long)]
+    pub seq: Option<usize>,
+    /// Optimizer steps.
+    #[arg(long, default_value_t = 5)]
+    pub steps: usize,
+    /// Micro-batches per optimizer step (gradient accumulation).
+    #[arg(long, default_value_t = 1)]
+    pub accum: usize,
+    /// Activation checkpointing: none, every layer (layers), or every layer keeping
+    /// matmul and attention outputs (selective).
+    #[arg(long, value_enum, default_value = "none")]
+    pub checkpoint: CheckpointMode,
+    /// Offload saved activations to pinned host memory during forward.
+    #[arg(long)]
+    pub offload: bool,
+    /// The attention kernel: naive (math) or fused.
+    #[arg(long, value_enum, default_value = "fused")]
+    pub attention: AttentionMode,
+    /// Mixed precision: none, bf16, or f16 (with a gradient scaler).
+    #[arg(long, value_enum, default_value = "none")]
+    pub amp: AmpMode,
+    /// The optimizer.
+    #[arg(long, value_enum, default_value = "adam")]
+    pub optimizer: OptimizerKind,
+    /// Learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// Seed of the model's initial values and of the data.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Steps left out of the step time.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Time every kernel launch with events and print the kernel families by GPU time
+    /// to stderr: where a step's time goes.
+    #[arg(long)]
+    pub profile: bool,
+    /// Draw where the memory goes over the last step, by allocation category (stacked
+    /// areas, the cache on top), into this SVG file.
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<std::path::PathBuf>,
+}
+
+impl TrainArgs {
+    pub fn config(&self) -> TrainConfig {
+        let d = TrainConfig::defaults(self.model);
+        let d_model = self.d_model.unwrap_or(d.d_model);
+        let ffn = match self.model {
+            ModelKind::Transformer => d.ffn,
+            ModelKind::Gpt2 => 4 * d_model,
+        };
+        TrainConfig {
+            model: self.model,
+            d_model,
+            nhead: self.nhead.unwrap_or(d.nhead),
+            layers: self.layers.unwrap_or(d.layers),
+            ffn: self.ffn.unwrap_or(ffn),
+            vocab: self.vocab.unwrap_or(d.vocab),
+            dropout: self.dropout.unwrap_or(d.dropout),
+            batch: self.batch,
+            seq: self.seq.unwrap_or(d.seq),
+            steps: self.steps,
+            accum: self.accum,
+            checkpoint: self.checkpoint,
+            offload: self.offload,
+            offload_min_bytes: d.offload_min_bytes,
+            attention: self.attention,
+            amp: self.amp,
+            optimizer: self.optimizer,
+            lr: self.lr,
+            seed: self.seed,
+            warmup: self.warmup,
+            timeline: self.timeline.is_some(),
+        }
+    }
+}
+
+/// A parser of [`TrainArgs`] alone, for flags held as text.
+#[derive(Parser)]
+#[command(name = "train", no_binary_name = true, args_override_self = true)]
+struct FlagsOnly {
+    #[command(flatten)]
+    args: TrainArgs,
+}
+
+/// The configuration that `flags` (as `lab-10 train` takes them, split at white space)
+/// describe, validated.
+pub fn parse_flags(flags: &str) -> Result<TrainConfig> {
+    let parsed = FlagsOnly::try_parse_from(flags.split_whitespace())
+        .with_context(|| format!("the flags {flags:?}"))?;
+    let config = parsed.args.config();
+    config.validate()?;
+    Ok(config)
+}
