@@ -170,7 +170,10 @@ fn exercise_the_update_rule_matches_the_grad_scaler() {
         (scale, tracker) = next_scale(scale, tracker, found_inf, 2.0, 0.5, 3);
         assert_eq!(
             (scale, tracker),
-            (scaler.get_scale(), scaler.growth_tracker())
+            (
+                scaler.get_scale().unwrap(),
+                scaler.growth_tracker().unwrap()
+            )
         );
     }
     assert_eq!(next_scale(f32::MAX, 0, false, 2.0, 0.5, 1), (f32::MAX, 0));
