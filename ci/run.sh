@@ -93,12 +93,25 @@ if part reference && [ -f "$here/ci/pytorch-reference.py" ]; then
   fi
 fi
 
+# `{ci}` in a command: the bundle's ci/ folder, for a lab that runs ci/pytorch-train.py
+# itself (`--pytorch {ci}/pytorch-train.py`); where python3 has no torch with CUDA the
+# flag is dropped and the lab prints its own figures alone.
+have_torch=
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+  have_torch=1
+fi
+
 while read -r line; do
   part commands || break
   case "$line" in ''|'#'*) continue ;; esac
   bin=${line%% *}
   args=${line#"$bin"}
   args=${args//\{data\}/$here/data}
+  if [ -n "$have_torch" ]; then
+    args=${args//\{ci\}/$here/ci}
+  else
+    args=${args//--pytorch \{ci\}\/pytorch-train.py/}
+  fi
   # `--pytorch {pytorch}`: the reference's file, or nothing where it was not measured
   # (the bench then says so).
   if [ -n "$pytorch_json" ]; then

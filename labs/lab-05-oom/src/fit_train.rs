@@ -129,14 +129,14 @@ fn describe(c: &TrainConfig) -> String {
             c.d_model, c.nhead, c.layers, c.vocab
         ),
     };
+    let checkpoint = format!("{:?}", c.checkpoint).to_lowercase();
     format!(
-        "{model}, sequence {}, {} micro-batch(es) a step, checkpoint {}, amp {}, {} with \
-         {} steps a trial",
+        "{model}, sequence {}, {} micro-batch(es) a step, checkpoint {checkpoint}, amp {}, \
+         {:?} with {} steps a trial",
         c.seq,
         c.accum,
-        format!("{:?}", c.checkpoint).to_lowercase(),
         lab_10::train::step::amp_name(c.amp),
-        format!("{:?}", c.optimizer),
+        c.optimizer,
         c.steps
     )
 }
