@@ -73,6 +73,8 @@ LAB07_PARTS=(
   "overflow=3b. A forced overflow"
   "curves=4. Loss curves"
   "gemm=5. Matrix product throughput"
+  "driver=6a. Tutorial 004's step on the training driver"
+  "driver-gpt2=6b. "
 )
 LAB08_PARTS=(
   "host-memory=Getting host memory for copies"
@@ -223,10 +225,14 @@ gpu)
   parts lab-05 "lab-05 --device cuda" "${LAB05_PARTS[@]}"
   whole lab-05/share-gpu "lab-05 share --device cuda"
   whole lab-05/fit-gpu "lab-05 fit --capacity 24GiB --model mlp --device cuda"
+  whole lab-05/fit-transformer-gpu "lab-05 fit --capacity 24GiB --model transformer --device cuda"
+  whole lab-05/fit-gpt2-gpu \
+    "lab-05 fit --capacity 24GiB --model gpt2 --device cuda" \
+    "lab-05 fit --capacity 24GiB --model gpt2 --checkpoint layers --amp bf16 --device cuda"
   whole lab-06/all-gpu "lab-06 --device cuda"
   parts lab-06 "lab-06 --device cuda" "${LAB06_PARTS[@]}"
-  whole lab-07/all-gpu "lab-07 --device cuda"
-  parts lab-07 "lab-07 --device cuda" "${LAB07_PARTS[@]}"
+  whole lab-07/all-gpu "lab-07 --device cuda --pytorch {ci}/pytorch-train.py"
+  parts lab-07 "lab-07 --device cuda --pytorch {ci}/pytorch-train.py" "${LAB07_PARTS[@]}"
   whole lab-08/all-gpu "lab-08 --device cuda"
   parts lab-08 "lab-08 --device cuda" "${LAB08_PARTS[@]}"
   whole lab-08/bench-gpu "lab-08 bench --device cuda --json --pytorch {pytorch}"
@@ -312,6 +318,10 @@ sim)
   parts lab-05 "lab-05 --device sim" "${LAB05_PARTS[@]}"
   whole lab-05/share-sim "lab-05 share --device sim"
   whole lab-05/fit-sim "lab-05 fit --capacity 24GiB --model mlp --device sim"
+  whole lab-05/fit-transformer-sim "lab-05 fit --capacity 24GiB --model transformer --device sim"
+  whole lab-05/fit-gpt2-sim \
+    "lab-05 fit --capacity 24GiB --model gpt2 --device sim" \
+    "lab-05 fit --capacity 24GiB --model gpt2 --checkpoint layers --amp bf16 --device sim"
   whole lab-06/all-sim "lab-06 --device sim"
   parts lab-06 "lab-06 --device sim" "${LAB06_PARTS[@]}"
   whole lab-07/all-sim "lab-07 --device sim"

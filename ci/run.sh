@@ -110,25 +110,27 @@ if part reference && [ -f "$here/ci/pytorch-reference.py" ]; then
   fi
 fi
 
+# `{ci}` in a command: the bundle's ci/ folder, for a lab that runs ci/pytorch-train.py
+# itself (`--pytorch {ci}/pytorch-train.py`); where python3 has no torch with CUDA the
+# flag is dropped and the lab prints its own figures alone.
+
 while read -r line; do
   part commands || break
   case "$line" in ''|'#'*) continue ;; esac
   bin=${line%% *}
   args=${line#"$bin"}
   args=${args//\{data\}/$here/data}
+  if [ "$has_torch" = yes ]; then
+    args=${args//\{ci\}/$here/ci}
+  else
+    args=${args//--pytorch \{ci\}\/pytorch-train.py/}
+  fi
   # `--pytorch {pytorch}`: the reference's file, or nothing where it was not measured
   # (the bench then says so).
   if [ -n "$pytorch_json" ]; then
     args=${args//\{pytorch\}/$pytorch_json}
   else
     args=${args//--pytorch \{pytorch\}/}
-  fi
-  # `--pytorch {ci}/pytorch-train.py`: PyTorch's twin of lab-10's runs, run by lab-10 on
-  # this GPU, or nothing where python3 has no torch (lab-10 then prints ours alone).
-  if [ "$has_torch" = yes ]; then
-    args=${args//\{ci\}/$here/ci}
-  else
-    args=${args//--pytorch \{ci\}\/pytorch-train.py/}
   fi
   log="$logs/$(echo "$line" | tr -c 'A-Za-z0-9._-' '_').log"
   echo "== $line"

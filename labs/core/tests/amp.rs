@@ -228,7 +228,7 @@ fn unscale_divides_by_the_scale_and_refuses_a_second_call() {
         .requires_grad_(true);
     let opt = Sgd::new(vec![p.clone()], 0.1);
     let mut scaler = GradScaler::new();
-    assert_eq!(scaler.get_scale(), 65536.0);
+    assert_eq!(scaler.get_scale().unwrap(), 65536.0);
     scaled_step(&scaler, &p, 0.375);
     assert_eq!(
         p.grad().unwrap().to_vec::<f32>().unwrap(),
@@ -260,8 +260,8 @@ fn a_good_step_runs_and_the_scale_grows_after_the_interval() {
         scaler.update().unwrap();
         // Growth after every third good step: 1024 -> 2048 at step 3, 4096 at step 6.
         let want = 1024.0 * 2f32.powi((step / 3) as i32);
-        assert_eq!(scaler.get_scale(), want, "after step {step}");
-        assert_eq!(scaler.growth_tracker(), step % 3);
+        assert_eq!(scaler.get_scale().unwrap(), want, "after step {step}");
+        assert_eq!(scaler.growth_tracker().unwrap(), step % 3);
     }
     // Seven SGD steps of lr 0.5 on a true gradient of 1.
     assert_eq!(p.to_vec::<f32>().unwrap(), vec![1.0 - 3.5, -1.0 - 3.5]);
@@ -281,7 +281,7 @@ fn an_overflow_skips_the_step_and_backs_the_scale_off() {
     scaled_step(&scaler, &p, 1.0);
     assert!(scaler.step(&mut opt).unwrap());
     scaler.update().unwrap();
-    assert_eq!(scaler.growth_tracker(), 1);
+    assert_eq!(scaler.growth_tracker().unwrap(), 1);
     let before = p.to_vec::<f32>().unwrap();
     opt.zero_grad(true).unwrap();
     // 1e35 * 65536 exceeds float32's 3.4e38: the scaled gradient is infinite.
@@ -293,8 +293,8 @@ fn an_overflow_skips_the_step_and_backs_the_scale_off() {
         "the parameters are untouched"
     );
     scaler.update().unwrap();
-    assert_eq!(scaler.get_scale(), 32768.0);
-    assert_eq!(scaler.growth_tracker(), 0);
+    assert_eq!(scaler.get_scale().unwrap(), 32768.0);
+    assert_eq!(scaler.growth_tracker().unwrap(), 0);
 }
 
 #[test]
@@ -321,4 +321,148 @@ fn the_check_sees_nan_and_infinity_and_refuses_float16_gradients() {
     assert!(err.to_string().contains("float16 gradients"), "{err}");
     assert!(GradScaler::with_options(1.0, 1.0, 0.5, 1).is_err());
     assert!(GradScaler::with_options(1.0, 2.0, 1.5, 1).is_err());
+}
+
+/// One float16-style step through the scaler: the scaled loss's backward, `step`, then
+/// `update`; returns the host reads (synchronisations) each part made and whether the
+/// step ran.
+fn counted_step(
+    scaler: &mut GradScaler,
+    opt: &mut Sgd,
+    p: &Tensor,
+    factor: f64,
+) -> ([u64; 3], bool) {
+    use labs_core::tensor::host_reads;
+    opt.zero_grad(true).unwrap();
+    let loss = p.mul_scalar(factor).unwrap().sum_all().unwrap();
+    let r0 = host_reads();
+    scaler.scale(&loss).unwrap().backward().unwrap();
+    let r1 = host_reads();
+    let stepped = scaler.step(opt).unwrap();
+    let r2 = host_reads();
+    scaler.update().unwrap();
+    let r3 = host_reads();
+    ([r1 - r0, r2 - r1, r3 - r2], stepped)
+}
+
+#[test]
+fn a_scaler_step_reads_the_device_once_and_update_not_at_all() {
+    let d = test_device();
+    let p = Tensor::from_slice(&[1.0f32, -2.0], &[2], &d)
+        .unwrap()
+        .requires_grad_(true);
+    let mut opt = Sgd::new(vec![p.clone()], 0.0);
+    let mut scaler = GradScaler::with_options(1024.0, 2.0, 0.5, 2).unwrap();
+    for (factor, runs) in [(1.0, true), (1.0, true), (1e38, false), (1.0, true)] {
+        let (reads, stepped) = counted_step(&mut scaler, &mut opt, &p, factor);
+        assert_eq!(stepped, runs, "factor {factor}");
+        assert_eq!(
+            reads,
+            [0, 1, 0],
+            "scale and backward, step (found_inf.item()), update"
+        );
+    }
+    // Reading the state is what waits: 1024 grew to 2048 after two good steps, then
+    // backed off to 1024 at the overflow; one good step since.
+    let before = labs_core::tensor::host_reads();
+    assert_eq!(scaler.get_scale().unwrap(), 1024.0);
+    assert_eq!(scaler.growth_tracker().unwrap(), 1);
+    assert_eq!(labs_core::tensor::host_reads() - before, 2);
+    // Host tensors are not counted: reading them waits for nothing.
+    let before = labs_core::tensor::host_reads();
+    Tensor::from_slice(&[1.0f32], &[1], &Device::cpu())
+        .unwrap()
+        .item::<f32>()
+        .unwrap();
+    assert_eq!(labs_core::tensor::host_reads(), before);
+}
+
+#[test]
+fn the_dry_run_device_steps_the_scaler_without_reading_it() {
+    let d = Device::new_dry(1 << 30);
+    let p = Tensor::zeros(&[4], DType::F32, &d)
+        .unwrap()
+        .requires_grad_(true);
+    let mut opt = Sgd::new(vec![p.clone()], 0.1);
+    let mut scaler = GradScaler::new();
+    let (reads, stepped) = counted_step(&mut scaler, &mut opt, &p, 1.0);
+    assert_eq!((reads, stepped), ([0, 0, 0], true), "dry runs every step");
+    let err = scaler.get_scale().unwrap_err();
+    assert!(err.to_string().contains("holds no values"), "{err}");
+}
+
+#[test]
+fn the_scale_grows_after_2000_clean_steps_and_backs_off_by_half() {
+    let d = test_device();
+    let p = Tensor::from_slice(&[0.5f32], &[1], &d)
+        .unwrap()
+        .requires_grad_(true);
+    let mut opt = Sgd::new(vec![p.clone()], 0.0);
+    let mut scaler = GradScaler::new();
+    assert_eq!(scaler.get_scale().unwrap(), 65536.0, "before any step");
+    for _ in 0..1999 {
+        assert!(counted_step(&mut scaler, &mut opt, &p, 1.0).1);
+    }
+    assert_eq!(scaler.get_scale().unwrap(), 65536.0);
+    assert_eq!(scaler.growth_tracker().unwrap(), 1999);
+    assert!(counted_step(&mut scaler, &mut opt, &p, 1.0).1);
+    assert_eq!(
+        scaler.get_scale().unwrap(),
+        131072.0,
+        "the 2000th clean step"
+    );
+    assert_eq!(scaler.growth_tracker().unwrap(), 0);
+    assert!(counted_step(&mut scaler, &mut opt, &p, 1.0).1);
+    assert_eq!(scaler.growth_tracker().unwrap(), 1);
+    // 1e34 * 131072 overflows float32: skipped, the scale halved, the tracker reset.
+    assert!(!counted_step(&mut scaler, &mut opt, &p, 1e34).1);
+    assert_eq!(scaler.get_scale().unwrap(), 65536.0);
+    assert_eq!(scaler.growth_tracker().unwrap(), 0);
+}
+
+#[test]
+fn growth_stops_short_of_infinity_and_two_optimizers_share_one_update() {
+    let d = test_device();
+    // 2^127 * 2 is infinite in float32: the scale stays, the tracker resets.
+    let top = 2f32.powi(127);
+    let p = Tensor::from_slice(&[0.0f32], &[1], &d)
+        .unwrap()
+        .requires_grad_(true);
+    let mut opt = Sgd::new(vec![p.clone()], 0.0);
+    let mut scaler = GradScaler::with_options(top, 2.0, 0.5, 1).unwrap();
+    assert!(counted_step(&mut scaler, &mut opt, &p, 1.0).1);
+    assert_eq!(scaler.get_scale().unwrap(), top);
+    assert_eq!(scaler.growth_tracker().unwrap(), 0);
+
+    // Two optimizers, an overflow in the second only: the first steps, the second is
+    // skipped, and the one update backs off (their flags are summed on the device).
+    let a = Tensor::from_slice(&[1.0f32], &[1], &d)
+        .unwrap()
+        .requires_grad_(true);
+    let b = Tensor::from_slice(&[1.0f32], &[1], &d)
+        .unwrap()
+        .requires_grad_(true);
+    let (mut opt_a, mut opt_b) = (
+        Sgd::new(vec![a.clone()], 1.0),
+        Sgd::new(vec![b.clone()], 1.0),
+    );
+    let mut scaler = GradScaler::with_options(8.0, 2.0, 0.5, 1).unwrap();
+    let loss = a
+        .add(&b.mul_scalar(f64::INFINITY).unwrap())
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    scaler.scale(&loss).unwrap().backward().unwrap();
+    let before = labs_core::tensor::host_reads();
+    assert!(scaler.step(&mut opt_a).unwrap());
+    assert!(!scaler.step(&mut opt_b).unwrap());
+    scaler.update().unwrap();
+    assert_eq!(labs_core::tensor::host_reads() - before, 2, "one per step");
+    assert_eq!(
+        a.to_vec::<f32>().unwrap(),
+        vec![0.0],
+        "lr 1, true gradient 1"
+    );
+    assert_eq!(b.to_vec::<f32>().unwrap(), vec![1.0]);
+    assert_eq!(scaler.get_scale().unwrap(), 4.0);
 }

@@ -29,18 +29,31 @@ pub fn find_batch_size(
     mut trial: impl FnMut(usize) -> Result<()>,
     mut clean: impl FnMut() -> Result<()>,
 ) -> Result<Search> {
-    let mut trials = Vec::new();
-    let mut fits = |batch: usize, trials: &mut Vec<(usize, bool)>| -> Result<bool> {
+    search(start, max, |batch| {
         let ran = match trial(batch) {
             Ok(()) => true,
             Err(e) if e.is_out_of_memory() => false,
             Err(e) => return Err(e),
         };
         clean()?;
+        Ok(ran)
+    })
+}
+
+/// The search itself, over any test of whether a batch fits (`fits` returns `false`
+/// for a batch that does not, an error to end the search): double until a batch does
+/// not fit, then a binary search between the last that did and the first that did not.
+pub fn search<E>(
+    start: usize,
+    max: usize,
+    mut fits: impl FnMut(usize) -> std::result::Result<bool, E>,
+) -> std::result::Result<Search, E> {
+    let mut trials = Vec::new();
+    let mut fits = |batch: usize, trials: &mut Vec<(usize, bool)>| {
+        let ran = fits(batch)?;
         trials.push((batch, ran));
         Ok(ran)
     };
-    // Double until a batch does not fit (or the maximum does).
     let (mut good, mut bad) = (0usize, None);
     let mut batch = start.clamp(1, max);
     loop {
@@ -55,7 +68,6 @@ pub fn find_batch_size(
             break;
         }
     }
-    // Binary search between the last batch that ran and the first that did not.
     if let Some(mut bad) = bad {
         while bad - good > 1 {
             let mid = good + (bad - good) / 2;

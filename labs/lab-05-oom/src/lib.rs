@@ -9,6 +9,7 @@ pub mod exercises;
 pub mod explain;
 pub mod finder;
 pub mod fit;
+pub mod fit_train;
 pub mod fragmentation;
 pub mod model;
 pub mod pending_free;

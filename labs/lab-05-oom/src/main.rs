@@ -1,6 +1,7 @@
 //! `cargo run --release -p lab-05 [-- --device cuda|sim|dry|cpu]`: the experiments of
 //! chapter 5. `share` runs two processes on one device under memory fractions; `fit`
-//! finds the largest batch that fits a GPU of a given size on the dry-run device.
+//! finds the largest batch that fits a GPU of a given size on the dry-run device (of an
+//! MLP, or of lab 10's Transformer or GPT-2 training step).
 
 use std::time::Duration;
 
@@ -11,7 +12,8 @@ use labs_core::format::parse_bytes;
 use labs_core::{Device, DeviceId};
 
 use lab_05::model::MlpSpec;
-use lab_05::{explain, finder, fit, fragmentation, pending_free, recovery, share};
+use lab_05::{explain, finder, fit, fit_train, fragmentation, pending_free, recovery, share};
+use lab_10::train::{AmpMode, CheckpointMode, ModelKind, TrainConfig};
 
 #[derive(Parser)]
 #[command(name = "lab-05", about = "Chapter 5: out of memory")]
@@ -43,9 +45,30 @@ enum Command {
     /// The largest batch that fits a GPU of --capacity, found on the dry-run device
     /// and, on a GPU, checked by a real run.
     Fit {
-        /// The model: mlp (an nn::Mlp with Adam).
+        /// The model: mlp (an nn::Mlp with Adam), or transformer or gpt2 (lab 10's
+        /// training driver, with its defaults and the flags below).
         #[arg(long, default_value = "mlp")]
         model: String,
+        /// Model width (transformer, gpt2; default: 512, 768).
+        #[arg(long)]
+        d_model: Option<usize>,
+        /// Encoder and decoder layers each (transformer, default 6), blocks (gpt2,
+        /// default 12).
+        #[arg(long)]
+        layers: Option<usize>,
+        /// Sequence length (transformer, gpt2; default: 100, 1024).
+        #[arg(long)]
+        seq: Option<usize>,
+        /// Activation checkpointing (transformer, gpt2).
+        #[arg(long, value_enum, default_value = "none")]
+        checkpoint: CheckpointMode,
+        /// Mixed precision (transformer, gpt2).
+        #[arg(long, value_enum, default_value = "none")]
+        amp: AmpMode,
+        /// Micro-batches per optimizer step (transformer, gpt2): the batch searched is
+        /// the micro-batch.
+        #[arg(long, default_value_t = 1)]
+        accum: usize,
         /// Input features.
         #[arg(long, default_value_t = 2048)]
         input: usize,
@@ -106,16 +129,48 @@ fn run(cli: Cli) -> Result<()> {
         )?),
         Some(Command::Fit {
             model,
+            d_model,
+            layers,
+            seq,
+            checkpoint,
+            amp,
+            accum,
             input,
             width,
             depth,
             steps,
             max_batch,
         }) => {
-            if model != "mlp" {
-                bail!("--model {model}: unknown model; available: mlp");
-            }
             let capacity = capacity.unwrap_or(labs_core::device::DEFAULT_SIM_CAPACITY);
+            let kind = match model.as_str() {
+                "mlp" => None,
+                "transformer" => Some(ModelKind::Transformer),
+                "gpt2" => Some(ModelKind::Gpt2),
+                _ => bail!("--model {model}: unknown model; available: mlp, transformer, gpt2"),
+            };
+            if let Some(kind) = kind {
+                let mut base = TrainConfig::defaults(kind);
+                base.d_model = d_model.unwrap_or(base.d_model);
+                if kind == ModelKind::Gpt2 {
+                    base.ffn = 4 * base.d_model;
+                }
+                base.layers = layers.unwrap_or(base.layers);
+                base.seq = seq.unwrap_or(base.seq);
+                base.checkpoint = checkpoint;
+                base.amp = amp;
+                base.accum = accum;
+                base.steps = steps;
+                base.validate()?;
+                let device = cli.device.open()?;
+                let prediction = fit_train::predict(capacity, &base, max_batch)?;
+                let check = if device.is_cuda() {
+                    Some(fit_train::check(&device, &prediction, &base)?)
+                } else {
+                    None
+                };
+                fit_train::print(&base, &prediction, check.as_ref());
+                return Ok(());
+            }
             let spec = MlpSpec {
                 input,
                 hidden: width,

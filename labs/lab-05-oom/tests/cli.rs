@@ -89,11 +89,39 @@ fn fit_predicts_on_the_dry_run_device() {
 }
 
 #[test]
+fn fit_searches_a_gpt2_training_step_on_the_dry_run_device() {
+    let text = run(&[
+        "fit",
+        "--capacity",
+        "96MiB",
+        "--model",
+        "gpt2",
+        "--d-model",
+        "48",
+        "--layers",
+        "1",
+        "--seq",
+        "16",
+        "--amp",
+        "bf16",
+        "--checkpoint",
+        "layers",
+        "--device",
+        "sim",
+    ]);
+    assert!(text.contains("found on the dry-run device"), "{text}");
+    assert!(text.contains("GPT-2 d_model 48"), "{text}");
+    assert!(text.contains("checkpoint layers, amp bf16"), "{text}");
+    assert!(text.contains("does not fit"), "{text}");
+}
+
+#[test]
 fn fit_rejects_an_unknown_model() {
     let out = Command::new(binary())
         .args(["fit", "--model", "resnet", "--device", "sim"])
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown model; available: mlp"));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("unknown model; available: mlp, transformer, gpt2"));
 }

@@ -1,12 +1,13 @@
-//! `cargo run --release -p lab-07 [-- --device cuda|sim|cpu] [--quick]`: the
-//! experiments of chapter 7 as tables, memory in MiB from the device's allocator.
+//! `cargo run --release -p lab-07 [-- --device cuda|sim|cpu] [--quick] [--pytorch
+//! ci/pytorch-train.py]`: the experiments of chapter 7 as tables, memory in MiB from the
+//! device's allocator.
 
 use anyhow::Context;
 use clap::Parser;
 use labs_core::Device;
 
 use lab_07::model::Sizes;
-use lab_07::{categories, curves, full_vs_mixed, gemm, scaler};
+use lab_07::{categories, curves, driver, full_vs_mixed, gemm, pytorch, scaler};
 
 #[derive(Parser)]
 #[command(about = "Lab 7: mixed precision")]
@@ -16,6 +17,10 @@ struct Args {
     /// Smaller sizes and fewer steps (for smoke tests).
     #[arg(long)]
     quick: bool,
+    /// PyTorch's figures beside ours in experiment 6: ci/pytorch-train.py (run per
+    /// configuration, on the GPU) or a .jsonl file of its reports.
+    #[arg(long, value_name = "PATH")]
+    pytorch: Option<std::path::PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -24,11 +29,20 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
+    let pytorch = args
+        .pytorch
+        .as_deref()
+        .map(pytorch::Source::open)
+        .transpose()?;
     let device = args.device.open().context("choosing a device")?;
-    experiments(&device, args.quick)
+    experiments(&device, args.quick, pytorch.as_ref())
 }
 
-fn experiments(device: &Device, quick: bool) -> anyhow::Result<()> {
+fn experiments(
+    device: &Device,
+    quick: bool,
+    pytorch: Option<&pytorch::Source>,
+) -> anyhow::Result<()> {
     let props = device.properties()?;
     println!("Device {device}: {}", props.name);
     if !device.is_cuda() {
@@ -69,5 +83,10 @@ fn experiments(device: &Device, quick: bool) -> anyhow::Result<()> {
         "{}",
         gemm::table(device, n, &gemm::measure(device, n, samples)?)
     );
+    if device.id() == labs_core::DeviceId::Cpu {
+        println!("6. The training driver: skipped on cpu (autocast here is CUDA's; use sim)");
+    } else {
+        println!("{}", driver::run(device, quick, pytorch)?);
+    }
     Ok(())
 }

@@ -155,7 +155,7 @@ pub fn overflow(
             t.opt.zero_grad(true)?;
             let loss = t.loss(&x, &y)?.mul_scalar(loss_factor)?;
             let before = first.to_vec::<f32>()?;
-            let scale_before = scaler.get_scale();
+            let scale_before = scaler.get_scale()?;
             scaler.scale(&loss)?.backward()?;
             let stepped = scaler.step(&mut t.opt)?;
             scaler.update()?;
@@ -164,7 +164,7 @@ pub fn overflow(
                 loss_factor,
                 scale_before,
                 stepped,
-                scale_after: scaler.get_scale(),
+                scale_after: scaler.get_scale()?,
                 params_changed: first.to_vec::<f32>()? != before,
             })
         })

@@ -30,6 +30,9 @@ fn the_default_command_prints_every_experiment() {
         "4. Loss curves",
         "5. Matrix product throughput",
         "TF32 allowed",
+        "6a. Tutorial 004's step on the training driver",
+        "autocast float16 + GradScaler",
+        "6b. A small GPT-2 under bfloat16",
     ] {
         assert!(text.contains(title), "missing {title}:\n{text}");
     }

@@ -110,11 +110,16 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
             U32(s.first as u32),
             U64(s.n as u64),
         ],
-        Kernel::UnscaleGrad(u) => vec![
-            U64(u.grad),
+        Kernel::UnscaleGrad(u) => {
+            vec![U64(u.grad), U64(u.found_inf), U64(u.scale), U64(u.n as u64)]
+        }
+        Kernel::UpdateScale(u) => vec![
+            U64(u.scale),
+            U64(u.growth_tracker),
             U64(u.found_inf),
-            F32(u.inv_scale),
-            U64(u.n as u64),
+            F32(u.growth_factor),
+            F32(u.backoff_factor),
+            U32(u.growth_interval),
         ],
         Kernel::AdamStep(s) => vec![
             U64(s.param),

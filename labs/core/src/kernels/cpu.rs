@@ -173,6 +173,7 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
             Float::F16 => super::amp_cpu::unscale::<f16>(&u, memory),
             Float::BF16 => super::amp_cpu::unscale::<bf16>(&u, memory),
         },
+        Kernel::UpdateScale(u) => super::amp_cpu::update_scale(&u, memory),
         Kernel::StridedScatter {
             width,
             src,

@@ -29,7 +29,7 @@ pub mod source;
 pub mod special;
 mod strided;
 
-pub use amp::UnscaleGrad;
+pub use amp::{UnscaleGrad, UpdateScale};
 pub use attention::{
     attention_keep_row, AttentionDropout, AttentionKernel, AttentionShape, HeadsOperand,
     ATTENTION_MAX_HEAD_DIM,
@@ -118,6 +118,9 @@ pub enum Kernel {
     /// The gradient scaler's unscale and non-finite check of one gradient (see
     /// [`UnscaleGrad`]).
     UnscaleGrad(UnscaleGrad),
+    /// The gradient scaler's update of its scale and growth tracker, on the device (see
+    /// [`UpdateScale`]): one thread.
+    UpdateScale(UpdateScale),
     /// `out[i] = op(a[a_layout(i)], b[b_layout(i)])` into `n` dense elements: a binary op
     /// on operands of any layout, broadcast ones (stride 0) included. `a` and `b` are the
     /// addresses of each view's first element.
@@ -241,6 +244,7 @@ impl Kernel {
             Kernel::SgdStep(s) => s.n,
             Kernel::AdamStep(s) => s.n,
             Kernel::UnscaleGrad(u) => u.n,
+            Kernel::UpdateScale(_) => 1,
             Kernel::Rows(ref k) => k.elements(),
             Kernel::Attention(ref k) => k.elements(),
         }

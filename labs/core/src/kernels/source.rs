@@ -29,6 +29,7 @@ const ATTENTION_CU: &str = include_str!("../../../../kernels/attention.cu");
 const SCATTER_CU: &str = include_str!("../../../../kernels/scatter.cu");
 const OPTIM_CU: &str = include_str!("../../../../kernels/optim.cu");
 const AMP_CU: &str = include_str!("../../../../kernels/amp.cu");
+const AMP_UPDATE_CU: &str = include_str!("../../../../kernels/amp_update.cu");
 
 /// The float dtypes (every elementwise op and the reductions have kernels for them).
 pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -355,6 +356,11 @@ fn registry() -> &'static Registry {
             modules.push(attention_module(name(dtype)));
             modules.push(amp_module(name(dtype)));
         }
+        modules.push(fixed_module(
+            "amp_update",
+            AMP_UPDATE_CU,
+            &["amp_update_scale"],
+        ));
         let mut by_name = HashMap::new();
         for (m, module) in modules.iter().enumerate() {
             for (f, function) in module.functions.iter().enumerate() {
@@ -429,6 +435,7 @@ pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
             "non_finite_check_and_unscale",
             u.dtype,
         ),
+        Kernel::UpdateScale(_) => ("amp_update_scale".into(), "amp_update_scale", DType::F32),
         Kernel::Gemm(_) => {
             return Err(Error::InvalidArgument(
                 "gemm has no generated CUDA module: the cuda backend runs it through cuBLAS".into(),
@@ -598,7 +605,7 @@ mod tests {
                 dtype,
                 grad: 0,
                 found_inf: 0,
-                inv_scale: 1.0,
+                scale: 0,
                 n: 1,
             })
         };
@@ -610,5 +617,25 @@ mod tests {
         assert!(m.source.contains("void non_finite_check_and_unscale_f16("));
         assert!(m.source.contains("typedef unsigned short ELEM;"));
         assert!(function(&unscale(DType::I32)).is_err());
+        // The check reads the scale from device memory: no host value in its signature.
+        assert!(m.source.contains("const float* scale"));
+    }
+
+    #[test]
+    fn the_scaler_update_is_one_fixed_module() {
+        let update = Kernel::UpdateScale(crate::kernels::UpdateScale {
+            scale: 0,
+            growth_tracker: 0,
+            found_inf: 0,
+            growth_factor: 2.0,
+            backoff_factor: 0.5,
+            growth_interval: 2000,
+        });
+        let (m, f) = function(&update).unwrap();
+        assert_eq!((m.name.as_str(), f), ("amp_update", "amp_update_scale"));
+        assert!(m
+            .source
+            .contains("void amp_update_scale(float* scale, int* growth_tracker,"));
+        assert_eq!(update.elements(), 1, "one thread");
     }
 }

@@ -14,16 +14,26 @@
 //!                if tracker == growth_interval: scale *= growth_factor (if finite); tracker = 0
 //! ```
 //!
+//! As in PyTorch, the scale and the growth tracker live on the device, in two
+//! one-element tensors made at the first `scale` (or `unscale_`), and both the unscale
+//! kernel and the update kernel read them there: a step reads one value on the host,
+//! the overflow flag that decides whether the optimizer runs (`found_inf.item()` in
+//! PyTorch's `_maybe_opt_step`), and `update` waits for nothing. Reading the scale
+//! ([`GradScaler::get_scale`]) waits for the device.
+//!
 //! A training step is `scaler.scale(&loss)?.backward()?; scaler.step(&mut opt)?;
 //! scaler.update()?`, with an optional `scaler.unscale_(&opt)?` before `step` to clip or
 //! inspect the true gradients. Each optimizer is unscaled at most once between updates,
 //! as in PyTorch.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use super::Optimizer;
+use crate::alloc::Category;
+use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kernels::{Kernel, UnscaleGrad};
+use crate::kernels::{Kernel, UnscaleGrad, UpdateScale};
 use crate::tensor::{no_grad, DType, Tensor};
 
 /// Where an optimizer is in the scaler's cycle since the last `update`.
@@ -43,22 +53,31 @@ struct OptimizerState {
     found_inf: Tensor,
 }
 
+/// The scaler's state on its device (PyTorch's `_scale` and `_growth_tracker`).
+struct DeviceState {
+    /// float32, shape `[]`.
+    scale: Tensor,
+    /// int32, shape `[]`: good steps in a row since the last growth or backoff.
+    growth_tracker: Tensor,
+}
+
 // ANCHOR: grad_scaler
 /// PyTorch's `GradScaler("cuda")`.
 pub struct GradScaler {
-    scale: f32,
+    init_scale: f32,
     growth_factor: f32,
     backoff_factor: f32,
     growth_interval: u32,
-    /// Steps in a row without an overflow since the last growth or backoff.
-    growth_tracker: u32,
+    /// The scale and growth tracker, on the device of the first loss scaled.
+    state: OnceLock<DeviceState>,
     /// Per optimizer (by address), what happened since the last update.
     per_optimizer: HashMap<usize, OptimizerState>,
 }
 // ANCHOR_END: grad_scaler
 
-/// Whether a `found_inf` flag is set. The dry-run device computes no values: there no
-/// step overflows (its allocations are those of a run whose steps all go ahead).
+/// Whether a `found_inf` flag is set: the step's one read on the host. The dry-run
+/// device computes no values: there no step overflows (its allocations are those of a
+/// run whose steps all go ahead).
 fn overflowed(found_inf: &Tensor) -> Result<bool> {
     if found_inf.device().is_dry() {
         return Ok(false);
@@ -113,23 +132,57 @@ impl GradScaler {
             ));
         }
         Ok(GradScaler {
-            scale: init_scale,
+            init_scale,
             growth_factor,
             backoff_factor,
             growth_interval,
-            growth_tracker: 0,
+            state: OnceLock::new(),
             per_optimizer: HashMap::new(),
         })
     }
 
-    /// The current scale (`get_scale()`).
-    pub fn get_scale(&self) -> f32 {
-        self.scale
+    /// The device state, made on `device` at first use (PyTorch's
+    /// `_lazy_init_scale_growth_tracker`); later uses must be on the same device.
+    fn device_state(&self, device: &Device) -> Result<&DeviceState> {
+        if self.state.get().is_none() {
+            let _state = Category::OptimizerState.scope();
+            let state = DeviceState {
+                scale: Tensor::full(&[], self.init_scale, device)?,
+                growth_tracker: Tensor::zeros(&[], DType::I32, device)?,
+            };
+            // `&self` is shared only within one thread's step; a lost race would only
+            // drop an identical pair.
+            let _ = self.state.set(state);
+        }
+        let state = self.state.get().expect("set above");
+        if !state.scale.device().same(device) {
+            return Err(Error::InvalidArgument(format!(
+                "GradScaler: its scale lives on {}, the tensors are on {device}",
+                state.scale.device()
+            )));
+        }
+        Ok(state)
     }
 
-    /// Good steps in a row counted toward the next growth (`_growth_tracker`).
-    pub fn growth_tracker(&self) -> u32 {
-        self.growth_tracker
+    // ANCHOR: get_scale
+    /// The current scale (`get_scale()`): the initial one before the first `scale`,
+    /// then the device's value, which waits for the device (as PyTorch's `.item()`).
+    /// The dry-run device holds no values, so there it is an error.
+    pub fn get_scale(&self) -> Result<f32> {
+        match self.state.get() {
+            None => Ok(self.init_scale),
+            Some(s) => read(&s.scale, "get_scale"),
+        }
+    }
+    // ANCHOR_END: get_scale
+
+    /// Good steps in a row counted toward the next growth (`_growth_tracker`); reading
+    /// it waits for the device, as [`get_scale`](Self::get_scale).
+    pub fn growth_tracker(&self) -> Result<u32> {
+        match self.state.get() {
+            None => Ok(0),
+            Some(s) => Ok(read::<i32>(&s.growth_tracker, "growth_tracker")? as u32),
+        }
     }
 
     /// Where `optimizer` is in the cycle since the last `update`.
@@ -144,7 +197,8 @@ impl GradScaler {
     /// float32 scale tensor promotes it): the tensor to call `backward` on.
     pub fn scale(&self, loss: &Tensor) -> Result<Tensor> {
         loss.check_float_dtype("GradScaler.scale")?;
-        loss.to_dtype(DType::F32)?.mul_scalar(self.scale as f64)
+        let state = self.device_state(loss.device())?;
+        loss.to_dtype(DType::F32)?.mul(&state.scale)
     }
     // ANCHOR_END: scale
 
@@ -173,9 +227,8 @@ impl GradScaler {
                 "GradScaler.unscale_: the optimizer has no parameters".into(),
             ));
         };
+        let scale = self.device_state(&device)?.scale.ptr();
         let found_inf = Tensor::zeros(&[1], DType::F32, &device)?;
-        // PyTorch computes the inverse in float64 and rounds it to float32.
-        let inv_scale = (1.0 / self.scale as f64) as f32;
         let _off = no_grad();
         for p in optimizer.params() {
             let Some(g) = p.grad() else { continue };
@@ -199,7 +252,7 @@ impl GradScaler {
                 dtype: g.dtype(),
                 grad: g.ptr(),
                 found_inf: found_inf.ptr(),
-                inv_scale,
+                scale,
                 n: g.numel(),
             }))?;
         }
@@ -217,7 +270,7 @@ impl GradScaler {
     // ANCHOR: step
     /// Unscales the gradients if `unscale_` did not, then runs `optimizer.step()` unless
     /// a gradient was not finite. Returns whether the step ran. Reading the flag waits
-    /// for the checks (PyTorch's `found_inf.item()` does too).
+    /// for the checks: the step's one synchronisation (PyTorch's `found_inf.item()`).
     pub fn step(&mut self, optimizer: &mut dyn Optimizer) -> Result<bool> {
         match self.stage(optimizer) {
             ScalerStage::Ready => self.unscale_(optimizer)?,
@@ -244,7 +297,9 @@ impl GradScaler {
     // ANCHOR: update
     /// Backs the scale off if any optimizer found an overflow since the last update,
     /// else counts a good step and grows the scale after `growth_interval` of them; then
-    /// starts a new cycle.
+    /// starts a new cycle. All on the device: the optimizers' flags are summed there and
+    /// one kernel applies the rule to the device's scale and tracker, so nothing here
+    /// waits for the device.
     pub fn update(&mut self) -> Result<()> {
         if self.per_optimizer.is_empty() {
             return Err(Error::InvalidArgument(
@@ -253,32 +308,33 @@ impl GradScaler {
                     .into(),
             ));
         }
-        let mut found_inf = false;
-        for state in self.per_optimizer.values() {
-            found_inf |= overflowed(&state.found_inf)?;
-        }
-        self.per_optimizer.clear();
-        self.apply(found_inf);
+        let _off = no_grad();
+        let mut flags = self.per_optimizer.drain().map(|(_, s)| s.found_inf);
+        let first = flags.next().expect("not empty");
+        let found_inf = flags.try_fold(first, |sum, f| sum.add(&f))?;
+        let state = self.state.get().expect("unscale_ made the device state");
+        found_inf
+            .device()
+            .launch(&Kernel::UpdateScale(UpdateScale {
+                scale: state.scale.ptr(),
+                growth_tracker: state.growth_tracker.ptr(),
+                found_inf: found_inf.ptr(),
+                growth_factor: self.growth_factor,
+                backoff_factor: self.backoff_factor,
+                growth_interval: self.growth_interval,
+            }))?;
         Ok(())
     }
-
-    /// The update rule itself (`_amp_update_scale_`).
-    fn apply(&mut self, found_inf: bool) {
-        if found_inf {
-            self.scale *= self.backoff_factor;
-            self.growth_tracker = 0;
-            return;
-        }
-        let successful = self.growth_tracker + 1;
-        if successful == self.growth_interval {
-            let grown = self.scale * self.growth_factor;
-            if grown.is_finite() {
-                self.scale = grown;
-            }
-            self.growth_tracker = 0;
-        } else {
-            self.growth_tracker = successful;
-        }
-    }
     // ANCHOR_END: update
+}
+
+/// The value of a one-element state tensor, refused on the dry-run device.
+fn read<T: crate::tensor::Element>(t: &Tensor, what: &str) -> Result<T> {
+    if t.device().is_dry() {
+        return Err(Error::InvalidArgument(format!(
+            "GradScaler.{what}: the dry-run device {} holds no values",
+            t.device()
+        )));
+    }
+    t.item::<T>()
 }

@@ -11,6 +11,7 @@ mod compare;
 mod concat;
 mod dropout;
 mod graph;
+mod host_reads;
 mod index;
 mod layout;
 mod loss;
@@ -36,6 +37,7 @@ pub use graph::{
     enable_grad, is_grad_enabled, no_grad, Edge, GradCell, GradOp, GradSlot, NoGradGuard, Node,
     PostAccumulateGradHook,
 };
+pub use host_reads::host_reads;
 pub use layout::Layout;
 pub use loss::IGNORE_INDEX;
 pub use matmul::MatmulOptions;
@@ -293,9 +295,13 @@ impl Tensor {
     }
 
     /// The elements in row-major order (a strided view is gathered on the device first).
+    /// A read of a device's tensor waits for the device: it is counted ([`host_reads`]).
     fn read_bytes(&self, out: &mut [u8]) -> Result<()> {
         let dense = self.contiguous()?;
         let device = self.device();
+        if device.id() != crate::DeviceId::Cpu {
+            host_reads::count_host_read();
+        }
         let stream = device.default_stream()?;
         device.backend().copy_dtoh(out, dense.ptr(), &stream)
     }
