@@ -298,6 +298,9 @@ fn offload_moves_saved_activations_off_the_device_and_back() {
     // In forward: activations of the hooked run stay on the host.
     let options = OffloadOptions {
         min_bytes: 64 << 10,
+        // No copy in flight beside the newest: forward waits for each, and the
+        // results stay exact.
+        max_in_flight_bytes: 0,
         ..OffloadOptions::default()
     };
     let base = activation_bytes(&device);
@@ -392,6 +395,7 @@ fn offload_without_pinned_memory_is_a_plain_copy() {
         pin_memory: false,
         min_bytes: 0,
         prefetch: true,
+        ..OffloadOptions::default()
     };
     let (guard, hooks) = save_on_cpu(options);
     let got = step(&block, &x, 2, &|b, x| b.forward(x).unwrap());

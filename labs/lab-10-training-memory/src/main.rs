@@ -106,7 +106,7 @@ fn run(cli: Cli) -> Result<()> {
     bar.finish_and_clear();
     if args.profile {
         labs_core::device::profile::stop();
-        eprint_profile(config.steps)?;
+        eprint_profile(config.steps.saturating_sub(config.warmup))?;
     }
     if args.json {
         println!("{}", report.to_json());
@@ -122,7 +122,7 @@ fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
-/// The kernel families by total time over the run, per optimizer step.
+/// The kernel families by total time over the steps after the warm-up, per step.
 fn eprint_profile(steps: usize) -> Result<()> {
     let rows = labs_core::device::profile::take()?;
     let total: f64 = rows.iter().map(|r| r.total.as_secs_f64()).sum();

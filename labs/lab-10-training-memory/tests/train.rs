@@ -246,6 +246,7 @@ fn bf16_autocast_trains_within_a_tolerance_of_float32() {
     };
     let bf16 = TrainConfig {
         amp: AmpMode::Bf16,
+        timeline: true,
         ..f32_run.clone()
     };
     let (a, b) = (report(&f32_run, &device), report(&bf16, &device));
@@ -254,7 +255,10 @@ fn bf16_autocast_trains_within_a_tolerance_of_float32() {
     for (x, y) in a.losses.unwrap().iter().zip(b.losses.unwrap()) {
         assert!((x - y).abs() <= 0.01 * x.abs(), "bf16 loss {y} vs f32 {x}");
     }
-    assert!(b.by_category["autocast_cache"] > 0, "{:?}", b.by_category);
+    // The cast weights live in the autocast cache during the step (whether they are
+    // still there at the peak depends on where the peak falls).
+    let cache = labs_core::alloc::Category::AutocastCache;
+    assert!(b.timeline.iter().any(|s| s.of(cache) > 0));
     assert!(b.skipped_steps.is_none());
     let f16 = TrainConfig {
         amp: AmpMode::F16,

@@ -19,7 +19,7 @@
 //! Categories stay true: an offloaded tensor is host memory, never marked as a device
 //! activation; a tensor brought back is the backward's temporary.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use crate::device::{Device, DeviceId, Event, Stream};
@@ -39,6 +39,12 @@ pub struct OffloadOptions {
     pub min_bytes: usize,
     /// Start bringing the next node's tensors back when one node is unpacked.
     pub prefetch: bool,
+    /// At most this many bytes in copies to the host not yet finished: past it, the
+    /// forward pass waits for the oldest. A tensor being copied out cannot be freed
+    /// until its copy is done, so without a bound a forward pass faster than the copies
+    /// reserves device memory for every tensor in flight (PyTorch's `save_on_cpu`
+    /// copies on the compute stream and so never has more than one in flight).
+    pub max_in_flight_bytes: usize,
 }
 
 impl Default for OffloadOptions {
@@ -47,6 +53,7 @@ impl Default for OffloadOptions {
             pin_memory: true,
             min_bytes: 1 << 20,
             prefetch: true,
+            max_in_flight_bytes: 64 << 20,
         }
     }
 }
@@ -93,6 +100,8 @@ pub struct OffloadHooks {
     options: OffloadOptions,
     copy_streams: Mutex<HashMap<DeviceId, Stream>>,
     stats: Mutex<OffloadStats>,
+    /// Copies to the host under way, oldest first: their end events and bytes.
+    in_flight: Mutex<VecDeque<(Event, usize)>>,
 }
 
 impl OffloadHooks {
@@ -101,6 +110,7 @@ impl OffloadHooks {
             options,
             copy_streams: Mutex::new(HashMap::new()),
             stats: Mutex::new(OffloadStats::default()),
+            in_flight: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -117,6 +127,24 @@ impl OffloadHooks {
         let s = device.new_stream()?;
         streams.insert(device.id(), s.clone());
         Ok(s)
+    }
+
+    /// Adds a copy to the host to those under way, then waits for the oldest while
+    /// more than `max_in_flight_bytes` are (keeping one, however large).
+    fn bound_in_flight(&self, done: Event, bytes: usize) -> Result<()> {
+        let mut q = self.in_flight.lock().unwrap();
+        q.push_back((done, bytes));
+        let mut total: usize = q.iter().map(|(_, b)| b).sum();
+        while total > self.options.max_in_flight_bytes && q.len() > 1 {
+            let (oldest, b) = q.pop_front().expect("more than one");
+            oldest.synchronize()?;
+            total -= b;
+        }
+        // Finished ones leave without a wait.
+        while q.front().is_some_and(|(e, _)| e.query().unwrap_or(false)) {
+            q.pop_front();
+        }
+        Ok(())
     }
 
     /// Starts the copy back of `o` on the copy stream unless it is under way.
@@ -172,6 +200,7 @@ impl SavedTensorsHooks for OffloadHooks {
             host.copy_from_non_blocking(&dense, &copy)?;
             let done = device.new_event()?;
             copy.record(&done)?;
+            self.bound_in_flight(done.clone(), dense.nbytes())?;
             (Host::Pinned(host), Some(done))
         } else {
             (Host::Pageable(dense.cpu()?), None)

@@ -66,6 +66,13 @@ pub fn run_with_progress(
     let mut timeline = Vec::new();
     for step in 0..config.steps {
         let last = step + 1 == config.steps;
+        // The kernel profile (`--profile`) covers the steps after the warm-up ones: the
+        // first step also compiles every kernel, which the profile would charge to
+        // the first launch of each.
+        if step == config.warmup && labs_core::device::profile::enabled() {
+            device.synchronize()?;
+            labs_core::device::profile::take()?;
+        }
         if config.timeline && last {
             device.allocator()?.record_category_timeline(1 << 22);
         }
