@@ -134,8 +134,7 @@ impl Reducer {
         self.buckets[b].pending -= 1;
         self.ready[i] = true;
         self.events.push(DdpEvent::GradReady { param: i });
-        while self.next_bucket < self.buckets.len() && self.buckets[self.next_bucket].pending == 0
-        {
+        while self.next_bucket < self.buckets.len() && self.buckets[self.next_bucket].pending == 0 {
             let bucket = &mut self.buckets[self.next_bucket];
             bucket.work = Some(self.comm.all_reduce(&bucket.buffer, ReduceOp::Avg)?);
             self.events.push(DdpEvent::BucketLaunched {

@@ -124,9 +124,12 @@ impl ZeroRedundancyOptimizer {
 /// Copies `src` into `dst` (dense, same bytes) on `dst`'s default stream.
 fn copy(dst: &Tensor, src: &Tensor) -> Result<()> {
     let device = dst.device();
-    device
-        .backend()
-        .copy_dtod(dst.ptr(), src.ptr(), dst.nbytes(), &device.default_stream()?)
+    device.backend().copy_dtod(
+        dst.ptr(),
+        src.ptr(),
+        dst.nbytes(),
+        &device.default_stream()?,
+    )
 }
 
 impl Optimizer for ZeroRedundancyOptimizer {
