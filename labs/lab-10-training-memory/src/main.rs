@@ -12,7 +12,8 @@ use labs_core::format::parse_bytes;
 use labs_core::{Device, DeviceId};
 
 use lab_10::train::{
-    self, AmpMode, AttentionMode, CheckpointMode, ModelKind, OptimizerKind, TrainConfig,
+    self, data_parallel, AmpMode, AttentionMode, CheckpointMode, DataParallel, ModelKind,
+    OptimizerKind, TrainConfig,
 };
 
 #[derive(Parser)]
@@ -108,6 +109,19 @@ struct TrainArgs {
     /// areas, the cache on top), into this SVG file.
     #[arg(long, value_name = "FILE")]
     timeline: Option<std::path::PathBuf>,
+    /// Data-parallel training on N devices, one rank each (as `torchrun
+    /// --nproc_per_node N`): on GPUs, N processes started through `dist::launch`; on
+    /// the simulated or dry-run device, N threads over N simulated devices.
+    #[arg(long, value_name = "N")]
+    nproc: Option<usize>,
+    /// Data-parallel with DistributedDataParallel, even on one rank (implied by
+    /// --nproc, and when WORLD_SIZE is set by a launcher).
+    #[arg(long)]
+    ddp: bool,
+    /// Data-parallel with ZeRO stage 1 instead of DDP: the optimizer's state sharded
+    /// across the ranks, the gradients reduce-scattered.
+    #[arg(long)]
+    zero1: bool,
 }
 
 impl TrainArgs {
@@ -159,10 +173,44 @@ fn run(cli: Cli) -> Result<()> {
     };
     let config = args.config();
     config.validate()?;
-    let device = open(&cli.device, cli.dry_run, capacity(cli.capacity.as_deref())?)?;
+    let launched = std::env::var("WORLD_SIZE").is_ok_and(|w| !w.trim().is_empty());
+    let device = if launched {
+        launched_device(&cli.device, cli.dry_run)?
+    } else {
+        open(&cli.device, cli.dry_run, capacity(cli.capacity.as_deref())?)?
+    };
     let show = !args.json && std::io::stderr().is_terminal();
     let bar = progress(config.steps, show);
-    let report = train::run_with_progress(&config, &device, &bar)?;
+    let how = if args.zero1 {
+        DataParallel::Zero1
+    } else {
+        DataParallel::Ddp
+    };
+    let report = if launched {
+        if args.nproc.is_some() {
+            bail!(
+                "--nproc: this process is already one rank of a launched job (WORLD_SIZE is set)"
+            );
+        }
+        let rank_device = device.clone();
+        let Some(report) = data_parallel::run_launched_rank(&config, rank_device, how, &bar)?
+        else {
+            return Ok(()); // rank 0 reports
+        };
+        report
+    } else if args.nproc.is_some() || args.ddp || args.zero1 {
+        let nproc = args.nproc.unwrap_or(1);
+        if nproc == 0 {
+            bail!("--nproc must be at least 1");
+        }
+        if device.is_cuda() {
+            return relaunch(nproc);
+        }
+        let devices = rank_devices(&device, nproc, capacity(cli.capacity.as_deref())?)?;
+        data_parallel::run_in_process(&config, &devices, how, &bar)?
+    } else {
+        train::run_with_progress(&config, &device, &bar)?
+    };
     bar.finish_and_clear();
     if args.json {
         println!("{}", report.to_json());
@@ -176,6 +224,97 @@ fn run(cli: Cli) -> Result<()> {
         bail!("{oom}");
     }
     Ok(())
+}
+
+/// This program again as `nproc` ranks through `dist::launch`, without `--nproc`: rank
+/// 0's output as it is (its JSON stays parseable), the others' prefixed, on stderr.
+fn relaunch(nproc: usize) -> Result<()> {
+    let exe = std::env::current_exe().context("finding this program to relaunch it")?;
+    let mut args = Vec::new();
+    let mut given = std::env::args().skip(1);
+    while let Some(a) = given.next() {
+        if a == "--nproc" {
+            given.next();
+        } else if !a.starts_with("--nproc=") {
+            args.push(a);
+        }
+    }
+    labs_core::dist::launch_with(nproc, &exe.to_string_lossy(), &args, |line| {
+        match (line.rank, line.stream) {
+            (0, labs_core::dist::OutputStream::Stdout) => println!("{}", line.text),
+            _ => eprintln!("{line}"),
+        }
+    })?;
+    Ok(())
+}
+
+/// A launched rank's device: the one of the kind `--device` names (else `LABS_DEVICE`,
+/// else a GPU if there is one) at `LOCAL_RANK`, as `torchrun`'s processes take
+/// `cuda:LOCAL_RANK`. No other device is opened (a GPU context on `cuda:0` in every
+/// rank would cost rank 0's GPU memory).
+fn launched_device(flag: &labs_core::cli::DeviceFlag, dry_run: bool) -> Result<Device> {
+    let local = labs_core::dist::DistEnv::from_env()?.local_rank;
+    let named = flag
+        .name
+        .clone()
+        .or_else(|| std::env::var("LABS_DEVICE").ok())
+        .filter(|n| !n.trim().is_empty());
+    let kind = match (dry_run, named) {
+        (true, _) => DeviceId::Dry(0),
+        (false, Some(name)) => name.parse::<DeviceId>()?,
+        (false, None) => match labs_core::cuda::device_count() {
+            Ok(n) if n > 0 => DeviceId::Cuda(0),
+            _ => DeviceId::Sim(0),
+        },
+    };
+    let id = match kind {
+        DeviceId::Cuda(_) => DeviceId::Cuda(local),
+        DeviceId::Sim(_) => DeviceId::Sim(local),
+        DeviceId::Dry(_) => DeviceId::Dry(local),
+        DeviceId::Cpu => bail!("a launched rank needs a GPU, simulated or real, not the cpu"),
+    };
+    if !matches!(id, DeviceId::Cuda(_)) {
+        let count = labs_core::device::device_count(id.kind())?;
+        labs_core::device::set_sim_device_count(count.max(local + 1))?;
+    }
+    Device::get(id).with_context(|| format!("opening {id} for rank {local}"))
+}
+
+/// The devices of `nproc` in-process ranks like `device` (simulated or dry-run):
+/// indices 0 to nproc - 1, or fresh ones of the given capacity.
+fn rank_devices(device: &Device, nproc: usize, capacity: Option<u64>) -> Result<Vec<Device>> {
+    let dry = match device.id() {
+        DeviceId::Sim(_) => false,
+        DeviceId::Dry(_) => true,
+        other => bail!(
+            "--nproc on {other}: data-parallel ranks run on GPUs (processes) or on the \
+             simulated or dry-run device (threads)"
+        ),
+    };
+    if let Some(c) = capacity {
+        return Ok((0..nproc)
+            .map(|_| {
+                if dry {
+                    Device::new_dry(c)
+                } else {
+                    Device::new_sim(c)
+                }
+            })
+            .collect());
+    }
+    if labs_core::device::device_count(device.id().kind())? < nproc {
+        labs_core::device::set_sim_device_count(nproc)?;
+    }
+    (0..nproc)
+        .map(|i| {
+            let id = if dry {
+                DeviceId::Dry(i)
+            } else {
+                DeviceId::Sim(i)
+            };
+            Device::get(id).context("opening a rank's device")
+        })
+        .collect()
 }
 
 /// The last step's memory by category, as an SVG picture in `path`.
