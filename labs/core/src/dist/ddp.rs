@@ -165,7 +165,7 @@ pub struct DistributedDataParallel {
     names: Vec<String>,
     params: Vec<Tensor>,
     reducer: Arc<Mutex<Reducer>>,
-    _hooks: Vec<HookHandle>,
+    hooks: Vec<HookHandle>,
 }
 
 impl DistributedDataParallel {
@@ -252,7 +252,7 @@ impl DistributedDataParallel {
             names,
             params,
             reducer,
-            _hooks: hooks,
+            hooks,
         })
     }
 
@@ -334,6 +334,15 @@ impl DistributedDataParallel {
     /// The communicator.
     pub fn communicator(&self) -> Arc<Communicator> {
         self.reducer().comm.clone()
+    }
+}
+
+impl Drop for DistributedDataParallel {
+    /// The hooks go with the wrapper: the parameters are left as they were.
+    fn drop(&mut self) {
+        for h in self.hooks.drain(..) {
+            h.remove();
+        }
     }
 }
 

@@ -3,45 +3,65 @@
 //! float32 tensors per parameter element, twice the parameters' own memory in float32;
 //! here each rank keeps them for a contiguous 1/N of the parameters only.
 //!
+//! The parameters are laid end to end in one flat gradient buffer (padded to a multiple
+//! of N); rank `r` owns the `r`-th N-th of it, its shard. As DDP does with its buckets,
+//! a post-accumulate-grad hook copies each finished gradient into its slot of the flat
+//! buffer and makes `.grad` a view of it, so no second copy of the gradients persists.
 //! A step, on every rank:
 //!
-//! 1. the gradients are flattened into one buffer (padded to a multiple of N) and
-//!    reduce-scattered with an average: rank `r` receives the averaged gradient of its
-//!    shard, the `r`-th N-th of the flat buffer (half the traffic of an all-reduce);
-//! 2. the inner optimizer steps the shard of a flat copy of the parameters;
-//! 3. the shards are all-gathered into the flat copy, and copied into the parameters.
+//! 1. the flat gradients are reduce-scattered with an average, in place: rank `r`'s
+//!    shard now holds the averaged gradient of its elements (half an all-reduce's
+//!    traffic);
+//! 2. the inner optimizer steps this rank's copy of its shard of the parameters;
+//! 3. the shards are all-gathered into the flat buffer, whose gradients are spent, and
+//!    copied into the parameters.
 //!
-//! The collectives run in place (the shard is a view of the flat buffer, at the offset
-//! NCCL requires for in-place reduce-scatter and all-gather). The flat copies of the
-//! parameters and gradients are this implementation's own cost (the model's tensors
-//! are not views of one buffer): counted as parameters and gradients.
+//! The gradients are consumed by the step: afterwards every `.grad` is `None` (their
+//! buffer carried the all-gather), as after the `zero_grad()` that follows a step.
+//! Memory per rank: the flat gradients (as DDP's buckets), the shard's parameters and
+//! the shard's optimizer state, 1/N each.
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::communicator::{Communicator, ReduceOp};
 use super::ddp::check_parameter;
 use crate::alloc::Category;
+use crate::autograd::HookHandle;
 use crate::error::{Error, Result};
 use crate::optim::Optimizer;
 use crate::tensor::{no_grad, Tensor};
 
 /// `torch.distributed.optim.ZeroRedundancyOptimizer(params, optimizer_class, ...)`,
-/// with gradients reduce-scattered by the optimizer itself (no DDP wrapper needed).
+/// with the gradients reduce-scattered by the optimizer itself (no DDP wrapper).
 pub struct ZeroRedundancyOptimizer {
     comm: Arc<Communicator>,
     params: Vec<Tensor>,
     offsets: Vec<usize>,
-    flat_params: Tensor,
     flat_grads: Tensor,
+    shard_params: Tensor,
     shard: Range<usize>,
+    /// Per parameter: whether its gradient reached the flat buffer since the last step.
+    ready: Arc<Mutex<Vec<bool>>>,
     inner: Box<dyn Optimizer + Send>,
+    hooks: Vec<HookHandle>,
+}
+
+/// Copies `src` into `dst` (dense, same bytes) on `dst`'s default stream.
+fn copy(dst: &Tensor, src: &Tensor) -> Result<()> {
+    let device = dst.device();
+    device.backend().copy_dtod(
+        dst.ptr(),
+        src.ptr(),
+        dst.nbytes(),
+        &device.default_stream()?,
+    )
 }
 
 impl ZeroRedundancyOptimizer {
-    /// Broadcasts rank 0's parameters, and builds the inner optimizer over this rank's
-    /// shard, a flat tensor: `make_optimizer(vec![shard])`, e.g.
-    /// `|p| Box::new(AdamW::new(p, 1e-3))`. Every parameter must have one dtype.
+    /// Broadcasts rank 0's parameters, hooks every parameter, and builds the inner
+    /// optimizer over this rank's shard, one flat tensor: `make_optimizer(vec![shard])`,
+    /// e.g. `|p| Box::new(AdamW::new(p, 1e-3))`. Every parameter must have one dtype.
     pub fn new(
         params: Vec<Tensor>,
         comm: Arc<Communicator>,
@@ -74,35 +94,52 @@ impl ZeroRedundancyOptimizer {
         }
         let world = comm.world_size();
         let shard_len = total.div_ceil(world);
-        let padded = shard_len * world;
         let device = comm.device().clone();
-        let flat_params = {
-            let _p = Category::Parameter.scope();
-            Tensor::zeros(&[padded], dtype, &device)?
-        };
         let flat_grads = {
             let _g = Category::Gradient.scope();
-            Tensor::zeros(&[padded], dtype, &device)?
+            Tensor::zeros(&[shard_len * world], dtype, &device)?
+        };
+        let shard_params = {
+            let _p = Category::Parameter.scope();
+            Tensor::zeros(&[shard_len], dtype, &device)?
         };
         let shard = comm.rank() * shard_len..(comm.rank() + 1) * shard_len;
-        let shard_param = flat_params
-            .narrow(0, shard.start, shard_len)?
-            .requires_grad_(true);
-        let shard_grad = flat_grads.narrow(0, shard.start, shard_len)?;
-        *shard_param
-            .grad_slot()
-            .expect("requires grad")
-            .lock()
-            .unwrap() = Some(shard_grad);
-        let inner = make_optimizer(vec![shard_param]);
+        let leaf = shard_params.detach().requires_grad_(true);
+        *leaf.grad_slot().expect("requires grad").lock().unwrap() =
+            Some(flat_grads.narrow(0, shard.start, shard_len)?);
+        let inner = make_optimizer(vec![leaf]);
+        let ready = Arc::new(Mutex::new(vec![false; params.len()]));
+        let mut hooks = Vec::with_capacity(params.len());
+        for (i, p) in params.iter().enumerate() {
+            let slot = flat_grads
+                .narrow(0, offsets[i], p.numel())?
+                .view(p.shape())?;
+            let cell = Arc::downgrade(&p.grad_slot().expect("checked to require grad"));
+            let ready = Arc::downgrade(&ready);
+            hooks.push(p.register_post_accumulate_grad_hook(move |grad| {
+                let Some(ready) = ready.upgrade() else {
+                    return Ok(()); // the optimizer is gone
+                };
+                if grad.ptr() != slot.ptr() {
+                    copy(&slot, &grad.contiguous()?)?;
+                    if let Some(cell) = cell.upgrade() {
+                        *cell.lock().unwrap() = Some(slot.clone());
+                    }
+                }
+                ready.lock().unwrap()[i] = true;
+                Ok(())
+            })?);
+        }
         Ok(ZeroRedundancyOptimizer {
             comm,
             params,
             offsets,
-            flat_params,
             flat_grads,
+            shard_params,
             shard,
+            ready,
             inner,
+            hooks,
         })
     }
 
@@ -116,20 +153,37 @@ impl ZeroRedundancyOptimizer {
         self.inner.as_ref()
     }
 
-    fn shard_of(&self, flat: &Tensor) -> Result<Tensor> {
-        flat.narrow(0, self.shard.start, self.shard.len())
+    /// Copies the part of every parameter that falls in this rank's shard into the
+    /// shard's parameters (they may have been changed outside the optimizer, by a state
+    /// dict loaded).
+    fn refresh_shard(&self) -> Result<()> {
+        for (p, &offset) in self.params.iter().zip(&self.offsets) {
+            let (start, end) = (
+                offset.max(self.shard.start),
+                (offset + p.numel()).min(self.shard.end),
+            );
+            if start >= end {
+                continue;
+            }
+            let flat = p.view(&[p.numel()])?;
+            copy(
+                &self
+                    .shard_params
+                    .narrow(0, start - self.shard.start, end - start)?,
+                &flat.narrow(0, start - offset, end - start)?,
+            )?;
+        }
+        Ok(())
     }
 }
 
-/// Copies `src` into `dst` (dense, same bytes) on `dst`'s default stream.
-fn copy(dst: &Tensor, src: &Tensor) -> Result<()> {
-    let device = dst.device();
-    device.backend().copy_dtod(
-        dst.ptr(),
-        src.ptr(),
-        dst.nbytes(),
-        &device.default_stream()?,
-    )
+impl Drop for ZeroRedundancyOptimizer {
+    /// The hooks go with the optimizer: the parameters are left as they were.
+    fn drop(&mut self) {
+        for h in self.hooks.drain(..) {
+            h.remove();
+        }
+    }
 }
 
 impl Optimizer for ZeroRedundancyOptimizer {
@@ -138,46 +192,37 @@ impl Optimizer for ZeroRedundancyOptimizer {
     }
 
     /// Reduce-scatters the gradients, steps this rank's shard, all-gathers the
-    /// parameters. Every parameter must have a gradient (each rank's shard boundaries
-    /// cut across parameters, so a missing one cannot be skipped as PyTorch skips it).
+    /// parameters; the gradients are consumed (`.grad` is `None` afterwards). Every
+    /// parameter must have received a gradient since the last step (the shards cut
+    /// across parameters, so a missing one cannot be skipped as PyTorch skips it).
     fn step(&mut self) -> Result<()> {
         let _off = no_grad();
-        for (i, (p, &offset)) in self.params.iter().zip(&self.offsets).enumerate() {
-            let Some(g) = p.grad() else {
+        {
+            let mut ready = self.ready.lock().unwrap();
+            if let Some(i) = ready.iter().position(|r| !r) {
                 return Err(Error::InvalidArgument(format!(
-                    "ZeroRedundancyOptimizer (rank {}): parameter #{i} of shape {:?} has \
-                     no gradient; every parameter needs one at each step",
+                    "ZeroRedundancyOptimizer (rank {}): parameter #{i} of shape {:?} \
+                     received no gradient since the last step; every parameter needs one",
                     self.comm.rank(),
-                    p.shape()
-                )));
-            };
-            if g.dtype() != p.dtype() || g.numel() != p.numel() {
-                return Err(Error::InvalidArgument(format!(
-                    "ZeroRedundancyOptimizer: the gradient of parameter #{i} is {} of \
-                     shape {:?}, the parameter {} of shape {:?}",
-                    g.dtype(),
-                    g.shape(),
-                    p.dtype(),
-                    p.shape()
+                    self.params[i].shape()
                 )));
             }
-            let g = g.contiguous()?;
-            copy(&self.flat_grads.narrow(0, offset, p.numel())?, &g)?;
-            // The parameters may have been changed outside this optimizer (a state dict
-            // loaded): the flat copy is refreshed from them.
-            copy(&self.flat_params.narrow(0, offset, p.numel())?, p)?;
+            ready.iter_mut().for_each(|r| *r = false);
         }
-        let shard_grad = self.shard_of(&self.flat_grads)?;
+        let shard_grad = self
+            .flat_grads
+            .narrow(0, self.shard.start, self.shard.len())?;
         self.comm
             .reduce_scatter(&self.flat_grads, &shard_grad, ReduceOp::Avg)?
             .wait()?;
+        self.refresh_shard()?;
         self.inner.step()?;
-        let shard_param = self.shard_of(&self.flat_params)?;
         self.comm
-            .all_gather(&shard_param, &self.flat_params)?
+            .all_gather(&self.shard_params, &self.flat_grads)?
             .wait()?;
         for (p, &offset) in self.params.iter().zip(&self.offsets) {
-            copy(p, &self.flat_params.narrow(0, offset, p.numel())?)?;
+            copy(p, &self.flat_grads.narrow(0, offset, p.numel())?)?;
+            p.clear_grad();
         }
         Ok(())
     }
