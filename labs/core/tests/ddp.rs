@@ -463,3 +463,50 @@ fn zero1_equals_ddp_with_adam_with_a_share_of_the_state() {
         }
     }
 }
+
+#[test]
+fn zero1_consumes_the_gradients_and_names_a_missing_one() {
+    let d = sims(40, 2);
+    let results = on_ranks(&d, |comm| {
+        let device = comm.device().clone();
+        let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &device)
+            .unwrap()
+            .requires_grad_(true);
+        let b = Tensor::from_slice(&[4.0f32], &[1], &device)
+            .unwrap()
+            .requires_grad_(true);
+        let mut zero = ZeroRedundancyOptimizer::new(vec![a.clone(), b.clone()], comm, |p| {
+            Box::new(Sgd::new(p, 0.5))
+        })
+        .unwrap();
+        // 4 elements over 2 ranks: shards of 2.
+        let shard = zero.shard_range();
+        // Only `a` in the loss: the step refuses, naming it.
+        a.mul(&a).unwrap().sum_all().unwrap().backward().unwrap();
+        let missing = zero.step().unwrap_err().to_string();
+        // Both in the loss: d/da = 2a + b, d/db = sum(a); the same on both ranks.
+        a.mul(&a)
+            .unwrap()
+            .add(&a.mul(&b).unwrap())
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        zero.step().unwrap();
+        (shard, missing, values(&a), values(&b), a.grad().is_none())
+    });
+    for (rank, (shard, missing, a, b, consumed)) in results.into_iter().enumerate() {
+        assert_eq!(shard, 2 * rank..2 * rank + 2);
+        assert!(missing.contains("parameter #1 of shape [1]"), "{missing}");
+        assert!(consumed, "the step consumes .grad");
+        // SGD lr 0.5 on the averaged gradient. The refused step left a's gradient (2a)
+        // in place and the second pass added 2a + b to it: 4a + b; b's is sum(a) = 6.
+        let want_a: Vec<f32> = [1.0f32, 2.0, 3.0]
+            .iter()
+            .map(|&x| x - 0.5 * (4.0 * x + 4.0))
+            .collect();
+        assert_eq!(a, want_a);
+        assert_eq!(b, vec![4.0 - 0.5 * 6.0]);
+    }
+}
