@@ -1,6 +1,11 @@
 //! `cargo run --release -p lab-10 -- train [flags]`: the training driver of chapter 10,
 //! on a GPU, the simulated GPU, or the dry-run device (`--dry-run`), which predicts the
 //! GPU's peaks without running a kernel.
+//!
+//! `train --nproc N` trains data-parallel, one rank per device (DDP, or ZeRO-1 with
+//! `--zero1`): on GPUs this program relaunches itself as N processes through
+//! `dist::launch` (a process that finds `WORLD_SIZE` set is one rank of such a job, as
+//! under `torchrun`); on simulated or dry-run GPUs the ranks are threads.
 
 use std::io::IsTerminal;
 
