@@ -510,3 +510,66 @@ fn zero1_consumes_the_gradients_and_names_a_missing_one() {
         assert_eq!(b, vec![4.0 - 0.5 * 6.0]);
     }
 }
+
+/// GPT-2's head is tied to its token embedding: one parameter, two gradients per pass,
+/// whose hook must run once, after both.
+#[test]
+fn gpt2_with_a_tied_head_equals_single_device_training() {
+    use labs_core::nn::{Gpt2, Gpt2Config};
+    let d = sims(44, 3);
+    let config = Gpt2Config {
+        vocab: 11,
+        n_positions: 8,
+        d_model: 8,
+        n_layer: 1,
+        n_head: 2,
+        dropout: 0.0,
+    };
+    let (rows, t) = (2, 5);
+    // Rank r's tokens, and the next ones as targets.
+    let tokens = |rank: usize| -> (Vec<i64>, Vec<i64>) {
+        let ids: Vec<i64> = (0..rows * (t + 1))
+            .map(|i| ((i * 7 + rank * 3) % 11) as i64)
+            .collect();
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        for r in 0..rows {
+            let row = &ids[r * (t + 1)..(r + 1) * (t + 1)];
+            x.extend_from_slice(&row[..t]);
+            y.extend_from_slice(&row[1..]);
+        }
+        (x, y)
+    };
+    let loss = |m: &Gpt2, x: &[i64], y: &[i64], device: &Device| {
+        let n = x.len() / t;
+        let x = Tensor::from_slice(x, &[n, t], device).unwrap();
+        let y = Tensor::from_slice(y, &[n, t], device).unwrap();
+        m.loss(&x, &y).unwrap()
+    };
+    let reference = Gpt2::new(config, &mut Rng::seeded(0), &d[2]).unwrap();
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    for r in 0..2 {
+        let (a, b) = tokens(r);
+        x.extend(a);
+        y.extend(b);
+    }
+    loss(&reference, &x, &y, &d[2]).backward().unwrap();
+    let want = grads(&reference.parameters());
+    let got = on_ranks(&d[..2], |comm| {
+        let (rank, device) = (comm.rank(), comm.device().clone());
+        let m = Gpt2::new(config, &mut Rng::seeded(rank as u64), &device).unwrap();
+        let ddp = DistributedDataParallel::new(m.named_parameters(), comm).unwrap();
+        let (x, y) = tokens(rank);
+        loss(&m, &x, &y, &device).backward().unwrap();
+        ddp.finish().unwrap();
+        let events = ddp.take_events();
+        (grads(&m.parameters()), events)
+    });
+    for (g, events) in got {
+        assert_close("gpt2 gradients", &g, &want, 1e-5);
+        let ready = events
+            .iter()
+            .filter(|e| matches!(e, DdpEvent::GradReady { .. }))
+            .count();
+        assert_eq!(ready, want.len(), "each parameter ready once: {events:?}");
+    }
+}
