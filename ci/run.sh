@@ -11,8 +11,9 @@ logs=${LOG_DIR:-$here/logs}
 mkdir -p "$logs"
 logs=$(cd "$logs" && pwd)
 export LABS_DEVICE=${LABS_DEVICE:-cuda}
-# Which parts to run, comma-separated (all by default), so that a run can be split over
-# two calls of a time-limited machine: tests, reference, commands, snippets.
+# Which parts to run, comma-separated, so that a run can be split over two calls of a
+# time-limited machine: tests, reference, commands, snippets (the default), and multi
+# (on a machine with several GPUs).
 parts=",${RUN_PARTS:-tests,reference,commands,snippets},"
 part() { [[ "$parts" == *",$1,"* ]]; }
 # The test data travels with the bundle (the checkout is not on this machine).
@@ -69,8 +70,9 @@ if [ -z "${LABS_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnc
 fi
 
 passed=0 failed=0 failures=()
-for t in "$here"/tests/*; do
-  part tests || break
+# One test binary, logged, counted.
+run_test() {
+  local t=$1 name status p f
   name=$(basename "$t")
   # One test at a time: several tests timing the same GPU at once would measure each
   # other (a cuMemFree in one test stalls a launch in another).
@@ -84,7 +86,12 @@ for t in "$here"/tests/*; do
     tail -n 30 "$logs/$name.log"
   fi
   printf '%-40s %-7s %4d passed %4d failed\n' "$name" "$status" "$p" "$f"
-done
+}
+if part tests; then
+  for t in "$here"/tests/*; do
+    run_test "$t"
+  done
+fi
 
 # PyTorch's own figures for what the labs measure, on this machine, before the labs run:
 # the benches read them through commands.txt's {pytorch} (lab-08 bench --pytorch FILE)
@@ -110,42 +117,87 @@ if part reference && [ -f "$here/ci/pytorch-reference.py" ]; then
   fi
 fi
 
-# `{ci}` in a command: the bundle's ci/ folder, for a lab that runs ci/pytorch-train.py
-# itself (`--pytorch {ci}/pytorch-train.py`); where python3 has no torch with CUDA the
-# flag is dropped and the lab prints its own figures alone.
+# Runs the lines of commands.txt for one part: those without a prefix for `commands`,
+# those that start with "multi: " for `multi`. A line's program is the bundle's bin/NAME,
+# else one on the PATH (torchrun, python3); `{ci}` stands for the bundle's ci/ folder,
+# and a last word `>FILE` also writes the command's standard output to FILE in the logs
+# folder (a JSON a later line reads).
+run_commands() {
+  local want=$1 line bin args out log
+  while read -r line; do
+    case "$line" in ''|'#'*) continue ;; esac
+    if [ -n "$want" ]; then
+      [[ "$line" == "$want "* ]] || continue
+      line=${line#"$want "}
+    else
+      [[ "$line" == "multi: "* ]] && continue
+    fi
+    bin=${line%% *}
+    args=${line#"$bin"}
+    args=${args//\{data\}/$here/data}
+    # `--pytorch {ci}/pytorch-train.py`: PyTorch's twin run by the lab itself, or nothing
+    # where python3 has no torch with CUDA (the lab then prints its own figures alone).
+    if [ "$has_torch" = yes ]; then
+      args=${args//\{ci\}/$here/ci}
+    else
+      args=${args//--pytorch \{ci\}\/pytorch-train.py/}
+      args=${args//\{ci\}/$here/ci}
+    fi
+    # `--pytorch {pytorch}`: the reference's file, or nothing where it was not measured
+    # (the bench then says so).
+    if [ -n "$pytorch_json" ]; then
+      args=${args//\{pytorch\}/$pytorch_json}
+    else
+      args=${args//--pytorch \{pytorch\}/}
+    fi
+    out=
+    if [[ "$args" == *" >"* ]]; then
+      out=${args##* >}
+      args=${args% >*}
+    fi
+    [ -x "$here/bin/$bin" ] && bin=$here/bin/$bin
+    log="$logs/$(echo "$line" | tr -c 'A-Za-z0-9._-' '_' | cut -c1-200).log"
+    echo "== $line"
+    # From the logs folder, so that files a command writes by relative path come back
+    # with the logs and print as relative paths.
+    # shellcheck disable=SC2086
+    if (cd "$logs" && if [ -n "$out" ]; then "$bin" $args >"$out"; else "$bin" $args; fi) >"$log" 2>&1; then
+      cat "$log"
+      [ -n "$out" ] && cat "$logs/$out"
+      passed=$((passed + 1))
+    else
+      cat "$log"
+      failed=$((failed + 1))
+      failures+=("$line")
+    fi
+  done <"$here/commands.txt"
+}
 
-while read -r line; do
-  part commands || break
-  case "$line" in ''|'#'*) continue ;; esac
-  bin=${line%% *}
-  args=${line#"$bin"}
-  args=${args//\{data\}/$here/data}
-  if [ "$has_torch" = yes ]; then
-    args=${args//\{ci\}/$here/ci}
-  else
-    args=${args//--pytorch \{ci\}\/pytorch-train.py/}
-  fi
-  # `--pytorch {pytorch}`: the reference's file, or nothing where it was not measured
-  # (the bench then says so).
-  if [ -n "$pytorch_json" ]; then
-    args=${args//\{pytorch\}/$pytorch_json}
-  else
-    args=${args//--pytorch \{pytorch\}/}
-  fi
-  log="$logs/$(echo "$line" | tr -c 'A-Za-z0-9._-' '_').log"
-  echo "== $line"
-  # shellcheck disable=SC2086
-  # From the logs folder, so that files a command writes by relative path come back
-  # with the logs and print as relative paths.
-  if (cd "$logs" && "$here/bin/$bin" $args) >"$log" 2>&1; then
-    cat "$log"
-    passed=$((passed + 1))
-  else
-    cat "$log"
+if part commands; then
+  run_commands ""
+fi
+
+# Several GPUs (RUN_PARTS=multi, not a default part: it needs a machine with two GPUs
+# or more): the collectives' and data-parallel tests again with every GPU in the group,
+# then commands.txt's "multi: " lines (lab-04's sections, the collectives beside
+# PyTorch's, DDP and ZeRO-1, lab-10 train --nproc 2 beside torchrun's DDP, and one GPU
+# of each for the scaling efficiency). NVLink SHARP (NVLS) multicast stays off.
+if part multi; then
+  export NCCL_NVLS_ENABLE=0
+  gpus=$(nvidia-smi -L | grep -c '^GPU')
+  echo "== several GPUs: $gpus"
+  if [ "$gpus" -lt 2 ]; then
+    echo "run.sh: the multi part needs two GPUs or more, found $gpus" >&2
     failed=$((failed + 1))
-    failures+=("$line")
+    failures+=("multi: fewer than two GPUs")
+  else
+    for t in "$here"/tests/dist-* "$here"/tests/dist_launch-* "$here"/tests/ddp-* \
+             "$here"/tests/data_parallel-*; do
+      [ -e "$t" ] && run_test "$t"
+    done
+    run_commands "multi:"
   fi
-done <"$here/commands.txt"
+fi
 
 # The PyTorch snippets the chapters show: each must run here, and what each printed goes
 # to logs/snippets for ci/book-outputs.sh.

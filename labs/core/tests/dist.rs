@@ -20,6 +20,8 @@ const DTYPES: [DType; 6] = [
 ];
 
 fn sim_devices(first: usize, n: usize) -> Vec<Device> {
+    // The tests use up to eight simulated GPUs (one process holds them all).
+    labs_core::device::set_sim_device_count(8).unwrap();
     (first..first + n)
         .map(|i| Device::get(DeviceId::Sim(i)).unwrap())
         .collect()

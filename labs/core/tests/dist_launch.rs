@@ -109,7 +109,7 @@ fn process_group_of_simulated_gpus_over_tcp() {
                 s.spawn(move || {
                     let c = dist::init_process_group_with(ProcessGroupOptions {
                         timeout: Duration::from_secs(20),
-                        device: Some(Device::get(DeviceId::Sim(rank)).unwrap()),
+                        device: Some(sim(rank)),
                         env: Some(env(rank, 2, port)),
                     })
                     .unwrap();
@@ -144,7 +144,7 @@ fn rank_zero_error_when_rank_one(late: bool) -> String {
         let join = move |rank: usize| {
             dist::init_process_group_with(ProcessGroupOptions {
                 timeout,
-                device: Some(Device::get(DeviceId::Sim(rank)).unwrap()),
+                device: Some(sim(rank)),
                 env: Some(env(rank, 2, port)),
             })
             .unwrap()
@@ -236,7 +236,7 @@ fn launched_rank() {
     let device = if test_device().is_cuda() {
         Device::get(DeviceId::Cuda(env.local_rank)).unwrap()
     } else {
-        Device::get(DeviceId::Sim(env.local_rank)).unwrap()
+        sim(env.local_rank)
     };
     let c = dist::init_process_group_with(ProcessGroupOptions {
         device: Some(device),
@@ -280,4 +280,10 @@ fn launcher_runs_a_process_group() {
             "{lines:#?}"
         );
     }
+}
+
+/// Simulated GPU `i`, with enough of them for every test here.
+fn sim(i: usize) -> Device {
+    labs_core::device::set_sim_device_count(8).unwrap();
+    Device::get(DeviceId::Sim(i)).unwrap()
 }

@@ -5,6 +5,8 @@
 
 pub mod bandwidth;
 pub mod caches;
+pub mod collectives;
+pub mod data_parallel;
 pub mod devices;
 pub mod exercises;
 pub mod mismatch;

@@ -1,14 +1,20 @@
 //! `cargo run --release -p lab-04 [-- --device cuda|sim] [--quick] [SECTION]`: the
 //! experiments of chapter 4 as tables, on every device of the chosen kind (every GPU;
-//! `LABS_SIM_DEVICES` simulated GPUs, two when unset). Without a section, all of them.
+//! `LABS_SIM_DEVICES` simulated GPUs, two when unset). Without a section, the first five.
+//!
+//! Besides: `collectives` (nccl-tests' table, PyTorch's beside with `--pytorch FILE`),
+//! `ddp` (one training step: DataParallel-style, DDP, ZeRO-1) and `launch --nproc
+//! N -- COMMAND...` (a `torchrun`: one process per rank).
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use labs_core::Device;
+use labs_core::dist::BenchOp;
+use labs_core::format::parse_bytes;
+use labs_core::{DType, Device};
 
 use lab_04::{
-    bandwidth, caches, default_sim_devices, devices, every_device, mismatch, replicate,
-    simulated_note,
+    bandwidth, caches, collectives, data_parallel, default_sim_devices, devices, every_device,
+    mismatch, replicate, simulated_note,
 };
 
 #[derive(Parser)]
@@ -24,7 +30,7 @@ struct Args {
 }
 
 /// One experiment of the chapter; each later part of it adds its own.
-#[derive(Subcommand, Clone, Copy, PartialEq, Eq)]
+#[derive(Subcommand, Clone, PartialEq, Eq)]
 enum Section {
     /// The devices, their memory and their peer access.
     Devices,
@@ -36,6 +42,62 @@ enum Section {
     Bandwidth,
     /// The memory of DataParallel-style replication.
     Replicate,
+    /// Collective bandwidth, nccl-tests' table, 8 B to 1 GiB (16 MiB on simulated GPUs).
+    Collectives(CollectivesArgs),
+    /// One training step: DataParallel-style replication, DDP, ZeRO-1.
+    Ddp,
+    /// Runs COMMAND as N ranks (`torchrun --nproc_per_node N`), each line prefixed by
+    /// its rank.
+    Launch(LaunchArgs),
+}
+
+#[derive(clap::Args, Clone, PartialEq, Eq)]
+struct CollectivesArgs {
+    #[arg(long, value_enum, default_value = "all-reduce")]
+    op: Op,
+    #[arg(long, value_enum, default_value = "f32")]
+    dtype: Dt,
+    /// The smallest size (8, 64K, 1M, 1G).
+    #[arg(long, default_value = "8")]
+    minbytes: String,
+    /// The largest size (default 1G on GPUs, 16M on simulated ones).
+    #[arg(long)]
+    maxbytes: Option<String>,
+    /// Untimed calls per size.
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    /// Timed calls per size.
+    #[arg(long, default_value_t = 20)]
+    iters: usize,
+    /// PyTorch's figures: the JSON of `torchrun --nproc_per_node N
+    /// ci/pytorch-collectives.py --json`, run on the same machine.
+    #[arg(long, value_name = "FILE")]
+    pytorch: Option<std::path::PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    Broadcast,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+enum Dt {
+    F32,
+    F16,
+    Bf16,
+}
+
+#[derive(clap::Args, Clone, PartialEq, Eq)]
+struct LaunchArgs {
+    /// Ranks (processes) to start.
+    #[arg(long)]
+    nproc: usize,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
 }
 
 const ALL: [Section; 5] = [
@@ -52,6 +114,9 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(Section::Launch(l)) = &args.section {
+        return launch(l);
+    }
     default_sim_devices()?;
     let first = args.device.open().context("choosing a device")?;
     let devices = every_device(&first).context("opening every device")?;
@@ -70,10 +135,10 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
     println!();
     let sections = match args.section {
-        Some(s) => vec![s],
+        Some(s) => vec![s.clone()],
         None => ALL.to_vec(),
     };
-    for section in sections {
+    for section in &sections {
         print_section(section, &devices, args.quick)?;
     }
     Ok(())
@@ -96,8 +161,69 @@ fn pair(devices: &[Device]) -> Option<(&Device, &Device)> {
     }
 }
 
-fn print_section(section: Section, devices: &[Device], quick: bool) -> anyhow::Result<()> {
+/// `lab-04 launch`: the ranks' output forwarded, rank 0's status returned.
+fn launch(l: &LaunchArgs) -> anyhow::Result<()> {
+    let (program, rest) = l.command.split_first().context("launch: no command")?;
+    let status = labs_core::dist::launch(l.nproc, program, rest)?;
+    if !status.success() {
+        anyhow::bail!("rank 0 of {program} ended with {status}");
+    }
+    Ok(())
+}
+
+fn print_section(section: &Section, devices: &[Device], quick: bool) -> anyhow::Result<()> {
     match section {
+        Section::Launch(_) => unreachable!("launch opens no device"),
+        Section::Collectives(c) => {
+            let size = |flag: &str, text: &str| {
+                parse_bytes(text).map_err(|e| anyhow::anyhow!("--{flag} {text}: {e}"))
+            };
+            let default_max = if devices[0].is_cuda() { "1G" } else { "16M" };
+            let o = collectives::Options {
+                op: match c.op {
+                    Op::AllReduce => BenchOp::AllReduce,
+                    Op::AllGather => BenchOp::AllGather,
+                    Op::ReduceScatter => BenchOp::ReduceScatter,
+                    Op::Broadcast => BenchOp::Broadcast,
+                },
+                dtype: match c.dtype {
+                    Dt::F32 => DType::F32,
+                    Dt::F16 => DType::F16,
+                    Dt::Bf16 => DType::BF16,
+                },
+                minbytes: size("minbytes", &c.minbytes)? as usize,
+                maxbytes: size("maxbytes", c.maxbytes.as_deref().unwrap_or(default_max))? as usize,
+                warmup: c.warmup,
+                iters: c.iters,
+            };
+            if o.minbytes == 0 || o.minbytes > o.maxbytes || o.iters == 0 {
+                anyhow::bail!(
+                    "collectives: need 0 < --minbytes <= --maxbytes and --iters of at least 1"
+                );
+            }
+            let pytorch = match &c.pytorch {
+                Some(path) => Some(collectives::read_pytorch(path, o, devices.len())?),
+                None => None,
+            };
+            let rows = collectives::measure(devices, o)?;
+            println!(
+                "{}",
+                collectives::table(o, devices, &rows, pytorch.as_ref())
+            );
+            if let Some(p) = &pytorch {
+                println!(
+                    "PyTorch's figures: {} ranks on {}, NCCL {}",
+                    p.world_size,
+                    p.device.as_deref().unwrap_or("?"),
+                    p.nccl.as_deref().unwrap_or("?")
+                );
+            }
+        }
+        Section::Ddp => {
+            let sizes = data_parallel::Sizes::for_devices(devices, quick);
+            let rows = data_parallel::measure(devices, sizes)?;
+            println!("{}", data_parallel::table(sizes, &rows));
+        }
         Section::Devices => println!("{}", devices::table(&devices::measure(devices)?)),
         Section::Caches => {
             let unit = if quick { 4 << 20 } else { 64 << 20 };

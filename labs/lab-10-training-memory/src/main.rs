@@ -3,6 +3,11 @@
 //! `lab-10 train [flags]`: the training driver, on a GPU, the simulated GPU, or the
 //! dry-run device (`--dry-run`), which predicts the GPU's peaks without running a kernel.
 //! `lab-10 configs [--quick]`: the configurations the experiments compare, as flags.
+//!
+//! `train --nproc N` trains data-parallel, one rank per device (DDP, or ZeRO-1 with
+//! `--zero1`): on GPUs this program relaunches itself as N processes through
+//! `dist::launch` (a process that finds `WORLD_SIZE` set is one rank of such a job, as
+//! under `torchrun`); on simulated or dry-run GPUs the ranks are threads.
 
 use std::io::IsTerminal;
 
@@ -14,7 +19,7 @@ use labs_core::format::parse_bytes;
 use labs_core::{Device, DeviceId};
 
 use lab_10::experiments::{self, configs, pytorch::PyTorchSource, Options};
-use lab_10::train::{self, TrainArgs};
+use lab_10::train::{self, data_parallel, DataParallel, TrainArgs};
 
 #[derive(Parser)]
 #[command(name = "lab-10", about = "Chapter 10: training memory")]
@@ -61,7 +66,7 @@ enum Command {
     /// Trains a Transformer or a GPT-2 for a few steps and reports peak memory, its
     /// split by category, step time and losses. A flag given twice takes its last value.
     #[command(args_override_self = true)]
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Prints the configurations the experiments compare (name, then the flags both
     /// `lab-10 train` and ci/pytorch-train.py take), at the GPU's sizes (with --quick,
     /// the quick ones).
@@ -96,13 +101,47 @@ fn run(cli: Cli) -> Result<()> {
     };
     let config = args.config();
     config.validate()?;
-    let device = open(&cli.device, cli.dry_run, capacity(cli.capacity.as_deref())?)?;
+    let launched = std::env::var("WORLD_SIZE").is_ok_and(|w| !w.trim().is_empty());
+    let device = if launched {
+        launched_device(&cli.device, cli.dry_run)?
+    } else {
+        open(&cli.device, cli.dry_run, capacity(cli.capacity.as_deref())?)?
+    };
     let show = !args.json && std::io::stderr().is_terminal();
     let bar = progress(config.steps, show);
+    let how = if args.zero1 {
+        DataParallel::Zero1
+    } else {
+        DataParallel::Ddp
+    };
     if args.profile {
         labs_core::device::profile::start();
     }
-    let report = train::run_with_progress(&config, &device, &bar)?;
+    let report = if launched {
+        if args.nproc.is_some() {
+            bail!(
+                "--nproc: this process is already one rank of a launched job (WORLD_SIZE is set)"
+            );
+        }
+        let rank_device = device.clone();
+        let Some(report) = data_parallel::run_launched_rank(&config, rank_device, how, &bar)?
+        else {
+            return Ok(()); // rank 0 reports
+        };
+        report
+    } else if args.nproc.is_some() || args.ddp || args.zero1 {
+        let nproc = args.nproc.unwrap_or(1);
+        if nproc == 0 {
+            bail!("--nproc must be at least 1");
+        }
+        if device.is_cuda() {
+            return relaunch(nproc);
+        }
+        let devices = rank_devices(&device, nproc, capacity(cli.capacity.as_deref())?)?;
+        data_parallel::run_in_process(&config, &devices, how, &bar)?
+    } else {
+        train::run_with_progress(&config, &device, &bar)?
+    };
     bar.finish_and_clear();
     if args.profile {
         labs_core::device::profile::stop();
@@ -168,6 +207,97 @@ fn experiments(cli: Cli) -> Result<()> {
         bail!("--check: the chapter's targets were not all met (listed above)");
     }
     Ok(())
+}
+
+/// This program again as `nproc` ranks through `dist::launch`, without `--nproc`: rank
+/// 0's output as it is (its JSON stays parseable), the others' prefixed, on stderr.
+fn relaunch(nproc: usize) -> Result<()> {
+    let exe = std::env::current_exe().context("finding this program to relaunch it")?;
+    let mut args = Vec::new();
+    let mut given = std::env::args().skip(1);
+    while let Some(a) = given.next() {
+        if a == "--nproc" {
+            given.next();
+        } else if !a.starts_with("--nproc=") {
+            args.push(a);
+        }
+    }
+    labs_core::dist::launch_with(nproc, &exe.to_string_lossy(), &args, |line| {
+        match (line.rank, line.stream) {
+            (0, labs_core::dist::OutputStream::Stdout) => println!("{}", line.text),
+            _ => eprintln!("{line}"),
+        }
+    })?;
+    Ok(())
+}
+
+/// A launched rank's device: the one of the kind `--device` names (else `LABS_DEVICE`,
+/// else a GPU if there is one) at `LOCAL_RANK`, as `torchrun`'s processes take
+/// `cuda:LOCAL_RANK`. No other device is opened (a GPU context on `cuda:0` in every
+/// rank would cost rank 0's GPU memory).
+fn launched_device(flag: &labs_core::cli::DeviceFlag, dry_run: bool) -> Result<Device> {
+    let local = labs_core::dist::DistEnv::from_env()?.local_rank;
+    let named = flag
+        .name
+        .clone()
+        .or_else(|| std::env::var("LABS_DEVICE").ok())
+        .filter(|n| !n.trim().is_empty());
+    let kind = match (dry_run, named) {
+        (true, _) => DeviceId::Dry(0),
+        (false, Some(name)) => name.parse::<DeviceId>()?,
+        (false, None) => match labs_core::cuda::device_count() {
+            Ok(n) if n > 0 => DeviceId::Cuda(0),
+            _ => DeviceId::Sim(0),
+        },
+    };
+    let id = match kind {
+        DeviceId::Cuda(_) => DeviceId::Cuda(local),
+        DeviceId::Sim(_) => DeviceId::Sim(local),
+        DeviceId::Dry(_) => DeviceId::Dry(local),
+        DeviceId::Cpu => bail!("a launched rank needs a GPU, simulated or real, not the cpu"),
+    };
+    if !matches!(id, DeviceId::Cuda(_)) {
+        let count = labs_core::device::device_count(id.kind())?;
+        labs_core::device::set_sim_device_count(count.max(local + 1))?;
+    }
+    Device::get(id).with_context(|| format!("opening {id} for rank {local}"))
+}
+
+/// The devices of `nproc` in-process ranks like `device` (simulated or dry-run):
+/// indices 0 to nproc - 1, or fresh ones of the given capacity.
+fn rank_devices(device: &Device, nproc: usize, capacity: Option<u64>) -> Result<Vec<Device>> {
+    let dry = match device.id() {
+        DeviceId::Sim(_) => false,
+        DeviceId::Dry(_) => true,
+        other => bail!(
+            "--nproc on {other}: data-parallel ranks run on GPUs (processes) or on the \
+             simulated or dry-run device (threads)"
+        ),
+    };
+    if let Some(c) = capacity {
+        return Ok((0..nproc)
+            .map(|_| {
+                if dry {
+                    Device::new_dry(c)
+                } else {
+                    Device::new_sim(c)
+                }
+            })
+            .collect());
+    }
+    if labs_core::device::device_count(device.id().kind())? < nproc {
+        labs_core::device::set_sim_device_count(nproc)?;
+    }
+    (0..nproc)
+        .map(|i| {
+            let id = if dry {
+                DeviceId::Dry(i)
+            } else {
+                DeviceId::Sim(i)
+            };
+            Device::get(id).context("opening a rank's device")
+        })
+        .collect()
 }
 
 /// The last step's memory by category, as an SVG picture in `path`.

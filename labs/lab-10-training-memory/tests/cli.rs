@@ -68,6 +68,10 @@ const FIELDS: &[&str] = &[
     "offload",
     "num_ooms",
     "oom",
+    "world_size",
+    "data_parallel",
+    "samples_per_s",
+    "ranks",
 ];
 
 #[test]
@@ -195,6 +199,8 @@ fn bad_input_is_refused_with_a_clear_message() {
             "GPT-2's feed-forward width",
         ),
         (&["--capacity", "lots"], "--capacity"),
+        (&["--nproc", "0"], "--nproc must be at least 1"),
+        (&["--zero1", "--amp", "f16"], "--zero1 with --amp f16"),
     ];
     for (args, message) in cases {
         let e = refused(train(args));

@@ -202,12 +202,13 @@ fn exercise_4_what_the_fused_kernel_does_not_keep() {
         let fused = encoder_layer_activations(batch, seq, d_model, heads, SdpaBackend::Fused);
         assert_eq!(
             math - fused,
-            fused_attention_saving(batch, heads, seq),
+            fused_attention_saving(batch, heads, seq, d_model),
             "batch {batch} seq {seq} d_model {d_model} heads {heads}: math {math}, fused {fused}"
         );
     }
-    // Quadratic in the sequence: twice the length, four times the saving, nearly.
-    let short = fused_attention_saving(8, 8, 512) as f64;
-    let long = fused_attention_saving(8, 8, 1024) as f64;
-    assert!((long / short - 4.0).abs() < 0.01, "{short} {long}");
+    // Quadratic in the sequence: twice the length, four times the saving, nearly (the
+    // scaled query grows linearly).
+    let short = fused_attention_saving(8, 8, 512, 64) as f64;
+    let long = fused_attention_saving(8, 8, 1024, 64) as f64;
+    assert!((long / short - 4.0).abs() < 0.05, "{short} {long}");
 }

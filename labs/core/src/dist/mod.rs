@@ -15,27 +15,39 @@
 //! does; the [`Work`] it returns makes the default stream wait for it (`wait`), which is
 //! what `async_op=False` does at once.
 //!
+//! On top of them, data-parallel training: [`DistributedDataParallel`] (gradients
+//! averaged in buckets during backward) and [`ZeroRedundancyOptimizer`] (ZeRO stage 1:
+//! the optimizer state sharded across the ranks).
+//!
 //! Every rank must call the same collectives in the same order, each rank from its own
 //! thread or process: a collective returns only once its peers have joined it (on the
 //! simulator, once the data has moved; with NCCL, once the kernel is enqueued, the
 //! kernel itself waiting for the peers on the GPU).
 
 mod bench;
+mod buckets;
 mod communicator;
+mod ddp;
 mod launch;
 mod nccl;
 mod process_group;
 mod reduce;
 mod rendezvous;
 mod sim;
+mod zero;
 
 pub use bench::{bus_bandwidth_factor, time_collective, BenchOp, CollectiveTiming};
+pub use buckets::{
+    assign_buckets, BucketInput, DEFAULT_BUCKET_CAP_MB, DEFAULT_FIRST_BUCKET_BYTES_CAP,
+};
 pub use communicator::{Communicator, ReduceOp, Work};
+pub use ddp::{DdpEvent, DdpOptions, DistributedDataParallel, NoSync};
 pub use launch::{launch, launch_with, OutputLine, OutputStream};
 pub use nccl::nccl_group;
 pub use process_group::{init_process_group, init_process_group_with, ProcessGroupOptions};
 pub use rendezvous::{DistEnv, Rendezvous, DEFAULT_TIMEOUT};
 pub use sim::{sim_group, sim_group_with_timeout};
+pub use zero::ZeroRedundancyOptimizer;
 
 use crate::device::Device;
 use crate::error::{Error, Result};

@@ -71,11 +71,13 @@ pub fn largest_batch(
 // ANCHOR_END: solution_largest_batch
 
 // ANCHOR: solution_attention_saving
-/// Exercise 4: O(seq²) probabilities against O(seq) log-sum-exps.
-pub fn fused_attention_saving(batch: usize, heads: usize, seq: usize) -> u64 {
+/// Exercise 4: O(seq²) probabilities against O(seq) log-sum-exps, and the scaled copy
+/// of the query the math path keeps beside the packed projection its views hold.
+pub fn fused_attention_saving(batch: usize, heads: usize, seq: usize, d_model: usize) -> u64 {
     let rows = (batch * heads * seq) as u64;
     let probabilities = round_size(4 * rows * seq as u64, 0);
     let log_sum_exp = round_size(4 * rows, 0);
-    probabilities - log_sum_exp
+    let scaled_query = round_size((4 * batch * seq * d_model) as u64, 0);
+    probabilities - log_sum_exp + scaled_query
 }
 // ANCHOR_END: solution_attention_saving

@@ -77,6 +77,19 @@ pub struct TrainArgs {
     /// to stderr: where a step's time goes.
     #[arg(long)]
     pub profile: bool,
+    /// Data-parallel training on N devices, one rank each (as `torchrun
+    /// --nproc_per_node N`): on GPUs, N processes started through `dist::launch`; on
+    /// the simulated or dry-run device, N threads over N simulated devices.
+    #[arg(long, value_name = "N")]
+    pub nproc: Option<usize>,
+    /// Data-parallel with DistributedDataParallel, even on one rank (implied by
+    /// --nproc, and when WORLD_SIZE is set by a launcher).
+    #[arg(long)]
+    pub ddp: bool,
+    /// Data-parallel with ZeRO stage 1 instead of DDP: the optimizer's state sharded
+    /// across the ranks, the gradients reduce-scattered.
+    #[arg(long)]
+    pub zero1: bool,
     /// Draw where the memory goes over the last step, by allocation category (stacked
     /// areas, the cache on top), into this SVG file.
     #[arg(long, value_name = "FILE")]

@@ -9,10 +9,12 @@
 //! - [`model`]: either model, its random micro-batches, one forward and loss;
 //! - [`step`]: one optimizer step with accumulation, checkpoint, offload and AMP;
 //! - [`measure`]: peaks, their split by category, step times;
-//! - [`report`]: the [`TrainReport`], as JSON or tables.
+//! - [`report`]: the [`TrainReport`], as JSON or tables;
+//! - [`data_parallel`]: the same run on several devices, DDP or ZeRO-1, one rank each.
 
 pub mod args;
 pub mod config;
+pub mod data_parallel;
 pub mod measure;
 pub mod model;
 pub mod report;
@@ -20,8 +22,8 @@ pub mod step;
 
 pub use args::{parse_flags, TrainArgs};
 pub use config::{AmpMode, AttentionMode, CheckpointMode, ModelKind, OptimizerKind, TrainConfig};
-pub use report::{OffloadReport, TrainReport};
-pub use step::Trainer;
+pub use report::{OffloadReport, RankFigures, TrainReport};
+pub use step::{DataParallel, Trainer};
 
 use anyhow::Result;
 use indicatif::ProgressBar;
@@ -41,19 +43,26 @@ pub fn run_with_progress(
     device: &Device,
     bar: &ProgressBar,
 ) -> Result<TrainReport> {
+    run_trainer(config, device, bar, 1, || Trainer::new(config, device))
+}
+
+/// A run of the trainer `make` builds, as one of `world_size` ranks.
+pub(crate) fn run_trainer(
+    config: &TrainConfig,
+    device: &Device,
+    bar: &ProgressBar,
+    world_size: usize,
+    make: impl FnOnce() -> Result<Trainer>,
+) -> Result<TrainReport> {
     let ooms_before = device.allocator()?.stats().num_ooms;
-    let mut trainer = match Trainer::new(config, device) {
+    let mut trainer = match make() {
         Ok(t) => t,
         // The model itself does not fit: the figures are those of its allocation.
         Err(e) if is_out_of_memory(&e) => {
             let memory = measure::read(device, ooms_before)?;
-            return Ok(TrainReport::new(
-                config,
-                device,
-                0,
-                memory,
-                Some(format!("{e:#}")),
-            ));
+            let mut report = TrainReport::new(config, device, 0, memory, Some(format!("{e:#}")));
+            report.world_size = world_size;
+            return Ok(report);
         }
         Err(e) => return Err(e),
     };
@@ -103,7 +112,11 @@ pub fn run_with_progress(
     let memory = measure::read(device, ooms_before)?;
     drop(trainer);
     let mut report = TrainReport::new(config, device, params, memory, oom);
+    report.world_size = world_size;
     report.step_ms = measure::median_ms(&times).filter(|_| !device.is_dry());
+    // Every rank trains on its own micro-batches: the job's samples per step.
+    let samples = (world_size * config.batch * config.accum) as f64;
+    report.samples_per_s = report.step_ms.map(|ms| samples / (ms / 1e3));
     if !device.is_dry() {
         report.losses = Some(losses.into_iter().map(|l| l.unwrap_or(f64::NAN)).collect());
     }

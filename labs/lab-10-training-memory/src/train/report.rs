@@ -37,6 +37,16 @@ impl From<OffloadStats> for OffloadReport {
     }
 }
 
+/// One rank's figures in a data-parallel run (PyTorch's twin reports the same under
+/// `ranks`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankFigures {
+    pub rank: usize,
+    pub peak_allocated: u64,
+    pub peak_reserved: u64,
+    pub step_ms: Option<f64>,
+}
+
 /// A run's figures. Bytes are the allocator's, over the whole run from just after the
 /// model and optimizer were made (parameters allocated, no optimizer state yet).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -71,6 +81,16 @@ pub struct TrainReport {
     pub num_ooms: u64,
     /// The out-of-memory error that ended the run, if one did.
     pub oom: Option<String>,
+    /// The ranks of a data-parallel run (1 without one); the figures above are rank
+    /// 0's.
+    pub world_size: usize,
+    /// `ddp` or `zero1` in a data-parallel run, else null.
+    pub data_parallel: Option<String>,
+    /// The job's throughput: samples (sequences) of every rank per second of rank 0's
+    /// median step; null when `step_ms` is.
+    pub samples_per_s: Option<f64>,
+    /// Every rank's peaks and median step in a data-parallel run, else null.
+    pub ranks: Option<Vec<RankFigures>>,
     /// Bytes per category after each allocator event of the last step, when the
     /// configuration asked for it (not in the JSON: `--timeline FILE` draws it).
     #[serde(skip)]
@@ -102,6 +122,10 @@ impl TrainReport {
             offload: None,
             num_ooms: memory.num_ooms,
             oom,
+            world_size: 1,
+            data_parallel: None,
+            samples_per_s: None,
+            ranks: None,
             timeline: Vec::new(),
         }
     }
@@ -219,6 +243,35 @@ impl TrainReport {
         if self.oom.is_some() {
             t.row(["out of memory", "yes: the report follows"]);
         }
+        if let Some(how) = &self.data_parallel {
+            t.row([
+                "data parallel".to_string(),
+                format!(
+                    "{how} over {} ranks (figures above: rank 0's)",
+                    self.world_size
+                ),
+            ]);
+        }
+        if let Some(s) = self.samples_per_s {
+            t.row(["throughput".to_string(), format!("{s:.1} samples/s")]);
+        }
+        let mut ranks = String::new();
+        if let Some(every) = &self.ranks {
+            let mut r = Table::new(
+                "Every rank",
+                &["rank", "peak allocated", "peak reserved", "step time"],
+            );
+            for f in every {
+                r.row([
+                    f.rank.to_string(),
+                    bytes(f.peak_allocated),
+                    bytes(f.peak_reserved),
+                    f.step_ms
+                        .map_or("-".to_string(), |ms| format!("{ms:.2} ms")),
+                ]);
+            }
+            ranks = format!("\n{r}");
+        }
         let mut categories = Table::new(
             "The allocated peak by category",
             &["category", "bytes", "share"],
@@ -227,6 +280,6 @@ impl TrainReport {
             let share = 100.0 * n as f64 / self.peak_allocated.max(1) as f64;
             categories.row([name.clone(), bytes(n), format!("{share:.1}%")]);
         }
-        format!("{t}\n{categories}")
+        format!("{t}\n{categories}{ranks}")
     }
 }

@@ -12,10 +12,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use labs_core::autograd::{OffloadHooks, OffloadOptions, OffloadStats};
+use labs_core::dist::{Communicator, DistributedDataParallel, ZeroRedundancyOptimizer};
 use labs_core::nn::{sdpa_kernel, SdpaBackend};
 use labs_core::optim::{Adam, AdamW, GradScaler, Optimizer, Sgd};
 use labs_core::tensor::{autocast, push_saved_tensors_hooks, AutocastGuard};
-use labs_core::{DType, Device};
+use labs_core::{DType, Device, Tensor};
 
 use super::config::{AmpMode, AttentionMode, OptimizerKind, TrainConfig};
 use super::model::{Batch, TrainModel};
@@ -30,6 +31,21 @@ pub struct Trainer {
     device: Device,
     /// Steps the gradient scaler skipped for an overflow.
     pub skipped_steps: usize,
+    /// Data-parallel training with DDP: the gradients averaged over the ranks after the
+    /// last micro-batch's backward.
+    ddp: Option<Arc<DistributedDataParallel>>,
+    /// The configuration the micro-batches are drawn from: this rank's data seed.
+    data: TrainConfig,
+}
+
+/// How a rank of a data-parallel run shares the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataParallel {
+    /// `DistributedDataParallel`: gradients all-reduced in buckets during backward,
+    /// the optimizer replicated.
+    Ddp,
+    /// ZeRO stage 1: gradients reduce-scattered, the optimizer's state sharded.
+    Zero1,
 }
 
 impl Trainer {
@@ -37,6 +53,34 @@ impl Trainer {
     /// moments appear at the first step, as in PyTorch). Seeds the device's generator
     /// (dropout) with `config.seed`.
     pub fn new(config: &TrainConfig, device: &Device) -> Result<Trainer> {
+        Self::build(config, device, None)
+    }
+
+    /// One rank of a data-parallel run over `comm`'s group, as `torchrun` with
+    /// PyTorch's DDP trains: the same initial weights on every rank (rank 0's,
+    /// broadcast), data and dropout seeded `seed + rank`, gradient accumulation without
+    /// communication but on the last micro-batch.
+    pub fn data_parallel(
+        config: &TrainConfig,
+        device: &Device,
+        comm: Arc<Communicator>,
+        how: DataParallel,
+    ) -> Result<Trainer> {
+        if how == DataParallel::Zero1 && config.amp == AmpMode::F16 {
+            anyhow::bail!(
+                "--zero1 with --amp f16: the gradient scaler checks the local gradients, \
+                 which under ZeRO-1 are not yet averaged, so the ranks could disagree on \
+                 skipping a step; use --amp bf16 or DDP"
+            );
+        }
+        Self::build(config, device, Some((comm, how)))
+    }
+
+    fn build(
+        config: &TrainConfig,
+        device: &Device,
+        parallel: Option<(Arc<Communicator>, DataParallel)>,
+    ) -> Result<Trainer> {
         config.validate()?;
         if config.amp != AmpMode::None && device.id() == labs_core::DeviceId::Cpu {
             anyhow::bail!(
@@ -44,13 +88,33 @@ impl Trainer {
                 amp_name(config.amp)
             );
         }
+        let rank = parallel.as_ref().map_or(0, |(c, _)| c.rank());
+        let mut data = config.clone();
+        data.seed = config.seed.wrapping_add(rank as u64);
         device.manual_seed(config.seed);
         let model = TrainModel::new(config, device).context("building the model")?;
+        // Dropout differs between ranks, as `torch.cuda.manual_seed(seed + rank)`.
+        device.manual_seed(data.seed);
         let params = model.module().parameters();
-        let optimizer: Box<dyn Optimizer> = match config.optimizer {
-            OptimizerKind::Adam => Box::new(Adam::new(params, config.lr)),
-            OptimizerKind::Adamw => Box::new(AdamW::new(params, config.lr)),
-            OptimizerKind::Sgd => Box::new(Sgd::new(params, config.lr)),
+        let (kind, lr) = (config.optimizer, config.lr);
+        let make = move |params: Vec<Tensor>| -> Box<dyn Optimizer + Send> {
+            match kind {
+                OptimizerKind::Adam => Box::new(Adam::new(params, lr)),
+                OptimizerKind::Adamw => Box::new(AdamW::new(params, lr)),
+                OptimizerKind::Sgd => Box::new(Sgd::new(params, lr)),
+            }
+        };
+        let (optimizer, ddp): (Box<dyn Optimizer>, _) = match parallel {
+            None => (make(params), None),
+            Some((comm, DataParallel::Ddp)) => {
+                let named = model.module().named_parameters();
+                let ddp = DistributedDataParallel::new(named, comm).context("wrapping in DDP")?;
+                (make(params), Some(Arc::new(ddp)))
+            }
+            Some((comm, DataParallel::Zero1)) => (
+                Box::new(ZeroRedundancyOptimizer::new(params, comm, make)?),
+                None,
+            ),
         };
         let offload = config.offload.then(|| {
             Arc::new(OffloadHooks::new(OffloadOptions {
@@ -66,6 +130,8 @@ impl Trainer {
             offload,
             device: device.clone(),
             skipped_steps: 0,
+            ddp,
+            data,
         })
     }
 
@@ -137,10 +203,16 @@ impl Trainer {
     pub fn step(&mut self, step: usize) -> Result<Option<f64>> {
         let k = self.config.accum;
         let mut total = Some(0.0);
+        let ddp = self.ddp.clone();
         for micro in 0..k {
-            let batch = Batch::random(&self.config, step, micro, &self.device)?;
+            let batch = Batch::random(&self.data, step, micro, &self.device)?;
+            // DDP's no_sync on all but the last micro-batch: the gradients sum locally.
+            let _local = ddp.as_ref().filter(|_| micro + 1 < k).map(|d| d.no_sync());
             let loss = self.micro_batch(&batch, k)?;
             total = total.zip(loss).map(|(a, b)| a + b);
+        }
+        if let Some(ddp) = &ddp {
+            ddp.finish()?;
         }
         self.optimizer_step()?;
         Ok(total)

@@ -1,0 +1,192 @@
+//! `lab-10 train --nproc N` (and `--ddp`, `--zero1`): data-parallel training, one rank
+//! per device. On simulated GPUs the ranks are threads of one process; on GPUs
+//! (`LABS_DEVICE=cuda`) processes started through `dist::launch`, one per GPU.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn binary() -> std::path::PathBuf {
+    labs_core::testing::lab_binary("lab-10", env!("CARGO_BIN_EXE_lab-10"))
+}
+
+/// The device under test: `LABS_DEVICE`, else the simulated GPU.
+fn device() -> String {
+    std::env::var("LABS_DEVICE")
+        .ok()
+        .filter(|d| !d.trim().is_empty())
+        .unwrap_or_else(|| "sim".into())
+}
+
+const SMALL: &[&str] = &[
+    "--d-model",
+    "32",
+    "--nhead",
+    "2",
+    "--layers",
+    "1",
+    "--ffn",
+    "64",
+    "--batch",
+    "2",
+    "--seq",
+    "16",
+    "--steps",
+    "3",
+    "--json",
+];
+
+/// The JSON of `train` on `device` with `extra` flags, outside any launched job.
+fn train(device: &str, extra: &[&str]) -> Value {
+    let out = Command::new(binary())
+        .args(["train", "--device", device])
+        .args(SMALL)
+        .args(extra)
+        .env_remove("WORLD_SIZE")
+        .output()
+        .unwrap();
+    labs_core::testing::one_json_object(out)
+}
+
+fn category(v: &Value, name: &str) -> u64 {
+    v["by_category"][name].as_u64().unwrap()
+}
+
+fn ranks(v: &Value) -> &Vec<Value> {
+    v["ranks"].as_array().unwrap()
+}
+
+#[test]
+fn ddp_on_two_simulated_gpus_reports_every_rank() {
+    let single = train("sim", &[]);
+    let v = train("sim", &["--nproc", "2"]);
+    assert_eq!(v["world_size"], 2);
+    assert_eq!(v["data_parallel"], "ddp");
+    assert_eq!(single["world_size"], 1);
+    assert!(single["ranks"].is_null() && single["data_parallel"].is_null());
+    let every = ranks(&v);
+    assert_eq!(every.len(), 2);
+    // The same model and batch shapes on each rank: the same peaks.
+    assert_eq!(every[0]["peak_allocated"], every[1]["peak_allocated"]);
+    assert_eq!(every[0]["peak_allocated"], v["peak_allocated"]);
+    // The first loss is rank 0's batch (seed + 0) on the same weights: the single run's.
+    assert_eq!(v["losses"][0], single["losses"][0]);
+    assert_ne!(
+        v["losses"][1], single["losses"][1],
+        "the step used both ranks"
+    );
+    // Throughput: 2 ranks x batch 2 per median step.
+    let expected = 4.0 / (v["step_ms"].as_f64().unwrap() / 1e3);
+    let got = v["samples_per_s"].as_f64().unwrap();
+    assert!(
+        (got - expected).abs() < 1e-6 * expected,
+        "{got} vs {expected}"
+    );
+    // The gradients live in DDP's flat buckets: no more than the parameters.
+    assert!(category(&v, "gradient") <= category(&v, "parameter"), "{v}");
+}
+
+#[test]
+fn ddp_on_one_rank_trains_as_without_it() {
+    let single = train("sim", &[]);
+    let v = train("sim", &["--ddp"]);
+    assert_eq!(v["world_size"], 1);
+    assert_eq!(v["losses"], single["losses"]);
+}
+
+#[test]
+fn zero1_shards_the_optimizer_state() {
+    let ddp = train("sim", &["--nproc", "2", "--accum", "2"]);
+    let zero = train("sim", &["--nproc", "2", "--accum", "2", "--zero1"]);
+    assert_eq!(zero["data_parallel"], "zero1");
+    let (d, z) = (
+        category(&ddp, "optimizer_state"),
+        category(&zero, "optimizer_state"),
+    );
+    // Adam's two float32 moments of half the parameters each: one flat shard, rounded
+    // once to the allocator's 512 bytes; under DDP every parameter's, rounded each.
+    let shard = zero["params"].as_u64().unwrap().div_ceil(2);
+    assert_eq!(z, 2 * (4 * shard).div_ceil(512) * 512);
+    assert!(d >= 2 * 4 * 2 * shard && 2 * z <= d, "{z} vs {d}");
+    // The same averaged gradients and the same update: the same losses.
+    let (a, b) = (
+        ddp["losses"].as_array().unwrap(),
+        zero["losses"].as_array().unwrap(),
+    );
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+        assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "{a:?} vs {b:?}");
+    }
+}
+
+#[test]
+fn the_dry_run_predicts_every_ranks_peaks() {
+    let sim = train("sim", &["--nproc", "2"]);
+    let dry = train("dry", &["--nproc", "2"]);
+    assert!(dry["losses"].is_null());
+    for r in 0..2 {
+        assert_eq!(
+            ranks(&dry)[r]["peak_allocated"],
+            ranks(&sim)[r]["peak_allocated"]
+        );
+    }
+}
+
+#[test]
+fn every_device_of_the_device_under_test_takes_a_rank() {
+    // On GPUs: one process per GPU through the launcher (NCCL); on the simulator, two
+    // threads.
+    let d = device();
+    let n = if d.starts_with("cuda") {
+        labs_core::cuda::device_count().unwrap()
+    } else {
+        2
+    };
+    let v = train(&d, &["--nproc", &n.to_string()]);
+    assert_eq!(v["world_size"], n);
+    assert_eq!(ranks(&v).len(), n);
+    let peak = v["peak_allocated"].as_u64().unwrap();
+    assert!(ranks(&v).iter().all(|r| r["peak_allocated"] == peak), "{v}");
+    assert!(v["samples_per_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn ranks_started_by_a_launcher_join_one_job() {
+    // What `torchrun` (or `dist::launch`) starts: one process per rank, WORLD_SIZE set;
+    // here over simulated GPUs, the collectives through the rendezvous's connections.
+    let mut args: Vec<String> = ["train", "--device", "sim"]
+        .iter()
+        .chain(SMALL)
+        .map(|s| s.to_string())
+        .collect();
+    args.push("--zero1".into());
+    let mut rank0 = Vec::new();
+    let mut others = Vec::new();
+    labs_core::dist::launch_with(2, &binary().to_string_lossy(), &args, |line| {
+        if line.rank == 0 && line.stream == labs_core::dist::OutputStream::Stdout {
+            rank0.push(line.text);
+        } else {
+            others.push(line.text);
+        }
+    })
+    .unwrap();
+    assert_eq!(
+        rank0.len(),
+        1,
+        "rank 0 prints one line: {rank0:?} {others:?}"
+    );
+    assert!(others.is_empty(), "{others:?}");
+    let v: Value = serde_json::from_str(&rank0[0]).unwrap();
+    assert_eq!(v["world_size"], 2);
+    assert_eq!(v["data_parallel"], "zero1");
+    // The same run as two threads: the same losses, the same peaks.
+    let threads = train("sim", &["--nproc", "2", "--zero1"]);
+    assert_eq!(v["losses"], threads["losses"]);
+    assert_eq!(ranks(&v).len(), 2);
+    for r in 0..2 {
+        assert_eq!(
+            ranks(&v)[r]["peak_allocated"],
+            ranks(&threads)[r]["peak_allocated"]
+        );
+    }
+}
