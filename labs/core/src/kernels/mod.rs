@@ -17,6 +17,8 @@
 mod amp;
 mod amp_cpu;
 pub mod attention;
+pub mod attention_chunk;
+mod attention_chunk_cpu;
 mod attention_cpu;
 pub mod cpu;
 mod cpu_rows;
@@ -34,6 +36,7 @@ pub use attention::{
     attention_keep_row, AttentionDropout, AttentionKernel, AttentionShape, HeadsOperand,
     ATTENTION_MAX_HEAD_DIM,
 };
+pub use attention_chunk::{AttentionChunkKernel, ScoreChunk};
 pub use gemm::{Gemm, Operand};
 pub use ops::{BinaryOp, CompareOp, UnaryOp};
 pub use optim::{AdamStep, SgdStep};
@@ -184,6 +187,9 @@ pub enum Kernel {
     /// A fused attention kernel (forward, or a step of its backward: see
     /// [`AttentionKernel`]).
     Attention(AttentionKernel),
+    /// A row kernel of chunked attention, between its matrix products (see
+    /// [`AttentionChunkKernel`]).
+    AttentionChunk(AttentionChunkKernel),
 }
 
 impl Kernel {
@@ -247,6 +253,7 @@ impl Kernel {
             Kernel::UpdateScale(_) => 1,
             Kernel::Rows(ref k) => k.elements(),
             Kernel::Attention(ref k) => k.elements(),
+            Kernel::AttentionChunk(ref k) => k.elements(),
         }
     }
 }
