@@ -12,7 +12,8 @@
 //! What it computes and saves is the fused kernels': the same log-sum-exp, the same
 //! dropout flags (drawn again from the call's counters), q, k, v, output and
 //! log-sum-exp saved. The scores of a chunk are temporaries of at most
-//! [`DEFAULT_CHUNK_BYTES`] (the chunk's rows are chosen so; one row at least), freed
+//! [`DEFAULT_CHUNK_BYTES`] (the chunk's rows, and where one row of every batch-head is
+//! too wide, its batch-heads, are chosen so; one row of one batch-head at least), freed
 //! after the call (through the caching allocator, which reuses them); the backward
 //! adds two float32 `[H, Tk, D]` accumulators. The weights meet `v`, `dO`, `q` and `k`
 //! in the inputs' dtype, as flash attention's second products do, and every product
@@ -100,6 +101,29 @@ fn chunk_bytes() -> Result<usize> {
         }),
         Err(_) => Ok(DEFAULT_CHUNK_BYTES),
     }
+}
+
+/// The batch-heads of each product and the query rows of each chunk, for temporaries of
+/// `bytes_per_score` bytes per score: [`slabs`], split further where one row of each
+/// batch-head would not fit the bound, and [`chunk_rows`].
+fn plan(
+    s: &AttentionShape,
+    operands: &[&HeadsOperand],
+    bytes_per_score: usize,
+    causal: bool,
+) -> Result<(Vec<(usize, usize)>, usize)> {
+    let row = (s.tk * bytes_per_score).max(1);
+    let most = (chunk_bytes()? / row).max(1);
+    let slabs: Vec<(usize, usize)> = slabs(s, operands)
+        .into_iter()
+        .flat_map(|(bh0, n)| {
+            (0..n)
+                .step_by(most)
+                .map(move |z| (bh0 + z, most.min(n - z)))
+        })
+        .collect();
+    let n = slabs.first().map_or(1, |&(_, n)| n);
+    Ok((slabs, chunk_rows(s, n, bytes_per_score, causal)?))
 }
 
 /// Query rows per chunk: as many as keep `n` batch-heads' temporaries of
@@ -256,9 +280,8 @@ pub(super) fn forward(
         device,
     };
     let e = dtype.size();
-    let slabs = slabs(&s, &[q, k, v, out]);
+    let (slabs, rows) = plan(&s, &[q, k, v, out], 4 + e, causal)?;
     let n = slabs[0].1;
-    let rows = chunk_rows(&s, n, 4 + e, causal)?;
     let scores = Tensor::empty(&[n * rows * s.tk], DType::F32, device)?;
     let probs = Tensor::empty(&[n * rows * s.tk], dtype, device)?;
     for &(bh0, n) in &slabs {
@@ -336,9 +359,8 @@ pub(super) fn backward(
         device,
     };
     let e = dtype.size();
-    let slabs = slabs(&s, &[q, k, v, dout, dq, dk, dv]);
+    let (slabs, rows) = plan(&s, &[q, k, v, dout, dq, dk, dv], 8 + 2 * e, causal)?;
     let n = slabs[0].1;
-    let rows = chunk_rows(&s, n, 8 + 2 * e, causal)?;
     let scratch = |dtype| Tensor::empty(&[n * rows * s.tk], dtype, device);
     let (scores, dprobs) = (scratch(DType::F32)?, scratch(DType::F32)?);
     let (probs, dscores) = (scratch(dtype)?, scratch(dtype)?);
@@ -419,4 +441,95 @@ pub(super) fn backward(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// GPT-2 small's attention: batch 8, 12 heads, 1024 positions, head_dim 64.
+    const GPT2: AttentionShape = AttentionShape {
+        bh: 96,
+        heads: 12,
+        tq: 1024,
+        tk: 1024,
+        d: 64,
+    };
+
+    /// The `[B, T, H, D]` memory of an output, or the heads of a packed `[B, T, 3E]`.
+    fn heads_last(s: &AttentionShape, row: usize) -> HeadsOperand {
+        HeadsOperand {
+            ptr: 0,
+            batch: s.tq * row,
+            head: s.d,
+            seq: row,
+        }
+    }
+
+    #[test]
+    fn outputs_in_heads_last_memory_take_one_batch_per_product() {
+        let e = GPT2.heads * GPT2.d;
+        let (packed, out) = (heads_last(&GPT2, 3 * e), heads_last(&GPT2, e));
+        let per_batch: Vec<_> = (0..8).map(|b| (12 * b, 12)).collect();
+        assert_eq!(slabs(&GPT2, &[&packed, &out]), per_batch);
+        // Dense [B, H, T, D] operands step over all batch-heads with one stride.
+        let dense = HeadsOperand {
+            ptr: 0,
+            batch: 12 * 1024 * 64,
+            head: 1024 * 64,
+            seq: 64,
+        };
+        assert_eq!(slabs(&GPT2, &[&dense, &dense]), vec![(0, 96)]);
+        // One batch: its heads are all the batch-heads.
+        let one = AttentionShape { bh: 12, ..GPT2 };
+        assert_eq!(slabs(&one, &[&packed, &out]), vec![(0, 12)]);
+    }
+
+    #[test]
+    fn chunks_keep_their_temporaries_under_the_bound() {
+        set_attention_chunk_bytes(None);
+        if std::env::var("LABS_ATTENTION_CHUNK_BYTES").is_ok() {
+            return; // the figures below are the default bound's
+        }
+        // GPT-2 small, one batch (12 heads) per product: float32 scores and weights
+        // (8 bytes a score) fit 682 rows in 64 MiB, the backward's four buffers (16
+        // bytes) 341; causal, a quarter of the rows at most (256), so that the products
+        // skip most hidden keys.
+        for (per_score, causal, rows) in [(8, false, 640), (16, false, 320), (8, true, 256)] {
+            let got = chunk_rows(&GPT2, 12, per_score, causal).unwrap();
+            assert_eq!(got, rows, "{per_score} {causal}");
+            assert!(12 * rows * GPT2.tk * per_score <= DEFAULT_CHUNK_BYTES);
+        }
+        // Rows too wide for the bound: fewer batch-heads a product (16 MiB a row of
+        // 2^20 keys, 4 of them in 64 MiB), one row a chunk; one batch-head a product
+        // where its row alone is wider than the bound.
+        let dense = HeadsOperand {
+            ptr: 0,
+            batch: 12 * 1024 * 64,
+            head: 1024 * 64,
+            seq: 64,
+        };
+        let wide = AttentionShape {
+            tk: 1 << 20,
+            ..GPT2
+        };
+        let (slabs, rows) = plan(&wide, &[&dense], 16, false).unwrap();
+        assert_eq!(
+            (slabs.len(), slabs[0], slabs[23], rows),
+            (24, (0, 4), (92, 4), 1)
+        );
+        let wider = AttentionShape {
+            tk: 1 << 24,
+            ..GPT2
+        };
+        let (slabs, rows) = plan(&wider, &[&dense], 16, false).unwrap();
+        assert_eq!((slabs.len(), slabs[95], rows), (96, (95, 1), 1));
+        // A short sequence is one chunk.
+        let short = AttentionShape {
+            tq: 37,
+            tk: 37,
+            ..GPT2
+        };
+        assert_eq!(chunk_rows(&short, 96, 16, true).unwrap(), 37);
+    }
 }
