@@ -13,6 +13,11 @@
 //!
 //! The matrix product, [`Gemm`], is a launch like the others but a library's: cuBLAS on
 //! `cuda`, a CPU GEMM crate on `sim` and `cpu`.
+//!
+//! Attention has two sets: the fused kernels ([`AttentionKernel`], `kernels/attention.cu`,
+//! twins in `attention_cpu.rs`), and the row kernels that chunked attention runs between
+//! its matrix products ([`AttentionChunkKernel`], `kernels/attention_chunk.cu`, twins in
+//! `attention_chunk_cpu.rs`), one module per float dtype.
 
 mod amp;
 mod amp_cpu;

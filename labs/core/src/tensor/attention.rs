@@ -22,7 +22,8 @@
 //! query rows (`attention_chunked.rs`, tensor cores), with what is saved unchanged;
 //! [`attention_path`](super::attention_path) says which path serves a call.
 
-use super::attention_chunked::{self as chunked, attention_path, AttentionPath};
+use super::attention_chunked as chunked;
+use super::attention_path::{attention_path, AttentionPath};
 use super::graph::GradOp;
 use super::{DType, Tensor};
 use crate::device::Device;

@@ -5,6 +5,7 @@
 
 mod attention;
 mod attention_chunked;
+mod attention_path;
 mod autocast;
 mod broadcast;
 mod cast;
@@ -28,7 +29,7 @@ mod stats;
 mod views;
 
 pub use crate::dtype::{DType, Element};
-pub use attention_chunked::{
+pub use attention_path::{
     attention_path, set_attention_chunk_bytes, set_attention_path, AttentionPath,
     DEFAULT_CHUNK_BYTES,
 };
