@@ -147,7 +147,9 @@ fn dropout_for(p: f32, counters: usize, device: &Device) -> Result<AttentionDrop
 
 impl Tensor {
     /// `(softmax(q kᵀ · scale) ∘ Z / (1 − p)) v` for `q [B, H, Tq, D]`, `k`,
-    /// `v [B, H, Tk, D]` (one float dtype, `D <= 128`), computed by one fused kernel
+    /// `v [B, H, Tk, D]` (one float dtype, `D <= 128`), computed by one fused kernel,
+    /// or on the GPU by matrix products over chunks of query rows, the same results to
+    /// rounding ([`attention_path`](super::attention_path))
     /// (PyTorch's `scaled_dot_product_attention` with the efficient backend). `scale`
     /// defaults to `1 / sqrt(D)`; `causal` hides keys `j > i` from query `i`;
     /// `dropout_p` drops each weight with that probability (`Z`, drawn from the device
