@@ -357,6 +357,7 @@ fn the_gemm_launch_scales_accumulates_and_leaves_padding_alone() {
         a: Operand::dense(ta.ptr(), m, k),
         b: Operand::dense(tb.ptr(), k, n),
         c: tc.ptr(),
+        c_dtype: DType::F32,
         ldc,
         stride_c,
         alpha: 2.0,

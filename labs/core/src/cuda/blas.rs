@@ -157,6 +157,12 @@ impl Blas {
             ),
             _ => unreachable!("validate() admits float dtypes only"),
         };
+        // The output's type: the inputs', or float32 (validate() admits no other).
+        let c_type = if g.c_dtype == g.dtype {
+            data_type
+        } else {
+            blas::cudaDataType::CUDA_R_32F
+        };
         let op = |transposed: bool| {
             if transposed {
                 blas::cublasOperation_t::CUBLAS_OP_T
@@ -214,7 +220,7 @@ impl Blas {
                 g.a.batch_stride as i64,
                 &beta as *const f32 as *const c_void,
                 g.c as *mut c_void,
-                data_type,
+                c_type,
                 g.ldc as i32,
                 g.stride_c as i64,
                 g.batch as i32,

@@ -193,6 +193,7 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
         Kernel::Cast { x, out, n, .. } => vec![U64(x), U64(out), U64(n as u64)],
         Kernel::Rows(ref k) => row_args(k.params()),
         Kernel::Attention(ref k) => row_args(k.params()),
+        Kernel::AttentionChunk(ref k) => row_args(k.params()),
         // `function` refuses it before arguments are built: cuBLAS runs it (blas.rs).
         Kernel::Gemm(_) => unreachable!("a gemm is not launched as a module"),
     }

@@ -93,8 +93,13 @@ pub fn label(kernel: &Kernel) -> String {
     // Matrix products by shape: which of them is slow is the question.
     if let Kernel::Gemm(g) = kernel {
         return format!(
-            "Gemm {:?} {}x{}x{} batch {} {}{}",
+            "Gemm {:?}{} {}x{}x{} batch {} {}{}",
             g.dtype,
+            if g.c_dtype == g.dtype {
+                String::new()
+            } else {
+                format!("->{:?}", g.c_dtype)
+            },
             g.m,
             g.n,
             g.k,

@@ -183,12 +183,16 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
         } => super::cpu_rows::strided_scatter(width, src, dst, &layout, n, memory),
         Kernel::Rows(ref k) => super::cpu_rows::run(k, memory),
         Kernel::Attention(ref k) => super::attention_cpu::run(k, memory),
+        Kernel::AttentionChunk(ref k) => super::attention_chunk_cpu::run(k, memory),
         Kernel::Gemm(g) => {
             g.validate()?;
+            let wide = g.c_dtype != g.dtype;
             match float(g.dtype, "gemm")? {
-                Float::F32 => gemm::<f32>(&g, g.allow_tf32, memory),
-                Float::F16 => gemm::<f16>(&g, false, memory),
-                Float::BF16 => gemm::<bf16>(&g, false, memory),
+                Float::F32 => gemm::<f32, f32>(&g, g.allow_tf32, memory),
+                Float::F16 if wide => gemm::<f16, f32>(&g, false, memory),
+                Float::F16 => gemm::<f16, f16>(&g, false, memory),
+                Float::BF16 if wide => gemm::<bf16, f32>(&g, false, memory),
+                Float::BF16 => gemm::<bf16, bf16>(&g, false, memory),
             }
         }
     }
@@ -603,13 +607,18 @@ fn strided_copy<E: Copy>(
 /// batch's operands are widened to `f32` in aligned host buffers, multiplied by
 /// `matrixmultiply` (a blocked, SIMD GEMM that takes any row and column strides, so a
 /// transposed operand is only a swap of strides), and the result is rounded back to the
-/// dtype once, to nearest even. With `tf32`, the inputs are first rounded to TF32's 10
-/// bits of mantissa, as tensor cores read them.
-fn gemm<E: FloatElement>(g: &Gemm, tf32: bool, memory: &dyn HostAccess) -> Result<()> {
+/// output's dtype `C` once, to nearest even. With `tf32`, the inputs are first rounded
+/// to TF32's 10 bits of mantissa, as tensor cores read them.
+fn gemm<E: FloatElement, C: FloatElement>(
+    g: &Gemm,
+    tf32: bool,
+    memory: &dyn HostAccess,
+) -> Result<()> {
     if g.is_empty() {
         return Ok(());
     }
     let size = std::mem::size_of::<E>();
+    let c_size = std::mem::size_of::<C>();
     let [span_a, span_b, span_c] = g.extents();
     // An operand nothing reads (`k = 0`) need not point anywhere: check C in its place.
     let range = |ptr, span: usize| {
@@ -622,7 +631,7 @@ fn gemm<E: FloatElement>(g: &Gemm, tf32: bool, memory: &dyn HostAccess) -> Resul
     let ranges = [
         range(g.a.ptr, span_a),
         range(g.b.ptr, span_b),
-        (g.c, span_c * size),
+        (g.c, span_c * c_size),
     ];
     let [(rows_a, cols_a), (rows_b, cols_b)] = g.stored_shapes();
     let (m, n, k) = (g.m, g.n, g.k);
@@ -630,7 +639,7 @@ fn gemm<E: FloatElement>(g: &Gemm, tf32: bool, memory: &dyn HostAccess) -> Resul
         // SAFETY: `p[i]` is valid for the i-th range, which spans every batch.
         let a = unsafe { Raw::<E>::new(p[0], span_a) };
         let b = unsafe { Raw::<E>::new(p[1], span_b) };
-        let c = unsafe { Raw::<E>::new(p[2], span_c) };
+        let c = unsafe { Raw::<C>::new(p[2], span_c) };
         let mut a_buf = vec![0f32; rows_a * cols_a];
         let mut b_buf = vec![0f32; rows_b * cols_b];
         let mut c_buf = vec![0f32; m * n];
@@ -680,7 +689,7 @@ fn gemm<E: FloatElement>(g: &Gemm, tf32: bool, memory: &dyn HostAccess) -> Resul
             };
             for (i, row) in c_buf.chunks_exact(n).enumerate() {
                 for (j, &v) in row.iter().enumerate() {
-                    c.set(c_start + i * g.ldc + j, E::narrow(v));
+                    c.set(c_start + i * g.ldc + j, C::narrow(v));
                 }
             }
         }

@@ -51,9 +51,10 @@ impl Operand {
 // ANCHOR: gemm_struct
 /// `C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b]` for `b` in `0..batch`, where
 /// `op(A)` is `[m, k]`, `op(B)` is `[k, n]` and `C` is `[m, n]`, all row-major.
-/// Inputs and output share one float dtype; products are accumulated in `f32` (for
-/// `float16` and `bfloat16` too, as PyTorch's matmul does). `beta = 0` ignores what
-/// `C` held, NaNs included.
+/// The inputs share one float dtype and the output has it too, or `float32` (scores
+/// that must not be rounded to half precision, as flash attention keeps them); products
+/// are accumulated in `f32` (for `float16` and `bfloat16` too, as PyTorch's matmul
+/// does). `beta = 0` ignores what `C` held, NaNs included.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Gemm {
     pub dtype: DType,
@@ -66,6 +67,8 @@ pub struct Gemm {
     /// The output: `ldc` elements from one row to the next, `stride_c` from one
     /// batch's matrix to the next.
     pub c: DevicePtr,
+    /// The output's dtype: `dtype`, or `float32` for half-precision inputs.
+    pub c_dtype: DType,
     pub ldc: usize,
     pub stride_c: usize,
     pub alpha: f32,
@@ -93,6 +96,7 @@ impl Gemm {
             a: Operand::dense(a, m, k),
             b: Operand::dense(b, k, n),
             c,
+            c_dtype: dtype,
             ldc: n.max(1),
             stride_c: m * n,
             alpha: 1.0,
@@ -122,6 +126,12 @@ impl Gemm {
                 supported: "float32, float16, bfloat16",
             });
         }
+        if self.c_dtype != self.dtype && self.c_dtype != DType::F32 {
+            return bad(format!(
+                "the output is {} or float32, not {}",
+                self.dtype, self.c_dtype
+            ));
+        }
         let sizes = [self.m, self.n, self.k, self.batch];
         let lds = [self.a.ld, self.b.ld, self.ldc];
         if sizes.iter().chain(&lds).any(|&s| s > MAX_DIM) {
@@ -146,13 +156,24 @@ impl Gemm {
                 ));
             }
         }
-        if self.batch > 1 && !self.is_empty() && self.stride_c < (self.m - 1) * self.ldc + self.n {
+        if self.batch > 1 && !self.is_empty() && !self.outputs_apart() {
             return bad(format!(
                 "stride_c = {} makes the batch's outputs overlap",
                 self.stride_c
             ));
         }
         Ok(())
+    }
+
+    /// Whether the batch's output matrices share no element: one after another
+    /// (`stride_c` past a whole matrix), or interleaved row by row (each batch's row
+    /// `stride_c` after the previous batch's, all of them within one `ldc`: the heads of
+    /// a `[T, H, D]` memory, `D` apart in rows of `H·D`).
+    fn outputs_apart(&self) -> bool {
+        let stacked = self.stride_c >= (self.m - 1) * self.ldc + self.n;
+        let interleaved =
+            self.stride_c >= self.n && (self.batch - 1) * self.stride_c + self.n <= self.ldc;
+        stacked || interleaved
     }
 
     /// The elements each operand spans, from its first: `[A, B, C]`. Zero for an
@@ -241,12 +262,43 @@ mod tests {
             ..g
         };
         assert!(matches!(ints.validate(), Err(Error::DType { .. })));
+        let halves_out = Gemm {
+            dtype: DType::BF16,
+            c_dtype: DType::F16,
+            ..g
+        };
+        assert!(halves_out.validate().is_err());
+        Gemm {
+            dtype: DType::BF16,
+            c_dtype: DType::F32,
+            ..g
+        }
+        .validate()
+        .unwrap();
         let overlapping = Gemm {
             batch: 2,
             stride_c: 7,
             ..g
         };
         assert!(overlapping.validate().is_err());
+        // Two [3, 2] outputs interleaved in rows of 4 (a [3, 2 heads, 2] memory) share
+        // nothing; in rows of 3 they would.
+        let interleaved = Gemm {
+            m: 3,
+            n: 2,
+            batch: 2,
+            ldc: 4,
+            stride_c: 2,
+            b: Operand::dense(0, 5, 2),
+            ..g
+        };
+        interleaved.validate().unwrap();
+        assert!(Gemm {
+            ldc: 3,
+            ..interleaved
+        }
+        .validate()
+        .is_err());
         let empty = Gemm { m: 0, ..g };
         empty.validate().unwrap();
         assert_eq!(empty.extents(), [0, 0, 0]);

@@ -13,10 +13,17 @@
 //!
 //! The matrix product, [`Gemm`], is a launch like the others but a library's: cuBLAS on
 //! `cuda`, a CPU GEMM crate on `sim` and `cpu`.
+//!
+//! Attention has two sets: the fused kernels ([`AttentionKernel`], `kernels/attention.cu`,
+//! twins in `attention_cpu.rs`), and the row kernels that chunked attention runs between
+//! its matrix products ([`AttentionChunkKernel`], `kernels/attention_chunk.cu`, twins in
+//! `attention_chunk_cpu.rs`), one module per float dtype.
 
 mod amp;
 mod amp_cpu;
 pub mod attention;
+pub mod attention_chunk;
+mod attention_chunk_cpu;
 mod attention_cpu;
 pub mod cpu;
 mod cpu_rows;
@@ -34,6 +41,7 @@ pub use attention::{
     attention_keep_row, AttentionDropout, AttentionKernel, AttentionShape, HeadsOperand,
     ATTENTION_MAX_HEAD_DIM,
 };
+pub use attention_chunk::{AttentionChunkKernel, ScoreChunk};
 pub use gemm::{Gemm, Operand};
 pub use ops::{BinaryOp, CompareOp, UnaryOp};
 pub use optim::{AdamStep, SgdStep};
@@ -184,6 +192,9 @@ pub enum Kernel {
     /// A fused attention kernel (forward, or a step of its backward: see
     /// [`AttentionKernel`]).
     Attention(AttentionKernel),
+    /// A row kernel of chunked attention, between its matrix products (see
+    /// [`AttentionChunkKernel`]).
+    AttentionChunk(AttentionChunkKernel),
 }
 
 impl Kernel {
@@ -247,6 +258,7 @@ impl Kernel {
             Kernel::UpdateScale(_) => 1,
             Kernel::Rows(ref k) => k.elements(),
             Kernel::Attention(ref k) => k.elements(),
+            Kernel::AttentionChunk(ref k) => k.elements(),
         }
     }
 }

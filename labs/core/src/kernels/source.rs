@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use super::attention::ATTENTION_FUNCTIONS;
+use super::attention_chunk::ATTENTION_CHUNK_FUNCTIONS;
 use super::rows::ROW_FUNCTIONS;
 use super::{BinaryOp, CompareOp, Kernel, UnaryOp};
 use crate::dtype::DType;
@@ -26,6 +27,7 @@ const STRIDED_CU: &str = include_str!("../../../../kernels/strided.cu");
 const REDUCE_CU: &str = include_str!("../../../../kernels/reduce.cu");
 const ROWS_CU: &str = include_str!("../../../../kernels/rows.cu");
 const ATTENTION_CU: &str = include_str!("../../../../kernels/attention.cu");
+const ATTENTION_CHUNK_CU: &str = include_str!("../../../../kernels/attention_chunk.cu");
 const SCATTER_CU: &str = include_str!("../../../../kernels/scatter.cu");
 const OPTIM_CU: &str = include_str!("../../../../kernels/optim.cu");
 const AMP_CU: &str = include_str!("../../../../kernels/amp.cu");
@@ -240,20 +242,25 @@ fn rows_module(suffix: &str) -> Module {
     }
 }
 
-/// The fused attention kernels for one float dtype: the dtype's section of
-/// `kernels/dtypes.cu`, then `kernels/attention.cu` with every `NAME_DT` renamed
-/// `NAME_{dtype}`.
+/// The attention kernels for one float dtype: the dtype's section of
+/// `kernels/dtypes.cu`, then `kernels/attention.cu` (the fused kernels) and
+/// `kernels/attention_chunk.cu` (the row kernels of chunked attention, which use the
+/// first file's helpers) with every `NAME_DT` renamed `NAME_{dtype}`.
 fn attention_module(suffix: &str) -> Module {
     let mut source = format!(
-        "// Generated: the {suffix} section of kernels/dtypes.cu, then kernels/attention.cu.\n"
+        "// Generated: the {suffix} section of kernels/dtypes.cu, then kernels/attention.cu \
+         and kernels/attention_chunk.cu.\n"
     );
     source.push_str(dtype_section(suffix));
-    source.push_str(&ATTENTION_CU.replace("_DT(", &format!("_{suffix}(")));
+    let rename = format!("_{suffix}(");
+    source.push_str(&ATTENTION_CU.replace("_DT(", &rename));
+    source.push_str(&ATTENTION_CHUNK_CU.replace("_DT(", &rename));
     Module {
         name: format!("attention_{suffix}"),
         source,
         functions: ATTENTION_FUNCTIONS
             .iter()
+            .chain(&ATTENTION_CHUNK_FUNCTIONS)
             .map(|f| format!("{f}_{suffix}"))
             .collect(),
     }
@@ -424,6 +431,11 @@ pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
             k.dtype(),
         ),
         Kernel::Attention(ref k) => (
+            format!("{}_{}", k.name(), name(k.dtype())),
+            k.name(),
+            k.dtype(),
+        ),
+        Kernel::AttentionChunk(ref k) => (
             format!("{}_{}", k.name(), name(k.dtype())),
             k.name(),
             k.dtype(),

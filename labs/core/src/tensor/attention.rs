@@ -17,7 +17,13 @@
 //! gradients are written as `[B, T, H, Dh]` memory and returned as `[B, H, T, Dh]`
 //! views, as PyTorch's efficient attention returns them, so that the caller's
 //! `transpose(1, 2).reshape(B, T, E)` is free.
+//!
+//! On the GPU the same computation runs by default as matrix products over chunks of
+//! query rows (`attention_chunked.rs`, tensor cores), with what is saved unchanged;
+//! [`attention_path`](super::attention_path) says which path serves a call.
 
+use super::attention_chunked as chunked;
+use super::attention_path::{attention_path, AttentionPath};
 use super::graph::GradOp;
 use super::{DType, Tensor};
 use crate::device::Device;
@@ -141,7 +147,9 @@ fn dropout_for(p: f32, counters: usize, device: &Device) -> Result<AttentionDrop
 
 impl Tensor {
     /// `(softmax(q kᵀ · scale) ∘ Z / (1 − p)) v` for `q [B, H, Tq, D]`, `k`,
-    /// `v [B, H, Tk, D]` (one float dtype, `D <= 128`), computed by one fused kernel
+    /// `v [B, H, Tk, D]` (one float dtype, `D <= 128`), computed by one fused kernel,
+    /// or on the GPU by matrix products over chunks of query rows, the same results to
+    /// rounding ([`attention_path`](super::attention_path))
     /// (PyTorch's `scaled_dot_product_attention` with the efficient backend). `scale`
     /// defaults to `1 / sqrt(D)`; `causal` hides keys `j > i` from query `i`;
     /// `dropout_p` drops each weight with that probability (`Z`, drawn from the device
@@ -165,18 +173,38 @@ impl Tensor {
         let ((qv, qo), (kv, ko), (vv, vo)) = (operand(q)?, operand(k)?, operand(v)?);
         let (out, oo) = heads_last(q.shape(), q.dtype(), device)?;
         let lse = Tensor::empty(&[dims.batch, dims.heads, dims.tq], DType::F32, device)?;
-        device.launch(&Kernel::Attention(AttentionKernel::Forward {
-            dtype: q.dtype(),
-            q: qo,
-            k: ko,
-            v: vo,
-            out: oo,
-            lse: lse.ptr(),
-            shape,
-            scale,
-            causal,
-            dropout,
-        }))?;
+        if attention_path(device)? == AttentionPath::Chunked {
+            // Copies only where a view's rows overlap: what is saved stays the views.
+            let ((_q, qc), (_k, kc), (_v, vc)) = (
+                chunked::product_ready(qv.clone(), qo)?,
+                chunked::product_ready(kv.clone(), ko)?,
+                chunked::product_ready(vv.clone(), vo)?,
+            );
+            chunked::forward(
+                [&qc, &kc, &vc],
+                &oo,
+                lse.ptr(),
+                shape,
+                q.dtype(),
+                scale,
+                causal,
+                dropout,
+                device,
+            )?;
+        } else {
+            device.launch(&Kernel::Attention(AttentionKernel::Forward {
+                dtype: q.dtype(),
+                q: qo,
+                k: ko,
+                v: vo,
+                out: oo,
+                lse: lse.ptr(),
+                shape,
+                scale,
+                causal,
+                dropout,
+            }))?;
+        }
         let saved = vec![qv, kv, vv, out.clone(), lse];
         Ok(Tensor::recorded(
             out,
@@ -245,8 +273,8 @@ impl Tensor {
         let shape = dims.shape();
         // A hook may hand back saved tensors in another layout: any strides serve. The
         // named bindings keep a copy `operand` had to make alive through the launches.
-        let ((_q, qo), (_k, ko), (_v, vo)) = (operand(q)?, operand(k)?, operand(v)?);
-        let ((_out, oo), (_dout, go)) = (operand(out)?, operand(dout)?);
+        let ((q_kept, qo), (k_kept, ko), (v_kept, vo)) = (operand(q)?, operand(k)?, operand(v)?);
+        let ((_out, oo), (dout_kept, go)) = (operand(out)?, operand(dout)?);
         let lse = lse.contiguous()?;
         let device = q.device();
         let dtype = q.dtype();
@@ -261,6 +289,28 @@ impl Tensor {
         let (dq, dqo) = heads_last(q.shape(), dtype, device)?;
         let (dk, dko) = heads_last(k.shape(), dtype, device)?;
         let (dv, dvo) = heads_last(v.shape(), dtype, device)?;
+        if attention_path(device)? == AttentionPath::Chunked {
+            let ((_q, qc), (_k, kc)) = (
+                chunked::product_ready(q_kept, qo)?,
+                chunked::product_ready(k_kept, ko)?,
+            );
+            let ((_v, vc), (_g, gc)) = (
+                chunked::product_ready(v_kept, vo)?,
+                chunked::product_ready(dout_kept, go)?,
+            );
+            chunked::backward(
+                [&qc, &kc, &vc, &gc],
+                [lse.ptr(), delta.ptr()],
+                [&dqo, &dko, &dvo],
+                shape,
+                dtype,
+                scale,
+                causal,
+                *dropout,
+                device,
+            )?;
+            return Ok((dq, dk, dv));
+        }
         device.launch(&Kernel::Attention(AttentionKernel::BackwardDq {
             dtype,
             q: qo,

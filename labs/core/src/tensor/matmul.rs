@@ -191,6 +191,7 @@ impl Tensor {
             a: a_op,
             b: b_op,
             c: out.ptr(),
+            c_dtype: self.dtype,
             ldc: n,
             stride_c: m * n,
             alpha: 1.0,

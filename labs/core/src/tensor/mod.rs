@@ -4,6 +4,8 @@
 //! devices is an error.
 
 mod attention;
+mod attention_chunked;
+mod attention_path;
 mod autocast;
 mod broadcast;
 mod cast;
@@ -27,6 +29,10 @@ mod stats;
 mod views;
 
 pub use crate::dtype::{DType, Element};
+pub use attention_path::{
+    attention_path, set_attention_chunk_bytes, set_attention_path, AttentionPath,
+    DEFAULT_CHUNK_BYTES,
+};
 pub(crate) use autocast::autocast_args;
 pub use autocast::{
     autocast, autocast_cache_len, autocast_disabled, autocast_dtype, cast_policy,
