@@ -64,6 +64,7 @@ pub fn run_with_progress(
     let mut times = Vec::new();
     let mut oom = None;
     let mut timeline = Vec::new();
+    // ANCHOR: timeline
     for step in 0..config.steps {
         let last = step + 1 == config.steps;
         if config.timeline && last {
@@ -74,6 +75,7 @@ pub fn run_with_progress(
             timeline = device.allocator()?.category_timeline().0;
             device.allocator()?.record_category_timeline(0);
         }
+        // ANCHOR_END: timeline
         match result {
             Ok((loss, time)) => {
                 losses.push(loss);

@@ -52,12 +52,14 @@ impl Trainer {
             OptimizerKind::Adamw => Box::new(AdamW::new(params, config.lr)),
             OptimizerKind::Sgd => Box::new(Sgd::new(params, config.lr)),
         };
+        // ANCHOR: offload_setup
         let offload = config.offload.then(|| {
             Arc::new(OffloadHooks::new(OffloadOptions {
                 min_bytes: config.offload_min_bytes,
                 ..OffloadOptions::default()
             }))
         });
+        // ANCHOR_END: offload_setup
         Ok(Trainer {
             config: config.clone(),
             model,
@@ -74,6 +76,7 @@ impl Trainer {
         self.offload.as_ref().map(|h| h.stats())
     }
 
+    // ANCHOR: micro_batch
     /// Forward and backward of one micro-batch, its loss divided by `divisor` (the
     /// micro-batches per step), the gradients added to `.grad`. Returns the divided
     /// loss, or `None` on the dry-run device (which computes no values).
@@ -101,6 +104,7 @@ impl Trainer {
         };
         Ok(Some(value as f64))
     }
+    // ANCHOR_END: micro_batch
 
     fn autocast(&self) -> Result<Option<AutocastGuard>> {
         Ok(match self.config.amp {
@@ -131,6 +135,7 @@ impl Trainer {
         Ok(stepped)
     }
 
+    // ANCHOR: accumulation_loop
     /// Optimizer step `step`: `accum` fresh micro-batches, each made just before its
     /// forward, then the update. Returns the mean loss (the sum of the divided losses),
     /// `None` on the dry-run device.
@@ -145,6 +150,7 @@ impl Trainer {
         self.optimizer_step()?;
         Ok(total)
     }
+    // ANCHOR_END: accumulation_loop
 }
 
 pub fn amp_name(amp: AmpMode) -> &'static str {
