@@ -108,6 +108,7 @@ impl Runner<'_> {
         })
     }
 
+    // ANCHOR: dry_run_prediction
     /// The dry run at the device's capacity; when it runs out of memory, again on a
     /// device eight times as large, for the peak it would need.
     fn predict(&mut self, c: &Configuration, config: &TrainConfig) -> Result<Prediction> {
@@ -131,6 +132,7 @@ impl Runner<'_> {
             fits: false,
         })
     }
+    // ANCHOR_END: dry_run_prediction
 
     /// One line of train-compare's `--out` format for a run of ours.
     fn write(&mut self, c: &Configuration, side: &str, report: &TrainReport) -> Result<()> {

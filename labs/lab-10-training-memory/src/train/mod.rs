@@ -73,6 +73,7 @@ pub(crate) fn run_trainer(
     let mut times = Vec::new();
     let mut oom = None;
     let mut timeline = Vec::new();
+    // ANCHOR: timeline
     for step in 0..config.steps {
         let last = step + 1 == config.steps;
         // The kernel profile (`--profile`) covers the steps after the warm-up ones: the
@@ -90,6 +91,7 @@ pub(crate) fn run_trainer(
             timeline = device.allocator()?.category_timeline().0;
             device.allocator()?.record_category_timeline(0);
         }
+        // ANCHOR_END: timeline
         match result {
             Ok((loss, time)) => {
                 losses.push(loss);

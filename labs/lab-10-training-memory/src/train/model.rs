@@ -118,11 +118,13 @@ impl TrainModel {
     /// layer run as `c.checkpoint` says.
     pub fn new(c: &TrainConfig, device: &Device) -> Result<TrainModel> {
         let mut rng = Rng::seeded(c.seed);
+        // ANCHOR: checkpoint_choice
         let mode = match c.checkpoint {
             CheckpointMode::None => LayerCheckpoint::Off,
             CheckpointMode::Layers => LayerCheckpoint::Full,
             CheckpointMode::Selective => LayerCheckpoint::selective_matmul_and_attention(),
         };
+        // ANCHOR_END: checkpoint_choice
         Ok(match c.model {
             ModelKind::Transformer => {
                 let layer = TransformerConfig {

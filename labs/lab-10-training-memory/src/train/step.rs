@@ -116,12 +116,14 @@ impl Trainer {
                 None,
             ),
         };
+        // ANCHOR: offload_setup
         let offload = config.offload.then(|| {
             Arc::new(OffloadHooks::new(OffloadOptions {
                 min_bytes: config.offload_min_bytes,
                 ..OffloadOptions::default()
             }))
         });
+        // ANCHOR_END: offload_setup
         Ok(Trainer {
             config: config.clone(),
             model,
@@ -140,6 +142,7 @@ impl Trainer {
         self.offload.as_ref().map(|h| h.stats())
     }
 
+    // ANCHOR: micro_batch
     /// Forward and backward of one micro-batch, its loss divided by `divisor` (the
     /// micro-batches per step), the gradients added to `.grad`. Returns the divided
     /// loss, or `None` on the dry-run device (which computes no values).
@@ -167,6 +170,7 @@ impl Trainer {
         };
         Ok(Some(value as f64))
     }
+    // ANCHOR_END: micro_batch
 
     fn autocast(&self) -> Result<Option<AutocastGuard>> {
         Ok(match self.config.amp {
@@ -197,6 +201,7 @@ impl Trainer {
         Ok(stepped)
     }
 
+    // ANCHOR: accumulation_loop
     /// Optimizer step `step`: `accum` fresh micro-batches, each made just before its
     /// forward, then the update. Returns the mean loss (the sum of the divided losses),
     /// `None` on the dry-run device.
@@ -217,6 +222,7 @@ impl Trainer {
         self.optimizer_step()?;
         Ok(total)
     }
+    // ANCHOR_END: accumulation_loop
 }
 
 pub fn amp_name(amp: AmpMode) -> &'static str {
