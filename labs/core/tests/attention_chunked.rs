@@ -215,7 +215,9 @@ fn the_chunked_path_launches_products_and_row_kernels_and_bounds_its_temporaries
         } else {
             AttentionPath::Fused
         };
-        assert_eq!(attention_path(&device).unwrap(), want);
+        assert_eq!(attention_path(&device, 1024).unwrap(), want);
+        // Short rows stay on the fused kernels everywhere.
+        assert_eq!(attention_path(&device, 100).unwrap(), AttentionPath::Fused);
     }
     let (h, t, d) = (4, 512, 16);
     let [q, k, v] = [1, 2, 3].map(|s| random(&[1, h, t, d], s, DType::F32, &device));

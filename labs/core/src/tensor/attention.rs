@@ -173,7 +173,7 @@ impl Tensor {
         let ((qv, qo), (kv, ko), (vv, vo)) = (operand(q)?, operand(k)?, operand(v)?);
         let (out, oo) = heads_last(q.shape(), q.dtype(), device)?;
         let lse = Tensor::empty(&[dims.batch, dims.heads, dims.tq], DType::F32, device)?;
-        if attention_path(device)? == AttentionPath::Chunked {
+        if attention_path(device, shape.tk)? == AttentionPath::Chunked {
             // Copies only where a view's rows overlap: what is saved stays the views.
             let ((_q, qc), (_k, kc), (_v, vc)) = (
                 chunked::product_ready(qv.clone(), qo)?,
@@ -289,7 +289,7 @@ impl Tensor {
         let (dq, dqo) = heads_last(q.shape(), dtype, device)?;
         let (dk, dko) = heads_last(k.shape(), dtype, device)?;
         let (dv, dvo) = heads_last(v.shape(), dtype, device)?;
-        if attention_path(device)? == AttentionPath::Chunked {
+        if attention_path(device, shape.tk)? == AttentionPath::Chunked {
             let ((_q, qc), (_k, kc)) = (
                 chunked::product_ready(q_kept, qo)?,
                 chunked::product_ready(k_kept, ko)?,

@@ -20,6 +20,12 @@ pub enum AttentionPath {
     Chunked,
 }
 
+/// Fewer keys than this stay on the fused kernels on the GPU too: with short rows the
+/// chunked path is thousands of small products (one per batch element and chunk), and
+/// their launches cost more than the fused kernels' arithmetic (measured on an H100:
+/// a 100-position Transformer step took four times longer chunked).
+pub const MIN_CHUNKED_KEYS: usize = 256;
+
 /// The bound on a chunk's score temporaries unless set otherwise: 64 MiB.
 pub const DEFAULT_CHUNK_BYTES: usize = 64 << 20;
 
@@ -40,12 +46,14 @@ pub fn set_attention_chunk_bytes(bytes: Option<usize>) -> Option<usize> {
     CHUNK_BYTES.with(|c| c.replace(bytes))
 }
 
-/// The path fused attention takes on `device`: what [`set_attention_path`] forced on
-/// this thread, else the environment's `LABS_ATTENTION` (`fused` or `chunked`), else
-/// the backend's choice: chunked on `cuda`, where the products run on tensor cores;
+/// The path fused attention over `keys` keys takes on `device`: what
+/// [`set_attention_path`] forced on this thread, else the environment's
+/// `LABS_ATTENTION` (`fused` or `chunked`), else the backend's choice: chunked on
+/// `cuda` for rows of at least [`MIN_CHUNKED_KEYS`] keys, where the products run on
+/// tensor cores;
 /// fused elsewhere (the simulator's twins, and the dry run's allocations, which are
 /// the fused kernels' and leave out the chunks' transient temporaries).
-pub fn attention_path(device: &Device) -> Result<AttentionPath> {
+pub fn attention_path(device: &Device, keys: usize) -> Result<AttentionPath> {
     if let Some(path) = FORCED_PATH.with(Cell::get) {
         return Ok(path);
     }
@@ -55,7 +63,7 @@ pub fn attention_path(device: &Device) -> Result<AttentionPath> {
         Ok(other) => Err(Error::InvalidArgument(format!(
             "LABS_ATTENTION must be `fused` or `chunked`, got `{other}`"
         ))),
-        Err(_) if device.is_cuda() => Ok(AttentionPath::Chunked),
+        Err(_) if device.is_cuda() && keys >= MIN_CHUNKED_KEYS => Ok(AttentionPath::Chunked),
         Err(_) => Ok(AttentionPath::Fused),
     }
 }
