@@ -1,7 +1,7 @@
 # The four collectives of data-parallel training, one process per GPU (here every GPU
 # of the machine, started by torch.multiprocessing; torchrun does the same from the
-# command line). Each rank's buffer holds rank + 1; rank 0 prints what each collective
-# left in its buffer.
+# command line). Each rank's buffer holds rank + 1; the last rank prints what each
+# collective left in its buffers.
 import os
 
 import torch
@@ -21,8 +21,8 @@ def main(rank, n):
     dist.all_gather_into_tensor(every, mine)  # every rank: all buffers, in rank order
     share = torch.empty(2, device="cuda")
     dist.reduce_scatter_tensor(share, mine)  # rank r: the sum of everyone's r-th part
-    if rank == 0:
-        print(f"world size {n}; rank 0's buffer {mine.tolist()}")
+    if rank == n - 1:
+        print(f"world size {n}; rank {rank}'s buffer {mine.tolist()}")
         for name, t in [("all_reduce", summed), ("broadcast", first),
                         ("all_gather_into_tensor", every), ("reduce_scatter_tensor", share)]:
             print(f"{name:23} {t.tolist()}")
