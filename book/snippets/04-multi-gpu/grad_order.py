@@ -21,4 +21,4 @@ model(x).square().mean().backward()
 print("gradients ready:   ", ", ".join(arrived))
 for name in arrived:
     p = model.get_parameter(name)
-    print(f"  {name:9} {p.numel() * p.element_size() / 2**20:6.2f} MiB")
+    print(f"  {name:9} {p.numel() * p.element_size() / 2**10:6.0f} KiB")
