@@ -8,7 +8,14 @@
 #                                             is its log folder, RUN_LOG its output, whose
 #                                             first line is nvidia-smi's GPU name, driver
 #                                             and memory
-#   ci/book-outputs.sh sim                    runs the labs here, on the simulated GPU
+#   ci/book-outputs.sh multi LOGS_DIR RUN_LOG from the multi part of a GPU bundle run
+#                                             (RUN_PARTS=multi, two GPUs or more): lab-04's
+#                                             outputs and the data-parallel scaling table
+#   ci/book-outputs.sh sim [LAB]              runs the labs here, on the simulated GPU;
+#                                             with LAB (lab-04), only that lab's files
+#
+# BOOK_OUTPUTS_BIN_DIR=DIR makes the sim branch use the binaries already built in DIR
+# instead of building them.
 #
 # For each lab command it writes the whole output (for the chapters' "full output"
 # sections) and, where the output has several experiments, each experiment alone. An
@@ -99,6 +106,13 @@ LAB10_PARTS=(
   "categories=4. Where the memory goes"
   "predicted=5. Predicted before running"
 )
+LAB04_PARTS=(
+  "devices=1. The devices"
+  "caches=2. One caching allocator per device"
+  "mismatch=3. An operation across devices"
+  "bandwidth=4. Copy bandwidth from"
+  "replicate=5. DataParallel-style replication"
+)
 LAB08_BENCH_PARTS=(
   "bench-bandwidth=Copy bandwidth between host memory"
   "bench-best=Best bandwidth over all sizes"
@@ -120,9 +134,25 @@ header() {
   fi
 }
 
+# wanted PATH: whether PATH (lab-04/all-sim, lab-04) belongs to the lab the run is
+# limited to (`sim LAB`), or to any lab when none is named.
+only=
+wanted() { [ -z "$only" ] || [ "${1%%/*}" = "$only" ]; }
+
+# script FILE LINE: the output of a script's command line (python3 ci/...), under its
+# own header.
+script() {
+  local file=$out/$1.txt line=$2
+  mkdir -p "$(dirname "$file")"
+  { echo "\$ ${line//\{ci\}/ci}$note"; cat "$(output_of "$line")"; } >"$file"
+  echo "wrote $file"
+}
+
 # whole FILE LINE...: the outputs of one or more command lines, each under its header.
 whole() {
-  local file=$out/$1.txt first=1; shift
+  local file=$out/$1.txt first=1
+  wanted "$1" || return 0
+  shift
   mkdir -p "$(dirname "$file")"
   {
     for line in "$@"; do
@@ -138,6 +168,7 @@ whole() {
 # parts DIR LINE PART...: each experiment of LINE's output in DIR/STEM-$device.txt.
 parts() {
   local dir=$out/$1 line=$2 log specs=
+  wanted "$1" || return 0
   shift 2
   log=$(output_of "$line")
   for part in "$@"; do
@@ -272,14 +303,43 @@ gpu)
     echo "copied lab-10's pictures to book/src/figures/lab-10"
   fi
   ;;
+multi)
+  [ $# -eq 3 ] || { echo "usage: $0 multi LOGS_DIR RUN_LOG" >&2; exit 2; }
+  logs=$2 run_log=$3 device=gpu
+  # nvidia-smi's first lines, one per GPU: "2 x NAME" when they are alike.
+  IFS=, read -r gpu driver _ < <(head -n 1 "$run_log")
+  count=$(awk 'NR == 1 { first = $0 } $0 != first { exit } { n++ } END { print n }' "$run_log")
+  note="   # $count x $gpu, driver ${driver# }"
+  # The log run.sh keeps for one "multi: " line of commands.txt (without the prefix).
+  output_of() {
+    local log
+    log="$logs/$(echo "$1" | tr -c 'A-Za-z0-9._-' '_' | cut -c1-200).log"
+    [ -f "$log" ] || { echo "no log for '$1' in $logs" >&2; exit 1; }
+    echo "$log"
+  }
+
+  whole lab-04/all-gpu "lab-04 --device cuda"
+  parts lab-04 "lab-04 --device cuda" "${LAB04_PARTS[@]}"
+  whole lab-04/collectives-gpu "lab-04 --device cuda collectives --pytorch pytorch-collectives.json"
+  whole lab-04/ddp-gpu "lab-04 --device cuda ddp"
+  script lab-04/scaling-gpu "python3 {ci}/data-parallel-scaling.py --ours lab-10-gpt2-b8-1gpu.json lab-10-gpt2-b8-ddp2.json --pytorch pytorch-gpt2-b8-1gpu.json pytorch-gpt2-b8-ddp2.json"
+  ;;
 sim)
-  [ $# -eq 1 ] || { echo "usage: $0 sim" >&2; exit 2; }
-  device=sim note=
+  [ $# -le 2 ] || { echo "usage: $0 sim [LAB]" >&2; exit 2; }
+  device=sim note= only=${2:-}
   # The labs' defaults: no device, allocator or capacity override from the caller.
-  unset LABS_DEVICE LABS_ALLOC_CONF LABS_SIM_CAPACITY LABS_DATA_DIR LABS_SHARED_DIR
-  echo "building the labs..." >&2
-  cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-05 -p lab-06 -p lab-07 -p lab-08 -p lab-09 -p lab-10
-  bin_dir=${CARGO_TARGET_DIR:-$root/target}/release
+  unset LABS_DEVICE LABS_ALLOC_CONF LABS_SIM_CAPACITY LABS_SIM_DEVICES LABS_SIM_PEER LABS_DATA_DIR LABS_SHARED_DIR
+  if [ -n "${BOOK_OUTPUTS_BIN_DIR:-}" ]; then
+    bin_dir=$BOOK_OUTPUTS_BIN_DIR
+  else
+    echo "building the labs..." >&2
+    if [ -n "$only" ]; then
+      cargo build --release --quiet -p "$only"
+    else
+      cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-04 -p lab-05 -p lab-06 -p lab-07 -p lab-08 -p lab-09 -p lab-10
+    fi
+    bin_dir=${CARGO_TARGET_DIR:-$root/target}/release
+  fi
   # Commands run in an empty folder that sees the repository's data/ as ./data, so that
   # files they write (an exported trace) stay out of the checkout while paths read as
   # they do from the repository's root.
@@ -314,6 +374,10 @@ sim)
     "lab-03 export-trace data/snapshots/mlp_adam.pickle -o mlp_adam.trace.csv.gz" \
     "lab-02 replay mlp_adam.trace.csv.gz --device sim --conf expandable_segments:False" \
     "lab-02 replay mlp_adam.trace.csv.gz --device sim --conf expandable_segments:True"
+  whole lab-04/all-sim "lab-04 --device sim"
+  parts lab-04 "lab-04 --device sim" "${LAB04_PARTS[@]}"
+  whole lab-04/collectives-sim "lab-04 --device sim collectives"
+  whole lab-04/ddp-sim "lab-04 --device sim ddp"
   whole lab-05/all-sim "lab-05 --device sim"
   parts lab-05 "lab-05 --device sim" "${LAB05_PARTS[@]}"
   whole lab-05/share-sim "lab-05 share --device sim"
@@ -336,7 +400,7 @@ sim)
   parts lab-10 "lab-10 --device sim" "${LAB10_PARTS[@]}"
   ;;
 *)
-  echo "usage: $0 gpu LOGS_DIR RUN_LOG | $0 sim" >&2
+  echo "usage: $0 gpu LOGS_DIR RUN_LOG | $0 multi LOGS_DIR RUN_LOG | $0 sim [LAB]" >&2
   exit 2
   ;;
 esac

@@ -156,6 +156,7 @@ def check(op, inp, out, rank, n, device):
     return bool(flag.item())
 
 
+# ANCHOR: measure
 def measure(op, inp, out, warmup, iters, device):
     """Mean microseconds per operation, the slowest rank's."""
     inp.zero_()  # repeated sums of zeros stay finite in every dtype
@@ -174,6 +175,7 @@ def measure(op, inp, out, warmup, iters, device):
                       dtype=torch.float64)
     dist.all_reduce(us, op=dist.ReduceOp.MAX)
     return us.item()
+# ANCHOR_END: measure
 
 
 def nccl_version():

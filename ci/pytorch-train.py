@@ -439,8 +439,10 @@ class Run:
         self.model, self.params = build_model(cfg, device)
         self.ddp = None
         if world_size > 1:
+            # ANCHOR: ddp_wrap
             self.ddp = DistributedDataParallel(self.model, device_ids=[device.index],
                                                bucket_cap_mb=25)
+            # ANCHOR_END: ddp_wrap
         self.optimizer = build_optimizer(cfg, self.model)
         self.scaler = torch.amp.GradScaler("cuda") if cfg["amp"] == "f16" else None
         generator = torch.Generator(device=device)
@@ -465,6 +467,7 @@ class Run:
     def micro_batch(self, k, profile):
         """Forward, loss / K and backward of one micro-batch; DDP's all-reduce only on
         the last of the step's (no_sync on the others)."""
+        # ANCHOR: no_sync
         model = self.model if self.ddp is None else self.ddp
         last = k == self.cfg["accum"] - 1
         sync = contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync()
@@ -478,6 +481,7 @@ class Run:
             if profile:
                 self.calls = sdpa_calls(prof)
             (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+        # ANCHOR_END: no_sync
         return loss.detach().float()
 
     def step(self, index):
@@ -593,10 +597,12 @@ def main(argv=None):
         sys.exit("pytorch-train.py: PyTorch sees no CUDA GPU; this twin measures one")
     rank = 0
     if world_size > 1:
+        # ANCHOR: ddp_init
         rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         dist.init_process_group("nccl")
+        # ANCHOR_END: ddp_init
     else:
         device = torch.device(cfg["device"])
         if device.index is None:

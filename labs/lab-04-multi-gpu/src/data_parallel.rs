@@ -239,6 +239,7 @@ fn distributed(devices: &[Device], s: Sizes, zero: bool) -> Result<Vec<Row>> {
                         (Some(ddp), Box::new(Adam::new(m.parameters(), 1e-3)))
                     };
                     let mut times = Vec::new();
+                    // ANCHOR: ddp_step
                     for step in 0..s.steps {
                         comm.barrier()?;
                         let t0 = Instant::now();
@@ -249,6 +250,7 @@ fn distributed(devices: &[Device], s: Sizes, zero: bool) -> Result<Vec<Row>> {
                         }
                         opt.step()?;
                         opt.zero_grad(true)?;
+                        // ANCHOR_END: ddp_step
                         d.synchronize()?;
                         if step > 0 {
                             times.push(t0.elapsed().as_secs_f64() * 1e3);

@@ -1,11 +1,12 @@
 //! The lab's experiments on simulated GPUs, which every machine has (two, or
 //! `LABS_SIM_DEVICES`, and private ones where figures must not be shared): the
-//! exercises (scatter and gather), each device's own allocator, and replication's
-//! memory. On two GPUs the binary shows the same.
+//! exercises (scatter and gather, DDP's buckets), each device's own allocator, and
+//! replication's memory. On two GPUs the binary shows the same.
 
-use lab_04::exercises::{gather, scatter};
+use lab_04::exercises::{buckets, gather, scatter};
 use lab_04::{caches, every_device, replicate};
-use labs_core::{Device, DeviceId, Tensor};
+use labs_core::dist::{assign_buckets, BucketInput};
+use labs_core::{DType, Device, DeviceId, Tensor};
 
 /// Two simulated GPUs of this test's own (`new_sim` makes extras), for figures that
 /// other tests' allocations must not disturb.
@@ -89,5 +90,41 @@ fn replication_computes_what_one_device_does_and_weighs_most_on_the_first() {
     }
     for r in &rows[1..] {
         assert!(rows[0].peak > r.peak, "{:?} vs {r:?}", rows[0]);
+    }
+}
+
+#[test]
+fn buckets_by_hand_are_ddps() {
+    // The first bucket holds up to 40 bytes, the others 80; the last parameter first.
+    assert_eq!(
+        buckets(&[20, 20, 40, 40, 20, 20], 40, 80),
+        vec![vec![5, 4], vec![3, 2], vec![1, 0]]
+    );
+    // A parameter larger than the cap is alone.
+    assert_eq!(buckets(&[4, 400, 4], 8, 8), vec![vec![2], vec![1], vec![0]]);
+    assert!(buckets(&[], 8, 8).is_empty());
+    // Against the library's assignment, on sizes from a fixed generator.
+    let mut x: u64 = 7;
+    for case in 0..50 {
+        let n = 1 + case % 17;
+        let bytes: Vec<usize> = (0..n)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                4 * (1 + (x >> 33) as usize % 3000)
+            })
+            .collect();
+        let inputs: Vec<BucketInput> = bytes
+            .iter()
+            .map(|&b| BucketInput {
+                dtype: DType::F32,
+                numel: b / 4,
+            })
+            .collect();
+        let (first, cap) = (4096 + 4 * case, 12_000);
+        assert_eq!(
+            buckets(&bytes, first, cap),
+            assign_buckets(&inputs, first, cap).unwrap(),
+            "{bytes:?}"
+        );
     }
 }

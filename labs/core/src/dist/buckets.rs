@@ -26,6 +26,7 @@ pub struct BucketInput {
     pub numel: usize,
 }
 
+// ANCHOR: assign_buckets
 /// The parameter indices of each bucket, in bucket order: the order in which their
 /// gradients are expected during backward, so the order in which they are reduced.
 /// Within a bucket, the indices are in reverse registration order as well.
@@ -65,6 +66,7 @@ pub fn assign_buckets(
     }
     Ok(buckets)
 }
+// ANCHOR_END: assign_buckets
 
 /// Megabytes (PyTorch's MiB) to bytes, refused when not a positive finite number.
 pub fn cap_bytes(bucket_cap_mb: f64) -> Result<usize> {

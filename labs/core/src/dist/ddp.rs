@@ -131,6 +131,7 @@ impl Reducer {
                 *cell.lock().unwrap() = Some(slot);
             }
         }
+        // ANCHOR: launch_buckets
         self.buckets[b].pending -= 1;
         self.ready[i] = true;
         self.events.push(DdpEvent::GradReady { param: i });
@@ -142,6 +143,7 @@ impl Reducer {
             });
             self.next_bucket += 1;
         }
+        // ANCHOR_END: launch_buckets
         Ok(())
     }
 
@@ -235,6 +237,7 @@ impl DistributedDataParallel {
             sync: true,
             events: Vec::new(),
         }));
+        // ANCHOR: hooks
         let mut hooks = Vec::with_capacity(params.len());
         for (i, (name, p)) in names.iter().zip(&params).enumerate() {
             let reducer = Arc::downgrade(&reducer);
@@ -248,6 +251,7 @@ impl DistributedDataParallel {
                 r.mark_ready(i, &name, grad, &shape, &cell)
             })?);
         }
+        // ANCHOR_END: hooks
         Ok(DistributedDataParallel {
             names,
             params,

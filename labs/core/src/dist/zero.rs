@@ -209,6 +209,7 @@ impl Optimizer for ZeroRedundancyOptimizer {
             }
             ready.iter_mut().for_each(|r| *r = false);
         }
+        // ANCHOR: zero_step
         let shard_grad = self
             .flat_grads
             .narrow(0, self.shard.start, self.shard.len())?;
@@ -224,6 +225,7 @@ impl Optimizer for ZeroRedundancyOptimizer {
             copy(p, &self.flat_grads.narrow(0, offset, p.numel())?)?;
             p.clear_grad();
         }
+        // ANCHOR_END: zero_step
         Ok(())
     }
 }

@@ -24,3 +24,22 @@ pub fn gather(outputs: &[Tensor], device: &Device) -> Result<Tensor> {
         .collect::<Result<Vec<_>>>()?;
     Tensor::cat(&moved.iter().collect::<Vec<_>>(), 0)
 }
+
+pub fn buckets(bytes: &[usize], first_cap: usize, cap: usize) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let mut filled = 0;
+    for i in (0..bytes.len()).rev() {
+        let limit = if out.len() == 1 { first_cap } else { cap };
+        match out.last_mut() {
+            Some(open) if filled + bytes[i] <= limit => {
+                open.push(i);
+                filled += bytes[i];
+            }
+            _ => {
+                out.push(vec![i]);
+                filled = bytes[i];
+            }
+        }
+    }
+    out
+}

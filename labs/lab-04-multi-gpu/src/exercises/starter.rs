@@ -21,3 +21,16 @@ pub fn gather(outputs: &[Tensor], device: &Device) -> Result<Tensor> {
     todo!("move every output to the device, then concatenate them")
 }
 // ANCHOR_END: exercise_gather
+
+// ANCHOR: exercise_buckets
+/// Exercise 3: DDP's buckets, for parameters of one dtype. `bytes[i]` is the size of
+/// parameter `i`'s gradient, in registration order. Walk the parameters in *reverse*
+/// order, adding each to the open bucket unless that would take the bucket past its cap
+/// (`first_cap` for the first bucket, `cap` for every later one), in which case it
+/// opens the next bucket; a parameter larger than the cap gets a bucket of its own.
+/// Return each bucket's parameter indices, in bucket order.
+pub fn buckets(bytes: &[usize], first_cap: usize, cap: usize) -> Vec<Vec<usize>> {
+    let _ = (bytes, first_cap, cap);
+    todo!("walk the parameters from the last to the first, opening a bucket when full")
+}
+// ANCHOR_END: exercise_buckets
