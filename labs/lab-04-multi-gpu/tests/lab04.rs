@@ -109,7 +109,9 @@ fn buckets_by_hand_are_ddps() {
         let n = 1 + case % 17;
         let bytes: Vec<usize> = (0..n)
             .map(|_| {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 4 * (1 + (x >> 33) as usize % 3000)
             })
             .collect();

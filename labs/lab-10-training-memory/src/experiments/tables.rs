@@ -162,10 +162,17 @@ pub fn tutorial(device: &str, runs: &[&Measurement; 4], with_pytorch: bool) -> S
             1 => format!("{} seqs x {} positions", k.batch, k.seq),
             n => format!("{n} x ({} seqs x {} positions)", k.batch, k.seq),
         };
+        // Rows PyTorch did not run (the tutorial's shape) leave its columns empty.
+        let fill = |mut cells: Vec<String>| {
+            if with_pytorch && m.pytorch.is_none() {
+                cells.extend([String::new(), String::new()]);
+            }
+            cells
+        };
         let mut row = vec![label.to_string(), input];
-        row.extend(alloc_cells(m));
-        row.extend(reserved_cells(m));
-        row.extend(step_cells(m));
+        row.extend(fill(alloc_cells(m)));
+        row.extend(fill(reserved_cells(m)));
+        row.extend(fill(step_cells(m)));
         t.row(row);
     }
     let mut out = format!("{t}");
