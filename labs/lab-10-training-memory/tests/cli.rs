@@ -3,40 +3,13 @@
 
 use std::process::{Command, Output};
 
-/// The lab's binary: where cargo built it, or in the GPU bundle, `LABS_BIN_DIR`.
-fn binary() -> std::path::PathBuf {
-    labs_core::testing::lab_binary("lab-10", env!("CARGO_BIN_EXE_lab-10"))
-}
-
-/// The device under test: `LABS_DEVICE`, else the simulated GPU.
-fn device() -> String {
-    std::env::var("LABS_DEVICE")
-        .ok()
-        .filter(|d| !d.trim().is_empty())
-        .unwrap_or_else(|| "sim".into())
-}
-
-const SMALL: &[&str] = &[
-    "--d-model",
-    "32",
-    "--nhead",
-    "2",
-    "--layers",
-    "1",
-    "--ffn",
-    "64",
-    "--batch",
-    "2",
-    "--seq",
-    "16",
-    "--steps",
-    "2",
-];
+mod common;
+use common::{binary, device, small};
 
 fn train(extra: &[&str]) -> Output {
     Command::new(binary())
         .args(["train", "--device", &device()])
-        .args(SMALL)
+        .args(small(2))
         .args(extra)
         .output()
         .unwrap()
@@ -209,7 +182,7 @@ fn bad_input_is_refused_with_a_clear_message() {
     let e = refused(
         Command::new(binary())
             .args(["train", "--device", "cpu", "--amp", "bf16"])
-            .args(SMALL)
+            .args(small(2))
             .output()
             .unwrap(),
     );
@@ -227,7 +200,7 @@ fn bad_input_is_refused_with_a_clear_message() {
 fn running_out_of_memory_prints_the_json_and_fails() {
     let out = Command::new(binary())
         .args(["train", "--device", "sim", "--capacity", "6MiB", "--json"])
-        .args(SMALL)
+        .args(small(2))
         .args(["--batch", "16", "--seq", "128"])
         .output()
         .unwrap();

@@ -6,41 +6,15 @@ use std::process::Command;
 
 use serde_json::Value;
 
-fn binary() -> std::path::PathBuf {
-    labs_core::testing::lab_binary("lab-10", env!("CARGO_BIN_EXE_lab-10"))
-}
-
-/// The device under test: `LABS_DEVICE`, else the simulated GPU.
-fn device() -> String {
-    std::env::var("LABS_DEVICE")
-        .ok()
-        .filter(|d| !d.trim().is_empty())
-        .unwrap_or_else(|| "sim".into())
-}
-
-const SMALL: &[&str] = &[
-    "--d-model",
-    "32",
-    "--nhead",
-    "2",
-    "--layers",
-    "1",
-    "--ffn",
-    "64",
-    "--batch",
-    "2",
-    "--seq",
-    "16",
-    "--steps",
-    "3",
-    "--json",
-];
+mod common;
+use common::{binary, device, small};
 
 /// The JSON of `train` on `device` with `extra` flags, outside any launched job.
 fn train(device: &str, extra: &[&str]) -> Value {
     let out = Command::new(binary())
         .args(["train", "--device", device])
-        .args(SMALL)
+        .args(small(3))
+        .arg("--json")
         .args(extra)
         .env_remove("WORLD_SIZE")
         .output()
@@ -156,8 +130,9 @@ fn ranks_started_by_a_launcher_join_one_job() {
     // here over simulated GPUs, the collectives through the rendezvous's connections.
     let mut args: Vec<String> = ["train", "--device", "sim"]
         .iter()
-        .chain(SMALL)
         .map(|s| s.to_string())
+        .chain(small(3))
+        .chain(["--json".to_string()])
         .collect();
     args.push("--zero1".into());
     let mut rank0 = Vec::new();
