@@ -19,6 +19,18 @@ pub struct Search {
     pub trials: Vec<(usize, bool)>,
 }
 
+impl Search {
+    /// Whether one sample more than the batch found ran (the binary search ends having
+    /// tried it, unless the largest batch tried fitted).
+    pub fn one_more_fits(&self) -> Option<bool> {
+        let next = self.batch + 1;
+        self.trials
+            .iter()
+            .find(|(b, _)| *b == next)
+            .map(|(_, ran)| *ran)
+    }
+}
+
 // ANCHOR: finder
 /// The largest batch in `1..=max` for which `trial` succeeds, starting the doubling at
 /// `start`. Only out-of-memory counts as "does not fit"; any other error ends the

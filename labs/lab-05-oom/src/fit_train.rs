@@ -26,15 +26,9 @@ pub struct Prediction {
 }
 
 impl Prediction {
-    /// Whether one sample more fitted in the search (it ends having tried it unless
-    /// the largest batch tried fitted).
+    /// Whether one sample more ran in the search ([`Search::one_more_fits`]).
     pub fn one_more_fits(&self) -> Option<bool> {
-        let next = self.search.batch + 1;
-        self.search
-            .trials
-            .iter()
-            .find(|(b, _)| *b == next)
-            .map(|(_, ran)| *ran)
+        self.search.one_more_fits()
     }
 }
 
