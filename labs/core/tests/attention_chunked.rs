@@ -210,14 +210,7 @@ fn the_chunked_path_launches_products_and_row_kernels_and_bounds_its_temporaries
     let device = test_device();
     // The backend's choice, unless the environment forces one.
     if std::env::var("LABS_ATTENTION").is_err() {
-        let want = if device.is_cuda() {
-            AttentionPath::Chunked
-        } else {
-            AttentionPath::Fused
-        };
-        assert_eq!(attention_path(&device, 1024).unwrap(), want);
-        // Short rows stay on the fused kernels everywhere.
-        assert_eq!(attention_path(&device, 100).unwrap(), AttentionPath::Fused);
+        assert_eq!(attention_path().unwrap(), AttentionPath::Chunked);
     }
     let (h, t, d) = (4, 512, 16);
     let [q, k, v] = [1, 2, 3].map(|s| random(&[1, h, t, d], s, DType::F32, &device));
@@ -255,4 +248,72 @@ fn the_chunked_path_launches_products_and_row_kernels_and_bounds_its_temporaries
         "peak {peak} over the output's and lse's {kept} and the bound {bound}"
     );
     drop(out);
+}
+
+#[test]
+fn packed_heads_of_several_batches_take_one_product_per_chunk() {
+    let _serial = serial();
+    let device = test_device();
+    // GPT-2's layout in small: the heads of a packed [B, T, 3E] projection step over
+    // batches by T·3E and over heads by D, no one stride. The products cover all B·H
+    // batch-heads at once after one dense copy per input; the output comes back into
+    // its [B, T, H, D] memory with one scatter.
+    let (b, t, h, d) = (4, 64, 3, 16);
+    let e = h * d;
+    let x = random(&[b, t, 3 * e], 11, DType::F32, &device).requires_grad_(true);
+    let head = |i: usize| {
+        x.narrow(2, i * e, e)
+            .unwrap()
+            .reshape(&[b, t, h, d])
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+    };
+    let [q, k, v] = [head(0), head(1), head(2)];
+    device.synchronize().unwrap();
+    profile::take().unwrap();
+    profile::start();
+    // One chunk: 4·3 batch-heads of 64 × 64 float32 scores and weights are 384 KiB.
+    let out = on_path(AttentionPath::Chunked, 1 << 20, || {
+        Tensor::fused_attention(&q, &k, &v, false, None, 0.0).unwrap()
+    });
+    device.synchronize().unwrap();
+    let forward = profile::take().unwrap();
+    on_path(AttentionPath::Chunked, 1 << 20, || {
+        out.sum_all().unwrap().backward().unwrap()
+    });
+    device.synchronize().unwrap();
+    profile::stop();
+    let backward = profile::take().unwrap();
+    let count = |launches: &[profile::KernelTime], needle: &str| -> u64 {
+        launches
+            .iter()
+            .filter(|l| l.label.starts_with(needle))
+            .map(|l| l.launches)
+            .sum()
+    };
+    let gemms = |launches: &[profile::KernelTime]| -> Vec<String> {
+        launches
+            .iter()
+            .filter(|l| l.label.starts_with("Gemm"))
+            .map(|l| l.label.clone())
+            .collect()
+    };
+    assert_eq!(count(&forward, "Gemm"), 2, "{forward:?}");
+    assert!(
+        gemms(&forward).iter().all(|g| g.contains("batch 12")),
+        "{forward:?}"
+    );
+    assert_eq!(count(&forward, "StridedCopy"), 3, "{forward:?}");
+    assert_eq!(count(&forward, "StridedScatter"), 1, "{forward:?}");
+    // Backward: S, dP, dV, dK, dQ over all batch-heads (the attention's own products;
+    // the views' backward adds none).
+    assert_eq!(count(&backward, "Gemm"), 5, "{backward:?}");
+    assert!(
+        gemms(&backward).iter().all(|g| g.contains("batch 12")),
+        "{backward:?}"
+    );
+    // And the gradients are the fused kernels'.
+    let make = || [head(0), head(1), head(2)].map(|t| t.detach());
+    assert_paths_agree("packed heads, one chunk", &make, true, 0.0, 1 << 20, 2e-5);
 }

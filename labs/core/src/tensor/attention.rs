@@ -173,23 +173,19 @@ impl Tensor {
         let ((qv, qo), (kv, ko), (vv, vo)) = (operand(q)?, operand(k)?, operand(v)?);
         let (out, oo) = heads_last(q.shape(), q.dtype(), device)?;
         let lse = Tensor::empty(&[dims.batch, dims.heads, dims.tq], DType::F32, device)?;
-        if attention_path(device, shape.tk)? == AttentionPath::Chunked {
-            // Copies only where a view's rows overlap: what is saved stays the views.
-            let ((_q, qc), (_k, kc), (_v, vc)) = (
-                chunked::product_ready(qv.clone(), qo)?,
-                chunked::product_ready(kv.clone(), ko)?,
-                chunked::product_ready(vv.clone(), vo)?,
-            );
-            chunked::forward(
-                [&qc, &kc, &vc],
-                &oo,
+        if attention_path()? == AttentionPath::Chunked {
+            chunked::forward_views(
+                chunked::Views {
+                    q: (&qv, qo),
+                    k: (&kv, ko),
+                    v: (&vv, vo),
+                },
+                (&out, oo),
                 lse.ptr(),
                 shape,
-                q.dtype(),
                 scale,
                 causal,
                 dropout,
-                device,
             )?;
         } else {
             device.launch(&Kernel::Attention(AttentionKernel::Forward {
@@ -289,25 +285,21 @@ impl Tensor {
         let (dq, dqo) = heads_last(q.shape(), dtype, device)?;
         let (dk, dko) = heads_last(k.shape(), dtype, device)?;
         let (dv, dvo) = heads_last(v.shape(), dtype, device)?;
-        if attention_path(device, shape.tk)? == AttentionPath::Chunked {
-            let ((_q, qc), (_k, kc)) = (
-                chunked::product_ready(q_kept, qo)?,
-                chunked::product_ready(k_kept, ko)?,
-            );
-            let ((_v, vc), (_g, gc)) = (
-                chunked::product_ready(v_kept, vo)?,
-                chunked::product_ready(dout_kept, go)?,
-            );
-            chunked::backward(
-                [&qc, &kc, &vc, &gc],
+        if attention_path()? == AttentionPath::Chunked {
+            chunked::backward_views(
+                chunked::Views {
+                    q: (&q_kept, qo),
+                    k: (&k_kept, ko),
+                    v: (&v_kept, vo),
+                },
+                (&dout_kept, go),
                 [lse.ptr(), delta.ptr()],
-                [&dqo, &dko, &dvo],
+                (&dq, dqo),
+                [&dko, &dvo],
                 shape,
-                dtype,
                 scale,
                 causal,
                 *dropout,
-                device,
             )?;
             return Ok((dq, dk, dv));
         }

@@ -20,9 +20,14 @@
 //! accumulates in float32.
 //!
 //! The products step over batch-heads with one stride per operand; the `[B, T, H, D]`
-//! memory of the output and gradients has none across batches (heads are `D` apart
-//! within a batch, batches `T·H·D`), so the products go one batch at a time, over its
-//! heads, unless every operand allows all `B·H` at once.
+//! memory of a packed projection's heads, of the output and of the gradients has none
+//! across batches (heads are `D` apart within a batch, batches `T·H·D`). Products one
+//! batch at a time, over its heads, are small (a 1024-position GPT-2 step launched
+//! about 4,000 of them, most using a sixth of an H100's multiprocessors; a
+//! 100-position Transformer's were so many that the fused kernels were faster), so
+//! such operands are first copied to dense `[B, H, T, D]` temporaries and outputs
+//! written through one ([`Views`]): a few memory-bound copies buy products over all
+//! `B·H` batch-heads at once.
 //!
 //! Which path serves a call: [`attention_path`](super::attention_path).
 
@@ -62,7 +67,7 @@ fn plan(
 
 /// Query rows per chunk: as many as keep `n` batch-heads' temporaries of
 /// `bytes_per_score` bytes per score under the bound (one at least), a multiple of 64
-/// when that many fit; under `causal` at most a quarter of the rows (64 at least), so
+/// when that many fit, else of 16 when the rows are split; under `causal` at most a quarter of the rows (64 at least), so
 /// that the products skip most of the hidden keys (the chunk's keys end at its last row).
 fn chunk_rows(s: &AttentionShape, n: usize, bytes_per_score: usize, causal: bool) -> Result<usize> {
     let per_row = (n * s.tk * bytes_per_score).max(1);
@@ -70,8 +75,11 @@ fn chunk_rows(s: &AttentionShape, n: usize, bytes_per_score: usize, causal: bool
     if causal {
         rows = rows.min(s.tq.div_ceil(4).max(64));
     }
+    // Whole tiles of the products' row blocks where the rows are split.
     if rows >= 64 {
         rows -= rows % 64;
+    } else if rows >= 16 && rows < s.tq {
+        rows -= rows % 16;
     }
     Ok(rows)
 }
@@ -110,22 +118,164 @@ fn dense(ptr: u64, rows: usize, cols: usize, transposed: bool) -> Operand {
     }
 }
 
-/// `t`'s operand for the products: rows must be at least `d` apart (a GEMM's leading
-/// dimension), so a view whose rows overlap (an expanded sequence) is copied.
-pub(super) fn product_ready(t: Tensor, op: HeadsOperand) -> Result<(Tensor, HeadsOperand)> {
+/// Scores per batch below which products one batch at a time are too small to keep
+/// a GPU busy, so that operands are copied to take all batch-heads at once. An H100's
+/// 100-position Transformer (8 heads, 80,000 scores a batch, 64 batches) took 294 ms of
+/// kernels a step batch by batch and 46 ms after the copies; GPT-2's 1024 positions
+/// (12 heads, 12.6 M scores a batch, 8 batches) lost 6 ms to the copies and gained
+/// less in the products.
+const SMALL_BATCH_SCORES: usize = 1 << 22;
+
+/// Whether `o` can serve products over all batch-heads at once: it steps from each
+/// batch-head to the next by one stride, or one batch's products are large enough
+/// that going batch by batch costs nothing ([`SMALL_BATCH_SCORES`]).
+fn serves_products(s: &AttentionShape, o: &HeadsOperand) -> bool {
+    let batches = s.bh / s.heads.max(1);
+    batches <= 1
+        || s.heads <= 1
+        || o.batch == s.heads * o.head
+        || s.heads * s.tq * s.tk >= SMALL_BATCH_SCORES
+}
+
+/// `t`'s operand for products over all batch-heads: `t` itself when its batch-heads
+/// step by one stride and its rows are at least `d` apart (a GEMM's leading dimension;
+/// an expanded sequence's overlap), else a dense copy.
+fn product_input(
+    t: &Tensor,
+    op: HeadsOperand,
+    s: &AttentionShape,
+) -> Result<(Tensor, HeadsOperand)> {
     let (seq, d) = (t.shape()[2], t.shape()[3]);
-    if seq <= 1 || op.seq >= d {
-        return Ok((t, op));
+    if serves_products(s, &op) && (seq <= 1 || op.seq >= d) {
+        return Ok((t.clone(), op));
     }
-    let dense = t.contiguous()?;
-    let s = dense.strides();
-    let op = HeadsOperand {
-        ptr: dense.ptr(),
+    let dense = t.detach().contiguous()?;
+    Ok((dense.clone(), dense_operand(&dense)))
+}
+
+/// The operand of a dense `[B, H, T, D]` tensor.
+fn dense_operand(t: &Tensor) -> HeadsOperand {
+    let s = t.strides();
+    HeadsOperand {
+        ptr: t.ptr(),
         batch: s[0],
         head: s[1],
         seq: s[2],
-    };
-    Ok((dense, op))
+    }
+}
+
+/// An output of the products: `dst` itself when it serves them ([`serves_products`]),
+/// else a dense `[B, H, T, D]` temporary copied into `dst` by [`ProductOutput::finish`].
+struct ProductOutput {
+    dst: Tensor,
+    dense: Option<Tensor>,
+    op: HeadsOperand,
+}
+
+impl ProductOutput {
+    fn new(dst: &Tensor, op: HeadsOperand, s: &AttentionShape) -> Result<Self> {
+        if serves_products(s, &op) {
+            return Ok(ProductOutput {
+                dst: dst.clone(),
+                dense: None,
+                op,
+            });
+        }
+        let dense = Tensor::empty(dst.shape(), dst.dtype(), dst.device())?;
+        let op = dense_operand(&dense);
+        Ok(ProductOutput {
+            dst: dst.clone(),
+            dense: Some(dense),
+            op,
+        })
+    }
+
+    /// Copies the temporary, if any, into `dst`.
+    fn finish(self) -> Result<()> {
+        let Some(dense) = self.dense else {
+            return Ok(());
+        };
+        self.dst.device().launch(&Kernel::StridedScatter {
+            width: self.dst.dtype().size(),
+            src: dense.ptr(),
+            dst: self.dst.ptr(),
+            layout: self.dst.layout.strided()?,
+            n: dense.numel(),
+        })
+    }
+}
+
+/// The tensors of a chunked call: `[B, H, T, D]` views with their operands.
+pub(super) struct Views<'a> {
+    pub q: (&'a Tensor, HeadsOperand),
+    pub k: (&'a Tensor, HeadsOperand),
+    pub v: (&'a Tensor, HeadsOperand),
+}
+
+/// [`forward`] from views: inputs made ready for products over all batch-heads, the
+/// output (`out`, `[B, T, H, D]` memory) written through a dense temporary if needed.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn forward_views(
+    views: Views<'_>,
+    out: (&Tensor, HeadsOperand),
+    lse: u64,
+    shape: AttentionShape,
+    scale: f32,
+    causal: bool,
+    dropout: AttentionDropout,
+) -> Result<()> {
+    let s = shape;
+    let (q, qo) = product_input(views.q.0, views.q.1, &s)?;
+    let (_k, ko) = product_input(views.k.0, views.k.1, &s)?;
+    let (_v, vo) = product_input(views.v.0, views.v.1, &s)?;
+    let o = ProductOutput::new(out.0, out.1, &s)?;
+    forward(
+        [&qo, &ko, &vo],
+        &o.op,
+        lse,
+        s,
+        q.dtype(),
+        scale,
+        causal,
+        dropout,
+        q.device(),
+    )?;
+    o.finish()
+}
+
+/// [`backward`] from views: `dout` and the inputs made ready as in [`forward_views`];
+/// `dq` written through a dense temporary if needed (`dk` and `dv` are stored from
+/// float32 sums by a row kernel that takes any strides).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn backward_views(
+    views: Views<'_>,
+    dout: (&Tensor, HeadsOperand),
+    [lse, delta]: [u64; 2],
+    dq: (&Tensor, HeadsOperand),
+    [dk, dv]: [&HeadsOperand; 2],
+    shape: AttentionShape,
+    scale: f32,
+    causal: bool,
+    dropout: AttentionDropout,
+) -> Result<()> {
+    let s = shape;
+    let (q, qo) = product_input(views.q.0, views.q.1, &s)?;
+    let (_k, ko) = product_input(views.k.0, views.k.1, &s)?;
+    let (_v, vo) = product_input(views.v.0, views.v.1, &s)?;
+    let (_g, go) = product_input(dout.0, dout.1, &s)?;
+    let dq = ProductOutput::new(dq.0, dq.1, &s)?;
+    backward(
+        [&qo, &ko, &vo, &go],
+        [lse, delta],
+        [&dq.op, dk, dv],
+        s,
+        q.dtype(),
+        scale,
+        causal,
+        dropout,
+        q.device(),
+    )?;
+    dq.finish()
 }
 
 /// The products of one call: its dtype, shape and device.
@@ -193,7 +343,7 @@ impl Products<'_> {
 /// The forward of [`Tensor::fused_attention`] in chunks: writes `out` and `lse` as the
 /// fused kernel does.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn forward(
+fn forward(
     [q, k, v]: [&HeadsOperand; 3],
     out: &HeadsOperand,
     lse: u64,
@@ -272,7 +422,7 @@ fn chunk(
 /// output's gradient and `delta = rowsum(dO ∘ O)`: writes `dq`, `dk` and `dv` as the
 /// fused kernels do.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn backward(
+fn backward(
     [q, k, v, dout]: [&HeadsOperand; 4],
     [lse, delta]: [u64; 2],
     [dq, dk, dv]: [&HeadsOperand; 3],
@@ -293,7 +443,9 @@ pub(super) fn backward(
         device,
     };
     let e = dtype.size();
-    let (slabs, rows) = plan(&s, &[q, k, v, dout, dq, dk, dv], 8 + 2 * e, causal)?;
+    // `dk` and `dv` are stored from the float32 sums by a row kernel that takes any
+    // strides: only the products' operands decide the slabs.
+    let (slabs, rows) = plan(&s, &[q, k, v, dout, dq], 8 + 2 * e, causal)?;
     let n = slabs[0].1;
     let scratch = |dtype| Tensor::empty(&[n * rows * s.tk], dtype, device);
     let (scores, dprobs) = (scratch(DType::F32)?, scratch(DType::F32)?);
