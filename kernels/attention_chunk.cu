@@ -37,10 +37,46 @@ __device__ __forceinline__ float att_warp_max(float v) {
     return v;
 }
 
+// The row's max and sum of exp(s_j - max) over its visible keys, one pass: each lane
+// keeps its own (m, l) and rescales l when its max grows, then the warp merges them.
+__device__ __forceinline__ void att_row_max_sum(const float* s, unsigned long long visible,
+                                                unsigned int lane, float* m_out,
+                                                float* l_out) {
+    float m = att_neg_inf(), l = 0.0f;
+    unsigned long long j = lane;
+    if (((unsigned long long)s & 15) == 0) {
+        // Four scores a load where the row is 16-byte aligned.
+        const float4* s4 = (const float4*)s;
+        for (unsigned long long g = lane; 4 * g + 3 < visible; g += 32) {
+            float4 x = s4[g];
+            float mx = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
+            if (mx > m) {
+                l *= expf(m - mx);
+                m = mx;
+            }
+            l += expf(x.x - m) + expf(x.y - m) + expf(x.z - m) + expf(x.w - m);
+        }
+        j = 4 * (visible / 4) + lane;
+    }
+    for (; j < visible; j += 32) {
+        float x = s[j];
+        if (x > m) {
+            l *= expf(m - x);
+            m = x;
+        }
+        l += expf(x - m);
+    }
+    float wm = att_warp_max(m);
+    l = m == att_neg_inf() ? 0.0f : l * expf(m - wm);
+    *m_out = wm;
+    *l_out = att_warp_sum(l);
+}
+
 // lse[bh * tq + i] = log(sum over visible j of exp(s_ij)) and
 // probs_ij = exp(s_ij - lse) * Z_ij / keep (0 where masked), one warp per row. The rows
 // are walked warp by warp (grid-stride), so every lane of a warp takes the same rows and
-// the shuffles see all 32.
+// the shuffles see all 32. The scores are read twice: once for the max and the sum
+// together, once for the weights.
 extern "C" __global__ void attention_chunk_probs_DT(
     const float* scores, ELEM* probs, float* lse, unsigned long long bh0,
     unsigned long long n, unsigned long long r0, unsigned long long rows,
@@ -54,12 +90,8 @@ extern "C" __global__ void attention_chunk_probs_DT(
         const float* s = scores + r * cols;
         ELEM* p = probs + r * cols;
         unsigned long long visible = causal ? att_min(cols, i + 1) : cols;
-        float m = att_neg_inf();
-        for (unsigned long long j = lane; j < visible; j += 32) m = fmaxf(m, s[j]);
-        m = att_warp_max(m);
-        float l = 0.0f;
-        for (unsigned long long j = lane; j < visible; j += 32) l += expf(s[j] - m);
-        l = att_warp_sum(l);
+        float m, l;
+        att_row_max_sum(s, visible, lane, &m, &l);
         float row_lse = m + logf(l);
         if (lane == 0) lse[bh * tq + i] = row_lse;
         // Four keys (one Philox block) per lane and step.
@@ -75,8 +107,17 @@ extern "C" __global__ void attention_chunk_probs_DT(
     }
 }
 
+// Threads per row for rows of `units` units of work: a multiple of 32 (whole warps),
+// at most the block, so that a block takes 256 / that many rows at once.
+__device__ __forceinline__ unsigned int att_row_threads(unsigned long long units) {
+    return units >= blockDim.x ? blockDim.x : (unsigned int)((units + 31) / 32) * 32;
+}
+
 // probs_ij = p Z / keep and dscores_ij = p (dprobs_ij Z / keep - delta_i) with
-// p = exp(s_ij - lse_i), 0 where masked: one thread per four keys of a row.
+// p = exp(s_ij - lse_i), 0 where masked. Each thread takes four keys at a time (one
+// Philox block); a row's keys go to whole warps of one block, the block's rows are
+// walked grid-stride, so that a row's numbers are found once per row and no thread
+// divides by a 64-bit count per key.
 extern "C" __global__ void attention_chunk_grads_DT(
     const float* scores, const float* dprobs, ELEM* probs, ELEM* dscores, const float* lse,
     const float* delta, unsigned long long bh0, unsigned long long n, unsigned long long r0,
@@ -84,48 +125,76 @@ extern "C" __global__ void attention_chunk_grads_DT(
     unsigned long long tk, unsigned int causal, float keep, float drop_scale,
     unsigned long long seed, unsigned long long offset) {
     unsigned long long groups = (cols + 3) / 4;
-    unsigned long long total = n * rows * groups;
-    unsigned long long stride = gridDim.x * (unsigned long long)blockDim.x;
-    for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-         t < total; t += stride) {
-        unsigned long long r = t / groups, g = t % groups;
+    unsigned int per_row = att_row_threads(groups);
+    unsigned int rows_at_once = blockDim.x / per_row;
+    unsigned int sub = threadIdx.x / per_row, first = threadIdx.x % per_row;
+    if (sub >= rows_at_once) return;
+    bool aligned = (cols % 4) == 0 &&
+                   (((unsigned long long)scores | (unsigned long long)dprobs) & 15) == 0;
+    for (unsigned long long r = blockIdx.x * (unsigned long long)rows_at_once + sub;
+         r < n * rows; r += gridDim.x * (unsigned long long)rows_at_once) {
         unsigned long long bh = bh0 + r / rows, i = r0 + r % rows;
         unsigned long long visible = causal ? att_min(cols, i + 1) : cols;
-        float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        float row_lse = 0.0f, row_delta = 0.0f;
-        if (4 * g < visible) {
-            att_chunk_factors(f, bh, i, g, tq, tk, keep, drop_scale, seed, offset);
-            row_lse = lse[bh * tq + i];
-            row_delta = delta[bh * tq + i];
-        }
-        for (int c = 0; c < 4; c++) {
-            unsigned long long j = 4 * g + c;
-            if (j >= cols) break;
-            unsigned long long e = r * cols + j;
-            float pz = 0.0f, ds = 0.0f;
-            if (j < visible) {
-                float p = expf(scores[e] - row_lse);
-                pz = p * f[c];
-                ds = p * (dprobs[e] * f[c] - row_delta);
+        float row_lse = lse[bh * tq + i], row_delta = delta[bh * tq + i];
+        const float* s = scores + r * cols;
+        const float* dp = dprobs + r * cols;
+        ELEM* pr = probs + r * cols;
+        ELEM* ds = dscores + r * cols;
+        for (unsigned long long g = first; g < groups; g += per_row) {
+            unsigned long long j0 = 4 * g;
+            if (j0 >= visible) {
+                for (int c = 0; c < 4 && j0 + c < cols; c++) {
+                    pr[j0 + c] = from_float(0.0f);
+                    ds[j0 + c] = from_float(0.0f);
+                }
+                continue;
             }
-            probs[e] = from_float(pz);
-            dscores[e] = from_float(ds);
+            float f[4];
+            att_chunk_factors(f, bh, i, g, tq, tk, keep, drop_scale, seed, offset);
+            float sv[4], dv[4];
+            if (aligned) {
+                float4 a = ((const float4*)s)[g], b = ((const float4*)dp)[g];
+                sv[0] = a.x; sv[1] = a.y; sv[2] = a.z; sv[3] = a.w;
+                dv[0] = b.x; dv[1] = b.y; dv[2] = b.z; dv[3] = b.w;
+            } else {
+                for (int c = 0; c < 4; c++) {
+                    bool in = j0 + c < cols;
+                    sv[c] = in ? s[j0 + c] : 0.0f;
+                    dv[c] = in ? dp[j0 + c] : 0.0f;
+                }
+            }
+            for (int c = 0; c < 4; c++) {
+                unsigned long long j = j0 + c;
+                if (j >= cols) break;
+                float pz = 0.0f, g2 = 0.0f;
+                if (j < visible) {
+                    float p = expf(sv[c] - row_lse);
+                    pz = p * f[c];
+                    g2 = p * (dv[c] * f[c] - row_delta);
+                }
+                pr[j] = from_float(pz);
+                ds[j] = from_float(g2);
+            }
         }
     }
 }
 
 // dst[bh0 + z, i, c] = src[(z * t + i) * d + c], narrowed: the float accumulators of the
-// key and value gradients written into their [B, T, H, D] memory.
+// key and value gradients written into their [B, T, H, D] memory. Whole warps per row
+// of d, the rows walked grid-stride: no thread divides per element.
 extern "C" __global__ void attention_chunk_store_DT(
     const float* src, ELEM* dst, unsigned long long d_sb, unsigned long long d_sh,
     unsigned long long d_st, unsigned long long bh0, unsigned long long n,
     unsigned long long heads, unsigned long long t, unsigned int d) {
-    unsigned long long total = n * t * d;
-    unsigned long long stride = gridDim.x * (unsigned long long)blockDim.x;
-    for (unsigned long long e = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-         e < total; e += stride) {
-        unsigned long long c = e % d, row = e / d;
+    unsigned int per_row = att_row_threads(d);
+    unsigned int rows_at_once = blockDim.x / per_row;
+    unsigned int sub = threadIdx.x / per_row, first = threadIdx.x % per_row;
+    if (sub >= rows_at_once) return;
+    for (unsigned long long row = blockIdx.x * (unsigned long long)rows_at_once + sub;
+         row < n * t; row += gridDim.x * (unsigned long long)rows_at_once) {
         unsigned long long z = row / t, i = row % t;
-        dst[att_base(bh0 + z, heads, d_sb, d_sh) + i * d_st + c] = from_float(src[e]);
+        ELEM* out = dst + att_base(bh0 + z, heads, d_sb, d_sh) + i * d_st;
+        const float* in = src + row * d;
+        for (unsigned int c = first; c < d; c += per_row) out[c] = from_float(in[c]);
     }
 }

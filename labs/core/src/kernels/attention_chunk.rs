@@ -130,7 +130,8 @@ impl AttentionChunkKernel {
 
     /// Threads the launch asks for: a warp per row for `Probs` (a row's max and sum are
     /// warp reductions), a thread per four keys for `Grads` (one Philox block serves
-    /// four), a thread per element for `Store`. The kernels loop grid-stride.
+    /// four), a thread per element for `Store`; the GPU kernels give each row whole
+    /// warps of one block and loop grid-stride over the rows.
     pub fn elements(&self) -> usize {
         match *self {
             AttentionChunkKernel::Probs { chunk, .. } => {
