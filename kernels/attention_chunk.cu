@@ -37,6 +37,26 @@ __device__ __forceinline__ float att_warp_max(float v) {
     return v;
 }
 
+// Four consecutive elements, stored with one instruction where they are aligned: a
+// warp's lanes each writing four neighbours one by one would touch every line four
+// times.
+struct __align__(4 * sizeof(ELEM)) att_elem4 {
+    ELEM v[4];
+};
+
+// out[j0 .. j0 + 4] = v, those below `cols` only.
+__device__ __forceinline__ void att_store4(ELEM* out, unsigned long long j0,
+                                           unsigned long long cols, const float* v) {
+    ELEM* at = out + j0;
+    if (j0 + 4 <= cols && ((unsigned long long)at % sizeof(att_elem4)) == 0) {
+        att_elem4 e;
+        for (int c = 0; c < 4; c++) e.v[c] = from_float(v[c]);
+        *(att_elem4*)at = e;
+    } else {
+        for (int c = 0; c < 4 && j0 + c < cols; c++) at[c] = from_float(v[c]);
+    }
+}
+
 // The row's max and sum of exp(s_j - max) over its visible keys, one pass: each lane
 // keeps its own (m, l) and rescales l when its max grows, then the warp merges them.
 __device__ __forceinline__ void att_row_max_sum(const float* s, unsigned long long visible,
@@ -99,10 +119,12 @@ extern "C" __global__ void attention_chunk_probs_DT(
             float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             if (4 * g < visible)
                 att_chunk_factors(f, bh, i, g, tq, tk, keep, drop_scale, seed, offset);
+            float w[4];
             for (int c = 0; c < 4; c++) {
                 unsigned long long j = 4 * g + c;
-                if (j < cols) p[j] = from_float(j < visible ? expf(s[j] - row_lse) * f[c] : 0.0f);
+                w[c] = j < visible ? expf(s[j] - row_lse) * f[c] : 0.0f;
             }
+            att_store4(p, 4 * g, cols, w);
         }
     }
 }
@@ -143,10 +165,9 @@ extern "C" __global__ void attention_chunk_grads_DT(
         for (unsigned long long g = first; g < groups; g += per_row) {
             unsigned long long j0 = 4 * g;
             if (j0 >= visible) {
-                for (int c = 0; c < 4 && j0 + c < cols; c++) {
-                    pr[j0 + c] = from_float(0.0f);
-                    ds[j0 + c] = from_float(0.0f);
-                }
+                const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                att_store4(pr, j0, cols, zero);
+                att_store4(ds, j0, cols, zero);
                 continue;
             }
             float f[4];
@@ -163,18 +184,15 @@ extern "C" __global__ void attention_chunk_grads_DT(
                     dv[c] = in ? dp[j0 + c] : 0.0f;
                 }
             }
+            float pz[4], g2[4];
             for (int c = 0; c < 4; c++) {
-                unsigned long long j = j0 + c;
-                if (j >= cols) break;
-                float pz = 0.0f, g2 = 0.0f;
-                if (j < visible) {
-                    float p = expf(sv[c] - row_lse);
-                    pz = p * f[c];
-                    g2 = p * (dv[c] * f[c] - row_delta);
-                }
-                pr[j] = from_float(pz);
-                ds[j] = from_float(g2);
+                bool in = j0 + c < visible;
+                float p = in ? expf(sv[c] - row_lse) : 0.0f;
+                pz[c] = p * f[c];
+                g2[c] = in ? p * (dv[c] * f[c] - row_delta) : 0.0f;
             }
+            att_store4(pr, j0, cols, pz);
+            att_store4(ds, j0, cols, g2);
         }
     }
 }
