@@ -113,7 +113,7 @@ impl Tensor {
             width: self.dtype.size(),
             src: src.ptr(),
             dst: self.ptr(),
-            layout: self.layout.strided()?,
+            layout: self.layout.strided()?.coalesced(),
             n: self.numel(),
         })
     }
@@ -125,7 +125,7 @@ impl Tensor {
             width: self.dtype.size(),
             src: self.ptr(),
             dst: out.ptr(),
-            layout: self.layout.strided()?,
+            layout: self.layout.strided()?.coalesced(),
             n: self.numel(),
         })?;
         Ok(out)
