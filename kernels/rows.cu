@@ -114,8 +114,19 @@ extern "C" __global__ void softmax_rows_DT(const ELEM* __restrict__ x, ELEM* __r
 }
 
 // From the saved output y: dx = y * (g - sum(g * y)), or for log_softmax
-// dx = g - exp(y) * sum(g).
-extern "C" __global__ void softmax_backward_DT(const ELEM* y, const ELEM* g, ELEM* dx,
+// dx = g - exp(y) * sum(g). One pass for the sum, one that reads y and g and writes
+// dx; four independent loads per lane in flight in each.
+__device__ __forceinline__ float softmax_grad_term(float y, float g, unsigned int log_) {
+    return log_ ? g : g * y;
+}
+
+__device__ __forceinline__ float softmax_grad(float y, float g, float s, unsigned int log_) {
+    return log_ ? g - expf(y) * s : y * (g - s);
+}
+
+extern "C" __global__ void softmax_backward_DT(const ELEM* __restrict__ y,
+                                               const ELEM* __restrict__ g,
+                                               ELEM* __restrict__ dx,
                                                unsigned long long rows,
                                                unsigned long long cols, unsigned int log_) {
     WARP_ROW_LOOP(r, rows) {
@@ -123,14 +134,32 @@ extern "C" __global__ void softmax_backward_DT(const ELEM* y, const ELEM* g, ELE
         const ELEM* gr = g + r * cols;
         ELEM* dr = dx + r * cols;
         float s = 0.0f;
-        for (unsigned long long c = lane; c < cols; c += 32)
-            s += log_ ? to_float(gr[c]) : to_float(gr[c]) * to_float(yr[c]);
-        s = warp_sum(s);
-        for (unsigned long long c = lane; c < cols; c += 32) {
-            float yv = to_float(yr[c]);
-            float gv = to_float(gr[c]);
-            dr[c] = from_float(log_ ? gv - expf(yv) * s : yv * (gv - s));
+        unsigned long long c = lane;
+        if (log_) {
+            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+            for (; c + 96 < cols; c += 128) {
+                s0 += to_float(gr[c]);
+                s1 += to_float(gr[c + 32]);
+                s2 += to_float(gr[c + 64]);
+                s3 += to_float(gr[c + 96]);
+            }
+            s = (s0 + s1) + (s2 + s3);
         }
+        for (; c < cols; c += 32) s += softmax_grad_term(to_float(yr[c]), to_float(gr[c]), log_);
+        s = warp_sum(s);
+        c = lane;
+        for (; c + 96 < cols; c += 128) {
+            float y0 = to_float(yr[c]), g0 = to_float(gr[c]);
+            float y1 = to_float(yr[c + 32]), g1 = to_float(gr[c + 32]);
+            float y2 = to_float(yr[c + 64]), g2 = to_float(gr[c + 64]);
+            float y3 = to_float(yr[c + 96]), g3 = to_float(gr[c + 96]);
+            dr[c] = from_float(softmax_grad(y0, g0, s, log_));
+            dr[c + 32] = from_float(softmax_grad(y1, g1, s, log_));
+            dr[c + 64] = from_float(softmax_grad(y2, g2, s, log_));
+            dr[c + 96] = from_float(softmax_grad(y3, g3, s, log_));
+        }
+        for (; c < cols; c += 32)
+            dr[c] = from_float(softmax_grad(to_float(yr[c]), to_float(gr[c]), s, log_));
     }
 }
 
