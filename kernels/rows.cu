@@ -33,33 +33,100 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// softmax (log_ = 0) or log_softmax (log_ = 1) of each row, max-subtracted.
-extern "C" __global__ void softmax_rows_DT(const ELEM* x, ELEM* y, unsigned long long rows,
-                                           unsigned long long cols, unsigned int log_) {
+// A running maximum m and sum s of exp(x - m) (online softmax): folding in a value
+// rescales the sum when the maximum grows. A -inf value adds nothing (and must not
+// make exp(-inf - -inf) a NaN); a NaN makes the sum NaN, as it would the two-pass sum.
+__device__ __forceinline__ void online_add(float& m, float& s, float v) {
+    if (v > m) {
+        s = s * expf(m - v) + 1.0f;
+        m = v;
+    } else if (v != neg_inf()) {
+        s += expf(v - m);
+    }
+}
+
+// The running (m, s) of a whole warp, merged lane by lane; a lane that saw nothing
+// (or only -inf) has s = 0 and adds nothing.
+__device__ __forceinline__ void warp_online(float& m, float& s) {
+    for (int o = 16; o > 0; o /= 2) {
+        float mo = __shfl_xor_sync(0xffffffffu, m, o);
+        float so = __shfl_xor_sync(0xffffffffu, s, o);
+        float mm = fmaxf(m, mo);
+        float a = s == 0.0f ? 0.0f : s * expf(m - mm);
+        float b = so == 0.0f ? 0.0f : so * expf(mo - mm);
+        m = mm;
+        s = a + b;
+    }
+}
+
+// softmax (log_ = 0) or log_softmax (log_ = 1) of each row, max-subtracted: one read
+// of the row for its maximum and sum together (online), one more to write the output
+// (a 50257-wide row of logits is read twice, not three times). Four independent loads
+// per lane are in flight in each pass.
+extern "C" __global__ void softmax_rows_DT(const ELEM* __restrict__ x, ELEM* __restrict__ y,
+                                           unsigned long long rows, unsigned long long cols,
+                                           unsigned int log_) {
     WARP_ROW_LOOP(r, rows) {
         const ELEM* xr = x + r * cols;
         ELEM* yr = y + r * cols;
         float m = neg_inf();
-        for (unsigned long long c = lane; c < cols; c += 32) m = fmaxf(m, to_float(xr[c]));
-        m = warp_max(m);
         float s = 0.0f;
-        for (unsigned long long c = lane; c < cols; c += 32) s += expf(to_float(xr[c]) - m);
-        s = warp_sum(s);
-        if (log_) {
-            float ls = logf(s);
-            for (unsigned long long c = lane; c < cols; c += 32)
-                yr[c] = from_float(to_float(xr[c]) - m - ls);
-        } else {
-            float inv = 1.0f / s;
-            for (unsigned long long c = lane; c < cols; c += 32)
-                yr[c] = from_float(expf(to_float(xr[c]) - m) * inv);
+        unsigned long long c = lane;
+        for (; c + 96 < cols; c += 128) {
+            float v0 = to_float(xr[c]);
+            float v1 = to_float(xr[c + 32]);
+            float v2 = to_float(xr[c + 64]);
+            float v3 = to_float(xr[c + 96]);
+            online_add(m, s, v0);
+            online_add(m, s, v1);
+            online_add(m, s, v2);
+            online_add(m, s, v3);
+        }
+        for (; c < cols; c += 32) online_add(m, s, to_float(xr[c]));
+        warp_online(m, s);
+        // Every element -inf: the two-pass form's max is -inf and its outputs NaN.
+        if (m == neg_inf()) s = __uint_as_float(0x7fc00000u);
+        float ls = log_ ? logf(s) : 0.0f;
+        float inv = 1.0f / s;
+        c = lane;
+        for (; c + 96 < cols; c += 128) {
+            float v0 = to_float(xr[c]);
+            float v1 = to_float(xr[c + 32]);
+            float v2 = to_float(xr[c + 64]);
+            float v3 = to_float(xr[c + 96]);
+            if (log_) {
+                yr[c] = from_float(v0 - m - ls);
+                yr[c + 32] = from_float(v1 - m - ls);
+                yr[c + 64] = from_float(v2 - m - ls);
+                yr[c + 96] = from_float(v3 - m - ls);
+            } else {
+                yr[c] = from_float(expf(v0 - m) * inv);
+                yr[c + 32] = from_float(expf(v1 - m) * inv);
+                yr[c + 64] = from_float(expf(v2 - m) * inv);
+                yr[c + 96] = from_float(expf(v3 - m) * inv);
+            }
+        }
+        for (; c < cols; c += 32) {
+            float v = to_float(xr[c]);
+            yr[c] = from_float(log_ ? v - m - ls : expf(v - m) * inv);
         }
     }
 }
 
 // From the saved output y: dx = y * (g - sum(g * y)), or for log_softmax
-// dx = g - exp(y) * sum(g).
-extern "C" __global__ void softmax_backward_DT(const ELEM* y, const ELEM* g, ELEM* dx,
+// dx = g - exp(y) * sum(g). One pass for the sum, one that reads y and g and writes
+// dx; four independent loads per lane in flight in each.
+__device__ __forceinline__ float softmax_grad_term(float y, float g, unsigned int log_) {
+    return log_ ? g : g * y;
+}
+
+__device__ __forceinline__ float softmax_grad(float y, float g, float s, unsigned int log_) {
+    return log_ ? g - expf(y) * s : y * (g - s);
+}
+
+extern "C" __global__ void softmax_backward_DT(const ELEM* __restrict__ y,
+                                               const ELEM* __restrict__ g,
+                                               ELEM* __restrict__ dx,
                                                unsigned long long rows,
                                                unsigned long long cols, unsigned int log_) {
     WARP_ROW_LOOP(r, rows) {
@@ -67,14 +134,32 @@ extern "C" __global__ void softmax_backward_DT(const ELEM* y, const ELEM* g, ELE
         const ELEM* gr = g + r * cols;
         ELEM* dr = dx + r * cols;
         float s = 0.0f;
-        for (unsigned long long c = lane; c < cols; c += 32)
-            s += log_ ? to_float(gr[c]) : to_float(gr[c]) * to_float(yr[c]);
-        s = warp_sum(s);
-        for (unsigned long long c = lane; c < cols; c += 32) {
-            float yv = to_float(yr[c]);
-            float gv = to_float(gr[c]);
-            dr[c] = from_float(log_ ? gv - expf(yv) * s : yv * (gv - s));
+        unsigned long long c = lane;
+        if (log_) {
+            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+            for (; c + 96 < cols; c += 128) {
+                s0 += to_float(gr[c]);
+                s1 += to_float(gr[c + 32]);
+                s2 += to_float(gr[c + 64]);
+                s3 += to_float(gr[c + 96]);
+            }
+            s = (s0 + s1) + (s2 + s3);
         }
+        for (; c < cols; c += 32) s += softmax_grad_term(to_float(yr[c]), to_float(gr[c]), log_);
+        s = warp_sum(s);
+        c = lane;
+        for (; c + 96 < cols; c += 128) {
+            float y0 = to_float(yr[c]), g0 = to_float(gr[c]);
+            float y1 = to_float(yr[c + 32]), g1 = to_float(gr[c + 32]);
+            float y2 = to_float(yr[c + 64]), g2 = to_float(gr[c + 64]);
+            float y3 = to_float(yr[c + 96]), g3 = to_float(gr[c + 96]);
+            dr[c] = from_float(softmax_grad(y0, g0, s, log_));
+            dr[c + 32] = from_float(softmax_grad(y1, g1, s, log_));
+            dr[c + 64] = from_float(softmax_grad(y2, g2, s, log_));
+            dr[c + 96] = from_float(softmax_grad(y3, g3, s, log_));
+        }
+        for (; c < cols; c += 32)
+            dr[c] = from_float(softmax_grad(to_float(yr[c]), to_float(gr[c]), s, log_));
     }
 }
 

@@ -102,21 +102,52 @@ pub(super) fn input_grads(op: &GradOp, grad: &Tensor, saved: &[Tensor]) -> Resul
 
 /// `out = a @ b`: `da = g @ bᵀ`, `db = aᵀ @ g`; a weight shared by every batch sums its
 /// batches' contributions, as one product over the batches stacked.
+///
+/// Each gradient comes out in its operand's memory order, as PyTorch's
+/// `mm_mat1_backward` and `mm_mat2_backward` do: for a column-major operand (a
+/// transposed view, as `linear`'s `weightᵀ`) the product is computed transposed,
+/// `db = (gᵀ a)ᵀ`, so that the view's backward hands the weight a dense gradient
+/// rather than one the accumulation must copy.
 fn matmul(g: &Tensor, saved: &[Tensor]) -> Result<Vec<Tensor>> {
     let (a, b) = (saved_at(saved, 0, "matmul")?, saved_at(saved, 1, "matmul")?);
     let (ra, rb) = (a.shape().len(), b.shape().len());
-    let da = g.matmul(&b.transpose(rb - 2, rb - 1)?)?;
+    let da = if ra == rb && column_major(a) {
+        // (b gᵀ)ᵀ: [.., k, m] dense, viewed as [.., m, k].
+        b.matmul(&g.transpose(ra - 2, ra - 1)?)?
+            .transpose(ra - 2, ra - 1)?
+    } else {
+        g.matmul(&b.transpose(rb - 2, rb - 1)?)?
+    };
     let db = if rb == 2 && ra > 2 {
         let k = a.shape()[ra - 1];
         let n = g.shape()[ra - 1];
         let rows = a.numel() / k.max(1);
         let a2 = a.reshape(&[rows, k])?;
         let g2 = g.contiguous()?.reshape(&[rows, n])?;
-        a2.transpose(0, 1)?.matmul(&g2)?
+        if column_major(b) {
+            g2.transpose(0, 1)?.matmul(&a2)?.transpose(0, 1)?
+        } else {
+            a2.transpose(0, 1)?.matmul(&g2)?
+        }
+    } else if column_major(b) {
+        // (gᵀ a)ᵀ: [.., n, k] dense, viewed as [.., k, n].
+        g.transpose(ra - 2, ra - 1)?
+            .matmul(a)?
+            .transpose(rb - 2, rb - 1)?
     } else {
         a.transpose(ra - 2, ra - 1)?.matmul(g)?
     };
     Ok(vec![da, db])
+}
+
+/// Whether the matrices of `t` (its last two dimensions, `[rows, cols]`) are stored
+/// column by column, each matrix dense (a transposed view of dense matrices): rows
+/// adjacent, columns `rows` apart. Matrices of one row or column count as row-major.
+fn column_major(t: &Tensor) -> bool {
+    let r = t.shape().len();
+    let (rows, cols) = (t.shape()[r - 2], t.shape()[r - 1]);
+    let (rs, cs) = (t.strides()[r - 2], t.strides()[r - 1]);
+    rows > 1 && cols > 1 && rs == 1 && cs == rows
 }
 
 pub(super) fn saved_at<'a>(saved: &'a [Tensor], i: usize, op: &str) -> Result<&'a Tensor> {
@@ -236,26 +267,21 @@ fn binary(op: BinaryOp, g: &Tensor, saved: &[Tensor]) -> Result<Vec<Tensor>> {
 }
 
 /// The gradient of `narrow(dim, start, len)`: `grad` in its place along `dim` of an
-/// input `full` long there, zeros before and after (PyTorch's `slice_backward`).
-fn narrow_backward(grad: &Tensor, dim: usize, start: usize, full: usize) -> Result<Tensor> {
+/// input `full` long there, zeros before and after (PyTorch's `slice_backward`: a
+/// zeroed buffer and one copy into its part).
+pub(super) fn narrow_backward(
+    grad: &Tensor,
+    dim: usize,
+    start: usize,
+    full: usize,
+) -> Result<Tensor> {
     let len = grad.shape()[dim];
     if start == 0 && len == full {
         return Ok(grad.clone());
     }
-    let zeros = |n: usize| -> Result<Tensor> {
-        let mut shape = grad.shape().to_vec();
-        shape[dim] = n;
-        Tensor::zeros(&shape, grad.dtype(), grad.device())
-    };
-    let grad = grad.contiguous()?;
-    let mut parts = Vec::new();
-    if start > 0 {
-        parts.push(zeros(start)?);
-    }
-    parts.push(grad);
-    if start + len < full {
-        parts.push(zeros(full - start - len)?);
-    }
-    let refs: Vec<&Tensor> = parts.iter().collect();
-    Tensor::cat(&refs, dim)
+    let mut shape = grad.shape().to_vec();
+    shape[dim] = full;
+    let out = Tensor::zeros(&shape, grad.dtype(), grad.device())?;
+    out.narrow(dim, start, len)?.copy_(grad)?;
+    Ok(out)
 }

@@ -17,6 +17,7 @@ mod grad_hooks;
 mod offload;
 mod retained;
 mod saved_hooks;
+mod slices;
 
 pub use checkpoint::{
     checkpoint, checkpoint_with, save_matmul_and_attention, CheckpointOptions, CheckpointPolicy,
@@ -37,7 +38,8 @@ use std::sync::Arc;
 
 use crate::alloc::Category;
 use crate::error::{Error, Result};
-use crate::tensor::{autocast_disabled, no_grad, Edge, GradCell, GradSlot, Node, Tensor};
+use crate::tensor::{autocast_disabled, no_grad, Edge, GradCell, GradOp, GradSlot, Node, Tensor};
+use slices::{Contribution, PartBuffers};
 
 impl Tensor {
     /// Gradients of this one-element tensor (a loss) with respect to every leaf it
@@ -81,7 +83,11 @@ impl Tensor {
         let Some(root) = self.grad_fn() else {
             // A leaf: its gradient is the one given.
             let slot = self.grad_slot().expect("a leaf that requires grad");
-            accumulate(&slot, grad)?;
+            accumulate(
+                &slot,
+                Contribution::Whole(grad),
+                &mut PartBuffers::default(),
+            )?;
             return grad_hooks::run_hooks(&slot);
         };
         let order = topological_order(&root);
@@ -92,6 +98,8 @@ impl Tensor {
         // reached leaves its share missing, and their hooks then run at the end.
         let mut partial: HashMap<*const GradCell, GradSlot> = HashMap::new();
         let mut pending: HashMap<*const Node, Tensor> = HashMap::new();
+        // Gradients of several parts of one tensor, written into one buffer.
+        let mut parts = PartBuffers::default();
         pending.insert(Arc::as_ptr(&root), grad);
         for (position, node) in order.iter().enumerate() {
             let Some(grad) = pending.remove(&Arc::as_ptr(node)) else {
@@ -103,13 +111,25 @@ impl Tensor {
             if let Some(next) = next_packed.get(position + 1).copied().flatten() {
                 prefetch(&order[next])?;
             }
-            let grads = derivatives::input_grads(&node.op, &grad, &saved)?;
+            let grads = match node.op {
+                // A part's gradient goes into its place in its input's gradient.
+                GradOp::Narrow { dim, start, full } => vec![Contribution::Part {
+                    grad,
+                    dim,
+                    start,
+                    full,
+                }],
+                ref op => derivatives::input_grads(op, &grad, &saved)?
+                    .into_iter()
+                    .map(Contribution::Whole)
+                    .collect(),
+            };
             drop(saved);
             for (edge, g) in node.inputs.iter().zip(grads) {
                 match edge {
                     None => {}
                     Some(Edge::Leaf(slot)) => {
-                        accumulate(slot, g)?;
+                        accumulate(slot, g, &mut parts)?;
                         let key = Arc::as_ptr(slot);
                         if let Some(left) = waiting.get_mut(&key) {
                             *left -= 1;
@@ -123,10 +143,7 @@ impl Tensor {
                     }
                     Some(Edge::Node(next)) => {
                         let key = Arc::as_ptr(next);
-                        let sum = match pending.remove(&key) {
-                            Some(prev) => prev.add(&g.contiguous()?)?,
-                            None => g,
-                        };
+                        let sum = parts.add(key as usize, pending.remove(&key), g, false)?;
                         pending.insert(key, sum);
                     }
                 }
@@ -220,12 +237,10 @@ fn ones_like(t: &Tensor) -> Result<Tensor> {
 }
 
 /// Adds `g` into a leaf's `.grad` (a new dense tensor the first time, as PyTorch).
-fn accumulate(slot: &GradSlot, g: Tensor) -> Result<()> {
+fn accumulate(slot: &GradSlot, g: Contribution, parts: &mut PartBuffers) -> Result<()> {
     let mut grad = slot.lock().unwrap();
-    let sum = match grad.take() {
-        None => g.contiguous()?,
-        Some(prev) => prev.add(&g.contiguous()?)?,
-    };
+    let key = Arc::as_ptr(slot) as usize;
+    let sum = parts.add(key, grad.take(), g, true)?;
     sum.set_category(Category::Gradient)?;
     *grad = Some(sum);
     Ok(())

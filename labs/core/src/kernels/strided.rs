@@ -37,6 +37,35 @@ impl Strided {
         Ok(s)
     }
 
+    /// The same view with fewer dimensions where it can have them: size-1 dimensions
+    /// dropped, and each dimension merged into the one before it when the two step
+    /// through memory as one (`stride[d] == stride[d + 1] * shape[d + 1]`). Element `i`
+    /// lies at the same offset in both, so a copy over either moves the same bytes, and
+    /// the merged one divides less per element: the query part `[B, T, H, D]` of packed
+    /// heads `[B, T, 3 H, D]` is `[B T, H D]` rows of a longer stride.
+    pub fn coalesced(&self) -> Strided {
+        let mut out = Strided {
+            rank: 0,
+            shape: [1; MAX_DIMS],
+            strides: [0; MAX_DIMS],
+        };
+        if self.numel() == 0 {
+            return *self;
+        }
+        for (size, stride) in self.dims().filter(|&(size, _)| size != 1) {
+            let r = out.rank as usize;
+            if r > 0 && out.strides[r - 1] == stride * size as i64 {
+                out.shape[r - 1] *= size;
+                out.strides[r - 1] = stride;
+            } else {
+                out.shape[r] = size;
+                out.strides[r] = stride;
+                out.rank += 1;
+            }
+        }
+        out
+    }
+
     fn dims(&self) -> impl DoubleEndedIterator<Item = (u64, i64)> + '_ {
         let rank = self.rank as usize;
         self.shape[..rank]
@@ -93,6 +122,32 @@ mod tests {
         assert_eq!(offsets, [0, 3, 1, 4, 2, 5]);
         assert_eq!(t.extent(), (0, 6));
         assert_eq!(std::mem::size_of::<Strided>(), 8 + 16 * MAX_DIMS);
+    }
+
+    #[test]
+    fn coalescing_merges_dimensions_that_step_as_one_and_keeps_every_offset() {
+        let views = [
+            // Dense: one dimension.
+            Strided::new(&[2, 3, 4], &[12, 4, 1]).unwrap(),
+            // Heads narrowed from packed [2, 5, 3 * 4 * 8]: rows of 4 * 8 stay whole.
+            Strided::new(&[2, 5, 4, 8], &[480, 96, 8, 1]).unwrap(),
+            // Transposed last two dimensions: nothing to merge.
+            Strided::new(&[3, 4, 5], &[20, 1, 4]).unwrap(),
+            // Size-1 dimensions with any stride, and a broadcast one.
+            Strided::new(&[1, 3, 1, 4], &[99, 4, 7, 1]).unwrap(),
+            Strided::new(&[3, 2, 4], &[4, 0, 1]).unwrap(),
+        ];
+        let ranks: Vec<u64> = views.iter().map(|v| v.coalesced().rank).collect();
+        assert_eq!(ranks, [1, 2, 3, 1, 3]);
+        for v in views {
+            let c = v.coalesced();
+            assert_eq!(c.numel(), v.numel());
+            for i in 0..v.numel() as u64 {
+                assert_eq!(c.offset(i), v.offset(i), "{v:?} at {i}");
+            }
+        }
+        let empty = Strided::new(&[0, 3], &[3, 1]).unwrap();
+        assert_eq!(empty.coalesced(), empty);
     }
 
     #[test]

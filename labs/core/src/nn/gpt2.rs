@@ -96,11 +96,7 @@ impl CausalSelfAttention {
         let (b, t, e) = (x.shape()[0], x.shape()[1], x.shape()[2]);
         // One product for query, key and value ([B, T, 3E]), split into heads by views.
         let qkv = self.c_attn.forward(x)?;
-        let (q, k, v) = (
-            packed_heads(&qkv, 0, self.n_head)?,
-            packed_heads(&qkv, 1, self.n_head)?,
-            packed_heads(&qkv, 2, self.n_head)?,
-        );
+        let [q, k, v] = packed_heads(&qkv, self.n_head)?;
         let y = scaled_dot_product_attention(&q, &k, &v, None, true, self.dropout, self.training)?;
         let y = y.transpose(1, 2)?.reshape(&[b, t, e])?;
         self.resid_dropout.forward(&self.c_proj.forward(&y)?)

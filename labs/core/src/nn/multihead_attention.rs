@@ -177,11 +177,8 @@ impl MultiheadAttention {
         };
         let (q, k, v) = if same(query, key) && same(key, value) {
             let y = query.linear(&self.in_proj_weight, Some(&self.in_proj_bias))?;
-            (
-                packed_heads(&y, 0, self.num_heads)?,
-                packed_heads(&y, 1, self.num_heads)?,
-                packed_heads(&y, 2, self.num_heads)?,
-            )
+            let [q, k, v] = packed_heads(&y, self.num_heads)?;
+            (q, k, v)
         } else {
             let part = |x: &Tensor, i| -> Result<Tensor> {
                 self.heads(&packed_projection(
@@ -298,15 +295,16 @@ pub(crate) fn packed_projection(x: &Tensor, w: &Tensor, b: &Tensor, i: usize) ->
     x.linear(&w.narrow(0, i * e, e)?, Some(&b.narrow(0, i * e, e)?))
 }
 
-/// Part `i` of the three in `y [B, L, 3E]` (the output of a packed projection) as
-/// `heads` heads `[B, H, L, D]`: a view of `y`, no copy (the fused attention kernel
-/// reads it where it lies).
-pub(crate) fn packed_heads(y: &Tensor, i: usize, heads: usize) -> Result<Tensor> {
+/// The three parts of `y [B, L, 3E]` (the output of a packed projection: query, key,
+/// value) as `heads` heads `[B, H, L, D]` each: views of `y`, no copy (the fused
+/// attention kernel reads them where they lie). The three are cut from one view, so
+/// that backward writes their gradients into one buffer (see `autograd/slices.rs`).
+pub(crate) fn packed_heads(y: &Tensor, heads: usize) -> Result<[Tensor; 3]> {
     let (b, l, e3) = (y.shape()[0], y.shape()[1], y.shape()[2]);
     let d = e3 / 3 / heads;
-    y.view(&[b, l, 3 * heads, d])?
-        .narrow(2, i * heads, heads)?
-        .transpose(1, 2)
+    let split = y.view(&[b, l, 3 * heads, d])?;
+    let part = |i: usize| split.narrow(2, i * heads, heads)?.transpose(1, 2);
+    Ok([part(0)?, part(1)?, part(2)?])
 }
 
 impl Module for MultiheadAttention {

@@ -17,15 +17,33 @@ impl Tensor {
         if self.dtype() == dtype {
             return Ok(self.clone());
         }
-        let x = self.detach().contiguous()?;
-        let out = Tensor::empty(self.shape(), dtype, self.device())?;
+        // A transposed or permuted view of dense memory keeps its strides (PyTorch's
+        // `preserve_format`): the memory is cast as it lies, with no copy to make it
+        // row-major first, and a GEMM takes the result as the same transposed operand.
+        let order = self.layout.dense_order();
+        let inverse = order.as_ref().map(|order| {
+            let mut inverse = vec![0; order.len()];
+            for (i, &d) in order.iter().enumerate() {
+                inverse[d] = i;
+            }
+            inverse
+        });
+        let x = match &order {
+            Some(order) => self.detach().permute(order)?,
+            None => self.detach().contiguous()?,
+        };
+        let dense = Tensor::empty(x.shape(), dtype, self.device())?;
         self.device().launch(&Kernel::Cast {
             from: self.dtype(),
             to: dtype,
             x: x.ptr(),
-            out: out.ptr(),
+            out: dense.ptr(),
             n: self.numel(),
         })?;
+        let out = match inverse {
+            Some(inverse) => dense.permute(&inverse)?,
+            None => dense,
+        };
         if is_floating_point(self.dtype()) && is_floating_point(dtype) {
             Ok(Tensor::recorded(
                 out,

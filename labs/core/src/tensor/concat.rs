@@ -2,7 +2,7 @@
 //! `narrow`ed part of it by one strided-scatter launch (the inverse of the strided
 //! copy), so dense inputs cost no memory beyond the output, as in PyTorch (an input
 //! that is a strided view is made dense first). Backward hands each input its
-//! `narrow`ed part of the gradient.
+//! `narrow`ed part of the gradient, a view.
 
 use super::graph::GradOp;
 use super::Tensor;
@@ -55,7 +55,7 @@ impl Tensor {
                     width: first.dtype.size(),
                     src: src.ptr(),
                     dst: part.ptr(),
-                    layout: part.layout.strided()?,
+                    layout: part.layout.strided()?.coalesced(),
                     n: src.numel(),
                 })?;
             }
@@ -100,13 +100,14 @@ impl Tensor {
         Tensor::cat(&parts, dim)
     }
 
-    /// The gradients of `cat`'s inputs: each its part of `g` along `dim`.
+    /// The gradients of `cat`'s inputs: each its part of `g` along `dim`, a view (as
+    /// PyTorch's `CatBackward`: what reads it takes the strides, or copies if it must).
     pub(crate) fn cat_backward(g: &Tensor, dim: usize, sizes: &[usize]) -> Result<Vec<Tensor>> {
         let mut start = 0;
         sizes
             .iter()
             .map(|&len| {
-                let part = g.detach().narrow(dim, start, len)?.contiguous();
+                let part = g.detach().narrow(dim, start, len);
                 start += len;
                 part
             })

@@ -69,6 +69,22 @@ impl Layout {
         true
     }
 
+    /// For a view that is a reordering of dense row-major memory (a transpose or
+    /// permutation of a contiguous tensor), the order of dimensions `order` such that
+    /// `permute(order)` is contiguous; `None` for any other layout, and for one that
+    /// is contiguous already (nothing to reorder).
+    pub fn dense_order(&self) -> Option<Vec<usize>> {
+        if self.is_contiguous() {
+            return None;
+        }
+        let rank = self.shape.len();
+        // Outermost first: larger strides first; size-1 dimensions anywhere stable.
+        let mut order: Vec<usize> = (0..rank).collect();
+        order.sort_by_key(|&d| (std::cmp::Reverse(self.strides[d]), d));
+        let permuted = self.permute(&order).ok()?;
+        permuted.is_contiguous().then_some(order)
+    }
+
     /// One past the last storage element the view can touch (what its storage must hold).
     pub fn end(&self) -> usize {
         if self.numel() == 0 {

@@ -7,7 +7,7 @@ use super::graph::GradOp;
 use super::{DType, Tensor};
 use crate::error::{Error, Result};
 use crate::kernels::rows::sum_chunks;
-use crate::kernels::{Kernel, RowKernel};
+use crate::kernels::{Gemm, Kernel, RowKernel};
 
 impl Tensor {
     /// The sum over dimensions `dims` (in any order, each once); `keepdim` keeps them as
@@ -126,10 +126,39 @@ impl Tensor {
             return Ok(Tensor::recorded(out, op, &[self], vec![]));
         }
         let out = Tensor::empty(&out_shape, self.dtype(), self.device())?;
+        // The leading dimensions of dense data (a bias's gradient, summed over the batch
+        // and positions): sums down the columns of `[cols, rows]`, read in place.
+        let leading = (0..rank).all(|d| reduced[d] == (d < dims.len()));
+        if leading && self.is_contiguous() && rows > 1 && cols > 1 && cols <= i32::MAX as usize {
+            launch_column_sums(self, &out, cols, rows, alpha)?;
+            return Ok(Tensor::recorded(out, op, &[self], vec![]));
+        }
         let dense = self.detach().permute(&order)?.contiguous()?;
         launch_row_sums(&dense, &out, rows, cols, alpha)?;
         Ok(Tensor::recorded(out, op, &[self], vec![]))
     }
+}
+
+/// `out[c] = alpha * sum(x[.., c])` over a dense `[rows, cols]` tensor, without moving
+/// the summed dimension last (a transposing copy): one product `ones[1, rows] @ x`,
+/// accumulated in float32 like the row sums (PyTorch's column reductions read in place
+/// too).
+fn launch_column_sums(
+    x: &Tensor,
+    out: &Tensor,
+    rows: usize,
+    cols: usize,
+    alpha: f32,
+) -> Result<()> {
+    let device = x.device();
+    let ones = match x.dtype() {
+        DType::F16 => Tensor::full(&[rows], half::f16::ONE, device)?,
+        DType::BF16 => Tensor::full(&[rows], half::bf16::ONE, device)?,
+        _ => Tensor::full(&[rows], 1.0f32, device)?,
+    };
+    let mut gemm = Gemm::dense(x.dtype(), 1, cols, rows, [ones.ptr(), x.ptr(), out.ptr()]);
+    gemm.alpha = alpha;
+    device.launch(&Kernel::Gemm(gemm))
 }
 
 /// `out[r] = alpha * sum(x[r, ..])` over a dense `[rows, cols]` tensor: one warp per row

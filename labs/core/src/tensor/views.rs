@@ -77,6 +77,47 @@ impl Tensor {
     }
     // ANCHOR_END: contiguous
 
+    /// Writes `src`'s elements into this view, in place and unrecorded (PyTorch's
+    /// `copy_` under `no_grad`): one strided-scatter launch from `src` made dense (a copy
+    /// first only when it is a strided view itself). How a gradient is written into its
+    /// part of a larger buffer (`narrow`'s backward). The view must not repeat elements
+    /// (no stride 0 over more than one entry), and shapes and dtypes must agree.
+    pub(crate) fn copy_(&self, src: &Tensor) -> Result<()> {
+        if src.shape() != self.shape() || src.dtype != self.dtype {
+            return Err(Error::InvalidArgument(format!(
+                "copy_: a {} tensor of shape {:?} cannot be written into a {} view of shape {:?}",
+                src.dtype,
+                src.shape(),
+                self.dtype,
+                self.shape()
+            )));
+        }
+        self.check_same_device(src)?;
+        let repeats = self
+            .shape()
+            .iter()
+            .zip(self.strides())
+            .any(|(&size, &stride)| size > 1 && stride == 0);
+        if repeats {
+            return Err(Error::InvalidArgument(format!(
+                "copy_: the view (shape {:?}, strides {:?}) repeats elements, so writes would race",
+                self.shape(),
+                self.strides()
+            )));
+        }
+        if self.numel() == 0 {
+            return Ok(());
+        }
+        let src = src.detach().contiguous()?;
+        self.device().launch(&Kernel::StridedScatter {
+            width: self.dtype.size(),
+            src: src.ptr(),
+            dst: self.ptr(),
+            layout: self.layout.strided()?.coalesced(),
+            n: self.numel(),
+        })
+    }
+
     /// A dense copy of this (strided) tensor's elements, with no graph.
     fn dense_copy(&self) -> Result<Tensor> {
         let out = Tensor::empty(self.shape(), self.dtype, self.device())?;
@@ -84,7 +125,7 @@ impl Tensor {
             width: self.dtype.size(),
             src: self.ptr(),
             dst: out.ptr(),
-            layout: self.layout.strided()?,
+            layout: self.layout.strided()?.coalesced(),
             n: self.numel(),
         })?;
         Ok(out)
