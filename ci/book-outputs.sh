@@ -280,6 +280,8 @@ gpu)
   parts lab-09 "lab-09 --device cuda" "${LAB09_PARTS[@]}"
   whole lab-10/all-gpu "lab-10 --device cuda --pytorch {ci}/pytorch-train.py --pictures lab-10-pictures"
   parts lab-10 "lab-10 --device cuda --pytorch {ci}/pytorch-train.py --pictures lab-10-pictures" "${LAB10_PARTS[@]}"
+  whole lab-10/profile-tutorial-gpu "lab-10 train --device cuda --model transformer --d-model 256 --batch 64 --seq 100 --steps 8 --profile"
+  whole lab-10/profile-gpt2-bf16-gpu "lab-10 train --device cuda --model gpt2 --optimizer adamw --batch 8 --seq 1024 --amp bf16 --steps 4 --profile"
 
   # What each PyTorch snippet printed (ci/check-snippets.py, run by run.sh).
   if [ -d "$logs/snippets" ]; then
