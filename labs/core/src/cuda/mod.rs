@@ -475,7 +475,15 @@ impl Kernels for CudaBackend {
         let s = self.state()?;
         let raw = cuda_stream(stream, self.id_())?.raw();
         match kernel {
-            Kernel::Gemm(g) => s.blas.gemm(g, raw, stream.handle()),
+            Kernel::Gemm(g) => {
+                if s.blas.gemm(g, raw, stream.handle())? {
+                    return Ok(());
+                }
+                // cuBLASLt did not take the bias: cuBLAS ran the product, and the bias
+                // is added to its dense rows after it, on the same stream.
+                let add = g.bias_add().expect("gemm() checked the rows are dense");
+                s.modules.launch(&add, raw, s.multiprocessors)
+            }
             _ => s.modules.launch(kernel, raw, s.multiprocessors),
         }
     }

@@ -143,6 +143,22 @@ pub enum Kernel {
         n: usize,
         alpha: f32,
     },
+    /// `out[i] = op(a[i], b[i % cols])` into `n` dense elements (with `row_first`,
+    /// `op(a[i % cols], b[i])`): a binary op of a dense `[..., cols]` operand and a dense
+    /// `[cols]` row broadcast over it (a linear layer's bias), without the strided
+    /// kernel's per-element index arithmetic. The same values as `BinaryStrided`, bit
+    /// for bit.
+    BinaryRows {
+        op: BinaryOp,
+        dtype: DType,
+        a: DevicePtr,
+        b: DevicePtr,
+        out: DevicePtr,
+        n: usize,
+        cols: usize,
+        row_first: bool,
+        alpha: f32,
+    },
     /// `out[i] = op(a[i], b[i]) ? 1 : 0` into `n` dense uint8 elements, operands strided
     /// as in `BinaryStrided`, of one dtype (any).
     Compare {
@@ -239,6 +255,7 @@ impl Kernel {
             | Kernel::Spin { n, .. }
             | Kernel::StridedCopy { n, .. }
             | Kernel::BinaryStrided { n, .. }
+            | Kernel::BinaryRows { n, .. }
             | Kernel::Compare { n, .. }
             | Kernel::Where { n, .. }
             | Kernel::Cast { n, .. }

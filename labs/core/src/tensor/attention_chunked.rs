@@ -162,6 +162,7 @@ impl Products<'_> {
             alpha,
             beta,
             allow_tf32: false,
+            bias: None,
         }))
     }
 

@@ -3,7 +3,9 @@
 //! are cast to the promoted dtype (`torch.result_type`), then one kernel runs. A
 //! broadcast operand is never materialised: the strided kernel reads it through a
 //! layout whose stretched dimensions have stride 0. When both operands are already
-//! dense and of the output's shape, the dense (vectorised) kernel runs instead.
+//! dense and of the output's shape, the dense (vectorised) kernel runs instead, and
+//! when one is dense and the other a dense row broadcast over it (`[rows, n] + [n]`,
+//! a bias), a dense kernel that reads the row at `i % n`.
 
 use super::graph::GradOp;
 use super::promote::{is_floating_point, result_type, Scalar};
@@ -37,6 +39,30 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Ve
         .collect()
 }
 
+/// Whether one operand is dense over `shape` and the other a dense row of its last
+/// dimension broadcast over it (`[..., n] + [n]`, a bias): `Some(true)` when the row is
+/// `a`, `Some(false)` when it is `b`, `None` otherwise (the strided kernel runs).
+fn row_broadcast(a: &Tensor, b: &Tensor, shape: &[usize]) -> Option<bool> {
+    let cols = *shape.last()?;
+    let dense = |t: &Tensor| t.is_contiguous() && t.shape() == shape;
+    // A row: `cols` elements, any leading dimensions of size 1, contiguous.
+    let row = |t: &Tensor| {
+        t.shape().last() == Some(&cols)
+            && t.shape().iter().rev().skip(1).all(|&s| s == 1)
+            && t.is_contiguous()
+    };
+    if cols == 0 || shape.len() < 2 {
+        return None;
+    }
+    if dense(a) && row(b) {
+        Some(false)
+    } else if row(a) && dense(b) {
+        Some(true)
+    } else {
+        None
+    }
+}
+
 impl Tensor {
     /// The launch layout of this tensor stretched to `shape` (stride 0 where it
     /// broadcasts).
@@ -62,6 +88,7 @@ impl Tensor {
         let out = Tensor::empty(&shape, dtype, self.device())?;
         let n = out.numel();
         let dense = |t: &Tensor| t.is_contiguous() && t.shape() == shape.as_slice();
+        let cols = shape.last().copied().unwrap_or(0);
         let kernel = if dense(&a) && dense(&b) {
             Kernel::Binary {
                 op,
@@ -70,6 +97,18 @@ impl Tensor {
                 b: b.ptr(),
                 out: out.ptr(),
                 n,
+                alpha,
+            }
+        } else if let Some(row_first) = row_broadcast(&a, &b, &shape) {
+            Kernel::BinaryRows {
+                op,
+                dtype,
+                a: a.ptr(),
+                b: b.ptr(),
+                out: out.ptr(),
+                n,
+                cols,
+                row_first,
                 alpha,
             }
         } else {
