@@ -310,17 +310,21 @@ fn at(v: &[f64], ld: usize, transposed: bool, i: usize, j: usize) -> f64 {
 fn a_gemm_with_a_bias_matches_a_float64_reference() {
     let _s = serial();
     let d = test_device();
-    // m = 1 (cuBLAS then the broadcast add on the GPU) and m = 5 (cuBLASLt), both
-    // operands transposed or not, rows padded, C scaled and accumulated.
+    // On the GPU, m = 5 runs cuBLASLt (told that A starts one element into its
+    // storage when `a_off`); m = 1, or a bias one element into its storage, runs
+    // cuBLAS then the broadcast add. Both operands transposed or not, rows padded, C
+    // scaled and accumulated.
     let cases = [
-        (DType::F32, DType::F32, 5, false, true, 9),
-        (DType::BF16, DType::BF16, 5, true, false, 9),
-        (DType::F16, DType::F16, 5, true, true, 9),
-        (DType::BF16, DType::F32, 5, false, false, 9),
-        (DType::F32, DType::F32, 1, false, true, 6),
-        (DType::BF16, DType::BF16, 1, true, false, 6),
+        (DType::F32, DType::F32, 5, false, true, 9, false, false),
+        (DType::BF16, DType::BF16, 5, true, false, 9, false, false),
+        (DType::F16, DType::F16, 5, true, true, 9, true, false),
+        (DType::BF16, DType::F32, 5, false, false, 9, true, false),
+        (DType::F32, DType::F32, 1, false, true, 6, false, false),
+        (DType::BF16, DType::BF16, 1, true, false, 6, false, false),
+        (DType::F32, DType::F32, 5, false, true, 6, false, true),
+        (DType::BF16, DType::BF16, 5, true, true, 6, true, true),
     ];
-    for (dtype, c_dtype, m, ta, tb, ldc) in cases {
+    for (dtype, c_dtype, m, ta, tb, ldc, a_off, bias_off) in cases {
         let (n, k) = (6, 7);
         let (alpha, beta) = (0.5f32, 0.25f32);
         // A is [m, k] (stored [k, m] when transposed), rows 3 longer than needed.
@@ -331,10 +335,12 @@ fn a_gemm_with_a_bias_matches_a_float64_reference() {
         let b_val: Vec<f32> = values(br * ldb, 31, -1.0, 1.0);
         let c_val: Vec<f32> = values(m * ldc, 32, -1.0, 1.0);
         let bias_val: Vec<f32> = values(n, 33, -1.0, 1.0);
-        let a = buffer(&a_val, ar * lda, dtype, &d);
+        let skip = |off: bool| usize::from(off);
+        let a = buffer(&a_val, ar * lda + 1, dtype, &d).narrow(0, skip(a_off), ar * lda);
         let b = buffer(&b_val, br * ldb, dtype, &d);
         let c = buffer(&c_val, m * ldc, c_dtype, &d);
-        let bias = buffer(&bias_val, n, c_dtype, &d);
+        let bias = buffer(&bias_val, n + 1, c_dtype, &d).narrow(0, skip(bias_off), n);
+        let (a, bias) = (a.unwrap(), bias.unwrap());
         let c_before = f64s(&c);
         let gemm = Gemm {
             dtype,
@@ -366,7 +372,7 @@ fn a_gemm_with_a_bias_matches_a_float64_reference() {
         d.launch(&Kernel::Gemm(gemm)).unwrap();
         let (av, bv, bias_v) = (f64s(&a), f64s(&b), f64s(&bias));
         let got = f64s(&c);
-        let name = format!("{dtype}->{c_dtype} m={m} ta={ta} tb={tb}");
+        let name = format!("{dtype}->{c_dtype} m={m} ta={ta} tb={tb} offsets {a_off} {bias_off}");
         let tol = tolerance(dtype, k).max(tolerance(c_dtype, k));
         for i in 0..m {
             for j in 0..n {

@@ -183,11 +183,18 @@ pub(super) unsafe fn matmul_bias(
         &epilogue as *const lt::cublasLtEpilogue_t as _,
         std::mem::size_of::<lt::cublasLtEpilogue_t>(),
     )?;
-    // The bias's type defaults to D's: the output's dtype, as `Gemm` says.
     set_desc(
         Attr::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
         &bias as *const u64 as _,
         std::mem::size_of::<u64>(),
+    )?;
+    // The bias is in the output's dtype, as `Gemm` says: D's type, cuBLASLt's default,
+    // set all the same so that a float32 output of half inputs is not left to it.
+    let bias_type = c_type as i32;
+    set_desc(
+        Attr::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+        &bias_type as *const i32 as _,
+        4,
     )?;
 
     // Column-major layouts of the matrices as stored: cuBLASLt's A (our B) is
