@@ -144,8 +144,9 @@ pub enum Kernel {
         alpha: f32,
     },
     /// `out[i] = op(a[i], b[i % cols])` into `n` dense elements (with `row_first`,
-    /// `op(a[i % cols], b[i])`): a binary op of a dense `[..., cols]` operand and a dense
-    /// `[cols]` row broadcast over it (a linear layer's bias), without the strided
+    /// `op(a[i % cols], b[i])`): a binary op of a dense operand and a dense row of `cols`
+    /// elements repeated over it (a bias `[n]` over `[rows, n]`, or any block of
+    /// trailing dimensions over the leading ones, flattened), without the strided
     /// kernel's per-element index arithmetic. The same values as `BinaryStrided`, bit
     /// for bit.
     BinaryRows {

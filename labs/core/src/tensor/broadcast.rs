@@ -4,8 +4,9 @@
 //! broadcast operand is never materialised: the strided kernel reads it through a
 //! layout whose stretched dimensions have stride 0. When both operands are already
 //! dense and of the output's shape, the dense (vectorised) kernel runs instead, and
-//! when one is dense and the other a dense row broadcast over it (`[rows, n] + [n]`,
-//! a bias), a dense kernel that reads the row at `i % n`.
+//! when one is dense and the other a dense block of its trailing dimensions repeated
+//! over the leading ones (`[rows, n] + [n]`, a bias), a dense kernel that reads the
+//! block at `i % n`.
 
 use super::graph::GradOp;
 use super::promote::{is_floating_point, result_type, Scalar};
@@ -39,25 +40,30 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Ve
         .collect()
 }
 
-/// Whether one operand is dense over `shape` and the other a dense row of its last
-/// dimension broadcast over it (`[..., n] + [n]`, a bias): `Some(true)` when the row is
-/// `a`, `Some(false)` when it is `b`, `None` otherwise (the strided kernel runs).
-fn row_broadcast(a: &Tensor, b: &Tensor, shape: &[usize]) -> Option<bool> {
-    let cols = *shape.last()?;
+/// Whether one operand is dense over `shape` and the other a dense block of its
+/// trailing dimensions repeated over the leading ones (`[rows, n] + [n]`, a bias;
+/// `[b, t, c] + [t, c]`): flattened, a row of `cols` elements broadcast over
+/// `[numel / cols, cols]`. `Some((true, cols))` when the row is `a`, `Some((false,
+/// cols))` when it is `b`, `None` otherwise (the strided kernel runs).
+fn row_broadcast(a: &Tensor, b: &Tensor, shape: &[usize]) -> Option<(bool, usize)> {
     let dense = |t: &Tensor| t.is_contiguous() && t.shape() == shape;
-    // A row: `cols` elements, any leading dimensions of size 1, contiguous.
+    // Leading dimensions of size 1 aside, the trailing dimensions of `shape`.
     let row = |t: &Tensor| {
-        t.shape().last() == Some(&cols)
-            && t.shape().iter().rev().skip(1).all(|&s| s == 1)
-            && t.is_contiguous()
+        let s = t.shape();
+        let lead = s.iter().take_while(|&&d| d == 1).count();
+        let trailing = &s[lead..];
+        t.is_contiguous()
+            && trailing.len() < shape.len()
+            && shape.ends_with(trailing)
+            && t.numel() > 0
     };
-    if cols == 0 || shape.len() < 2 {
+    if shape.is_empty() {
         return None;
     }
     if dense(a) && row(b) {
-        Some(false)
+        Some((false, b.numel()))
     } else if row(a) && dense(b) {
-        Some(true)
+        Some((true, a.numel()))
     } else {
         None
     }
@@ -88,7 +94,6 @@ impl Tensor {
         let out = Tensor::empty(&shape, dtype, self.device())?;
         let n = out.numel();
         let dense = |t: &Tensor| t.is_contiguous() && t.shape() == shape.as_slice();
-        let cols = shape.last().copied().unwrap_or(0);
         let kernel = if dense(&a) && dense(&b) {
             Kernel::Binary {
                 op,
@@ -99,7 +104,7 @@ impl Tensor {
                 n,
                 alpha,
             }
-        } else if let Some(row_first) = row_broadcast(&a, &b, &shape) {
+        } else if let Some((row_first, cols)) = row_broadcast(&a, &b, &shape) {
             Kernel::BinaryRows {
                 op,
                 dtype,
