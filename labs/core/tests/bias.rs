@@ -114,9 +114,12 @@ fn linear_with_a_bias_is_one_gemm_launch_and_equals_matmul_plus_add() {
     let x = tensor(&values(rows * k, 1, -1.0, 1.0), &[rows, k], DType::F32, &d);
     let w = tensor(&values(n * k, 2, -1.0, 1.0), &[n, k], DType::F32, &d);
     let b = tensor(&values(n, 3, -1.0, 1.0), &[n], DType::F32, &d);
+    let separate = labs_core::cuda::separate_bias_adds();
     let (y, seen) = launches(&d, || x.linear(&w, Some(&b)).unwrap());
     let total: u64 = seen.iter().map(|l| l.launches).sum();
     assert_eq!(total, 1, "one launch: {seen:?}");
+    // On the GPU: cuBLASLt added the bias (no product ran as cuBLAS and an add).
+    assert_eq!(labs_core::cuda::separate_bias_adds(), separate);
     assert_eq!(
         count(&seen, "Gemm F32 12x10x16 batch 1 NT bias"),
         1,
@@ -311,8 +314,8 @@ fn a_gemm_with_a_bias_matches_a_float64_reference() {
     let _s = serial();
     let d = test_device();
     // On the GPU, m = 5 runs cuBLASLt (told that A starts one element into its
-    // storage when `a_off`); m = 1, or a bias one element into its storage, runs
-    // cuBLAS then the broadcast add. Both operands transposed or not, rows padded, C
+    // storage when `a_off`, where it may also find no algorithm); m = 1, or a bias one
+    // element into its storage, runs cuBLAS then the broadcast add. Both operands transposed or not, rows padded, C
     // scaled and accumulated.
     let cases = [
         (DType::F32, DType::F32, 5, false, true, 9, false, false),
@@ -369,10 +372,19 @@ fn a_gemm_with_a_bias_matches_a_float64_reference() {
             allow_tf32: false,
             bias: Some(bias.ptr()),
         };
+        let separate = labs_core::cuda::separate_bias_adds();
         d.launch(&Kernel::Gemm(gemm)).unwrap();
         let (av, bv, bias_v) = (f64s(&a), f64s(&b), f64s(&bias));
         let got = f64s(&c);
         let name = format!("{dtype}->{c_dtype} m={m} ta={ta} tb={tb} offsets {a_off} {bias_off}");
+        if d.is_cuda() && !a_off {
+            let expected = u64::from(m == 1 || bias_off);
+            assert_eq!(
+                labs_core::cuda::separate_bias_adds() - separate,
+                expected,
+                "{name}: which path ran"
+            );
+        }
         let tol = tolerance(dtype, k).max(tolerance(c_dtype, k));
         for i in 0..m {
             for j in 0..n {

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::sys as blas;
@@ -23,6 +24,10 @@ use crate::error::{Error, Result};
 use crate::kernels::Gemm;
 
 mod lt;
+
+/// Products with a bias that ran as cuBLAS and a separate broadcast add, in this
+/// process (see [`separate_bias_adds`](super::separate_bias_adds)).
+pub(super) static SEPARATE_BIAS_ADDS: AtomicU64 = AtomicU64::new(0);
 
 pub(crate) struct Blas {
     ctx: Arc<CudaContext>,
@@ -180,6 +185,7 @@ impl Blas {
                 )));
             }
             self.gemm(&g.without_bias(), stream, key)?;
+            SEPARATE_BIAS_ADDS.fetch_add(1, Ordering::Relaxed);
             return Ok(false);
         }
         let (data_type, compute) = match g.dtype {

@@ -41,6 +41,14 @@ fn driver() -> Result<()> {
 }
 // ANCHOR_END: driver_probe
 
+/// How many matrix products with a bias this process has run on the GPU as a cuBLAS
+/// product and a separate broadcast add, because cuBLASLt did not take them (a
+/// dimension of 1, an unaligned bias, no algorithm): the rest added their bias in the
+/// product. Both launch as one [`Kernel::Gemm`], so this is how a test tells them apart.
+pub fn separate_bias_adds() -> u64 {
+    blas::SEPARATE_BIAS_ADDS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Number of CUDA devices; an error when there is no usable driver.
 pub fn device_count() -> Result<usize> {
     driver()?;

@@ -262,8 +262,13 @@ pub(super) unsafe fn matmul_bias(
         &mut heuristic,
         &mut found,
     );
-    if status == lt::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED
-        || (status == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS && found == 0)
+    // No algorithm for this combination (of types, layouts, alignments): the caller's
+    // cuBLAS and broadcast add compute the same thing in two launches.
+    if matches!(
+        status,
+        lt::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED
+            | lt::cublasStatus_t::CUBLAS_STATUS_INVALID_VALUE
+    ) || (status == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS && found == 0)
     {
         return Ok(false);
     }
