@@ -12,7 +12,7 @@
 //! twins in `cpu_rows.rs`.
 //!
 //! The matrix product, [`Gemm`], is a launch like the others but a library's: cuBLAS on
-//! `cuda`, a CPU GEMM crate on `sim` and `cpu`.
+//! `cuda` (cuBLASLt for a product with a bias), a CPU GEMM crate on `sim` and `cpu`.
 //!
 //! Attention has two sets: the fused kernels ([`AttentionKernel`], `kernels/attention.cu`,
 //! twins in `attention_cpu.rs`), and the row kernels that chunked attention runs between
