@@ -143,9 +143,10 @@ impl Tensor {
     /// is cast to the region's dtype before the product, the weight (a leaf) through
     /// the cast cache.
     ///
-    /// With a bias of the product's dtype, one GEMM adds it to every row as it writes
-    /// the output (cuBLASLt's bias epilogue, as PyTorch's `addmm`): one launch and one
-    /// `[rows, out]` tensor, where a product and a broadcast add take two of each.
+    /// With a bias, one GEMM adds it to every row as it writes the output (cuBLASLt's
+    /// bias epilogue, as PyTorch's `addmm`): one launch and one `[rows, out]` tensor,
+    /// where a product and a broadcast add take two of each. A bias that is not `[out]`
+    /// of the input's dtype is an error.
     pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let inputs: Vec<&Tensor> = [Some(self), Some(weight), bias]
             .into_iter()
@@ -179,8 +180,8 @@ impl Tensor {
         Ok(self.product(other, options, None)?.0)
     }
 
-    /// Whether `bias` can be the GEMM's bias for an output of `dtype` with `n` columns:
-    /// a dense `[n]` vector of that dtype on the same device.
+    /// Whether `bias` can be the GEMM's bias for this product's output of `n` columns:
+    /// a dense `[n]` vector of its dtype on the same device.
     fn is_gemm_bias(&self, bias: &Tensor, n: usize) -> bool {
         bias.device() == self.device()
             && bias.dtype() == self.dtype
