@@ -102,6 +102,45 @@ __device__ __forceinline__ T int_pow(T base, T exp) {
     }
 // ANCHOR_END: binary_template
 
+// out[i] = EXPR(a[i], b[i % cols]), or with row_first EXPR(a[i % cols], b[i]): one
+// operand dense over all n elements, the other a dense row of `cols` broadcast over it
+// (a linear layer's bias). The same expression as the strided kernel, so the same bits,
+// without its per-dimension index arithmetic: whole 16-byte vectors when `cols` is a
+// multiple of one and every pointer is aligned (a vector of the row never wraps), else
+// one element at a time with one modulo. `out` may be the dense operand (in place).
+#define DEFINE_BINARY_ROWS(NAME, EXPR)                                                \
+    extern "C" __global__ void NAME(const ELEM* a_, const ELEM* b_, ELEM* out,        \
+                                    float alpha, unsigned long long n,                \
+                                    unsigned long long cols, unsigned int row_first) { \
+        const ELEM* full_ = row_first ? b_ : a_;                                      \
+        const ELEM* row_ = row_first ? a_ : b_;                                       \
+        unsigned long long done = 0;                                                  \
+        if (cols % PACK == 0 && aligned16(full_) && aligned16(row_) && aligned16(out)) { \
+            const unsigned long long packs = n / PACK;                                \
+            const unsigned long long row_packs = cols / PACK;                         \
+            GRID_STRIDE_LOOP(p, packs) {                                              \
+                Pack vf = ((const Pack*)full_)[p];                                    \
+                Pack vr = ((const Pack*)row_)[p % row_packs];                         \
+                for (int k = 0; k < (int)PACK; ++k) {                                 \
+                    if (row_first)                                                    \
+                        BINARY_ELEMENT(EXPR, vr.e[k], vf.e[k], vf.e[k])               \
+                    else                                                              \
+                        BINARY_ELEMENT(EXPR, vf.e[k], vr.e[k], vf.e[k])               \
+                }                                                                     \
+                ((Pack*)out)[p] = vf;                                                 \
+            }                                                                         \
+            done = packs * PACK;                                                      \
+        }                                                                             \
+        GRID_STRIDE_LOOP(j, n - done) {                                               \
+            unsigned long long i = done + j;                                          \
+            unsigned long long c = i % cols;                                          \
+            if (row_first)                                                            \
+                BINARY_ELEMENT(EXPR, row_[c], full_[i], out[i])                       \
+            else                                                                      \
+                BINARY_ELEMENT(EXPR, full_[i], row_[c], out[i])                       \
+        }                                                                             \
+    }
+
 // The same op over operands of any layout (broadcast dimensions have stride 0) into a
 // dense output: element i of the output reads each input at its row-major index i.
 #define DEFINE_BINARY_STRIDED(NAME, EXPR)                                             \

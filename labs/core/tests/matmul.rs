@@ -363,6 +363,7 @@ fn the_gemm_launch_scales_accumulates_and_leaves_padding_alone() {
         alpha: 2.0,
         beta: 0.5,
         allow_tf32: false,
+        bias: None,
     };
     d.launch(&Kernel::Gemm(gemm)).unwrap();
     let got = tc.to_vec::<f32>().unwrap();

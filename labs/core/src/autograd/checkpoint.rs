@@ -55,7 +55,9 @@ impl CheckpointPolicy {
 pub type PolicyFn = Arc<dyn Fn(&GradOp) -> CheckpointPolicy + Send + Sync>;
 
 /// The common selective policy: keep what matmuls and attention produced, recompute
-/// the rest (elementwise ops, norms, softmax, dropout).
+/// the rest (elementwise ops, norms, softmax, dropout). A linear layer's product with
+/// its bias (`Linear`) is recomputed, as its output was when the bias was a separate
+/// add: only bare products are kept.
 pub fn save_matmul_and_attention(op: &GradOp) -> CheckpointPolicy {
     match op {
         GradOp::Matmul | GradOp::Attention { .. } => CheckpointPolicy::MustSave,

@@ -41,6 +41,20 @@ pub(super) fn input_grads(op: &GradOp, grad: &Tensor, saved: &[Tensor]) -> Resul
         GradOp::Narrow { dim, start, full } => vec![narrow_backward(grad, *dim, *start, *full)?],
         GradOp::Identity => vec![grad.clone()],
         GradOp::Matmul => matmul(grad, saved)?,
+        GradOp::Linear { bias_needs_grad } => {
+            // The bias's first, as the broadcast add's backward ran before the
+            // product's when linear was the two ops; a bias that needs no gradient
+            // gets a placeholder the engine drops.
+            let n = grad.shape().last().copied().unwrap_or(1);
+            let bias = if *bias_needs_grad {
+                grad.sum_to_shape(&[n])?
+            } else {
+                grad.clone()
+            };
+            let mut grads = matmul(grad, saved)?;
+            grads.push(bias);
+            grads
+        }
         GradOp::Cast { from } => vec![grad.to_dtype(*from)?],
         GradOp::BroadcastBinary { op, a, b, needs } => {
             let grads = binary(*op, grad, saved)?;

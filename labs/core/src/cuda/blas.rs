@@ -6,9 +6,14 @@
 //! computes column-major; a row-major `C = op(A) @ op(B)` is the column-major
 //! `C^T = op(B)^T @ op(A)^T`, so the call passes B before A and swaps `m` and `n`:
 //! the same memory, no copy.
+//!
+//! A product with a bias goes to cuBLASLt instead (`blas/lt.rs`), which adds the bias
+//! in the product's epilogue; where cuBLASLt does not take it, cuBLAS runs the product
+//! and the caller adds the bias with a broadcast add ([`Gemm::bias_add`]).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::sys as blas;
@@ -17,6 +22,12 @@ use cudarc::driver::{result, sys, CudaContext};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels::Gemm;
+
+mod lt;
+
+/// Products with a bias that ran as cuBLAS and a separate broadcast add, in this
+/// process (see [`separate_bias_adds`](super::separate_bias_adds)).
+pub(super) static SEPARATE_BIAS_ADDS: AtomicU64 = AtomicU64::new(0);
 
 pub(crate) struct Blas {
     ctx: Arc<CudaContext>,
@@ -31,6 +42,8 @@ struct Handle {
     /// workspaces by stream too). Kept until the context goes, like PyTorch's.
     workspaces: HashMap<u64, sys::CUdeviceptr>,
     workspace_bytes: usize,
+    /// The cuBLASLt handle, made on the first product with a bias.
+    lt: Option<cudarc::cublaslt::sys::cublasLtHandle_t>,
 }
 
 // SAFETY: the handle is used only under the mutex, with the context bound.
@@ -125,6 +138,7 @@ impl Blas {
             raw,
             workspaces: HashMap::new(),
             workspace_bytes: if major >= 9 { 32 << 20 } else { 4 << 20 },
+            lt: None,
         })
     }
 
@@ -133,10 +147,46 @@ impl Blas {
     /// must be bound.
     ///
     /// [`StreamImpl::handle`]: crate::backend::StreamImpl::handle
-    pub fn gemm(&self, g: &Gemm, stream: sys::CUstream, key: u64) -> Result<()> {
+    ///
+    /// `Ok(true)` when the product is done, its bias included; `Ok(false)` when it has a
+    /// bias that cuBLASLt did not take: cuBLAS ran the product without it, and the
+    /// caller launches [`Gemm::bias_add`] after it.
+    pub fn gemm(&self, g: &Gemm, stream: sys::CUstream, key: u64) -> Result<bool> {
         g.validate()?;
         if g.is_empty() {
-            return Ok(());
+            return Ok(true);
+        }
+        if g.bias.is_some() {
+            if lt::takes(g) {
+                let mut guard = self.handle.lock().unwrap();
+                if guard.is_none() {
+                    *guard = Some(self.create()?);
+                }
+                let h = guard.as_mut().expect("just created");
+                let workspace = h.workspace(key)?;
+                let handle = match h.lt {
+                    Some(raw) => raw,
+                    None => *h.lt.insert(lt::create()?),
+                };
+                // SAFETY: a live handle in the bound context, the stream's own
+                // workspace, and pointers the caller keeps alive (as below).
+                let done =
+                    unsafe { lt::matmul_bias(handle, g, stream, workspace, h.workspace_bytes)? };
+                if done {
+                    return Ok(true);
+                }
+            }
+            if g.bias_add().is_none() {
+                return Err(Error::InvalidArgument(format!(
+                    "gemm: cuBLASLt has no algorithm for this product with a bias, and \
+                     its output's rows are not dense (ldc = {} for n = {}), so the bias \
+                     cannot be added after it",
+                    g.ldc, g.n
+                )));
+            }
+            self.gemm(&g.without_bias(), stream, key)?;
+            SEPARATE_BIAS_ADDS.fetch_add(1, Ordering::Relaxed);
+            return Ok(false);
         }
         let (data_type, compute) = match g.dtype {
             DType::F32 if g.allow_tf32 => (
@@ -228,7 +278,8 @@ impl Blas {
                 blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         };
-        check("cublasGemmStridedBatchedEx", status, g)
+        check("cublasGemmStridedBatchedEx", status, g)?;
+        Ok(true)
     }
     // ANCHOR_END: cublas_gemm
 }
@@ -259,6 +310,9 @@ impl Drop for Blas {
         unsafe {
             let _ = result::ctx::synchronize();
             blas::cublasDestroy_v2(h.raw);
+            if let Some(raw) = h.lt {
+                lt::destroy(raw);
+            }
             for &w in h.workspaces.values() {
                 let _ = result::free_sync(w);
             }

@@ -46,8 +46,8 @@ impl Arg {
     }
 }
 
-/// The arguments in the order of the kernel's C signature: `DEFINE_UNARY` and
-/// `DEFINE_BINARY` in `kernels/elementwise.cu`, then the fixed kernels, then the
+/// The arguments in the order of the kernel's C signature: `DEFINE_UNARY`,
+/// `DEFINE_BINARY` and `DEFINE_BINARY_ROWS` in `kernels/elementwise.cu`, then the fixed kernels, then the
 /// strided families of `elementwise.cu` and `DEFINE_CAST` of `kernels/cast.cu`.
 fn args(kernel: &Kernel) -> Vec<Arg> {
     use Arg::*;
@@ -153,6 +153,24 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
             U64(out),
             F32(alpha),
             U64(n as u64),
+        ],
+        Kernel::BinaryRows {
+            a,
+            b,
+            out,
+            n,
+            cols,
+            row_first,
+            alpha,
+            ..
+        } => vec![
+            U64(a),
+            U64(b),
+            U64(out),
+            F32(alpha),
+            U64(n as u64),
+            U64(cols as u64),
+            U32(row_first as u32),
         ],
         Kernel::Compare {
             a,
@@ -282,9 +300,9 @@ impl ModuleCache {
         // blocks to fill every multiprocessor several times: the kernels' grid-stride
         // loops cover the rest.
         let threads = match *kernel {
-            Kernel::Unary { dtype, .. } | Kernel::Binary { dtype, .. } => {
-                n.div_ceil((16 / dtype.size()) as u64)
-            }
+            Kernel::Unary { dtype, .. }
+            | Kernel::Binary { dtype, .. }
+            | Kernel::BinaryRows { dtype, .. } => n.div_ceil((16 / dtype.size()) as u64),
             _ => n,
         };
         let blocks = threads

@@ -41,6 +41,14 @@ fn driver() -> Result<()> {
 }
 // ANCHOR_END: driver_probe
 
+/// How many matrix products with a bias this process has run on the GPU as a cuBLAS
+/// product and a separate broadcast add, because cuBLASLt did not take them (a
+/// dimension of 1, an unaligned bias, no algorithm): the rest added their bias in the
+/// product. Both launch as one [`Kernel::Gemm`], so this is how a test tells them apart.
+pub fn separate_bias_adds() -> u64 {
+    blas::SEPARATE_BIAS_ADDS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Number of CUDA devices; an error when there is no usable driver.
 pub fn device_count() -> Result<usize> {
     driver()?;
@@ -475,7 +483,15 @@ impl Kernels for CudaBackend {
         let s = self.state()?;
         let raw = cuda_stream(stream, self.id_())?.raw();
         match kernel {
-            Kernel::Gemm(g) => s.blas.gemm(g, raw, stream.handle()),
+            Kernel::Gemm(g) => {
+                if s.blas.gemm(g, raw, stream.handle())? {
+                    return Ok(());
+                }
+                // cuBLASLt did not take the bias: cuBLAS ran the product, and the bias
+                // is added to its dense rows after it, on the same stream.
+                let add = g.bias_add().expect("gemm() checked the rows are dense");
+                s.modules.launch(&add, raw, s.multiprocessors)
+            }
             _ => s.modules.launch(kernel, raw, s.multiprocessors),
         }
     }

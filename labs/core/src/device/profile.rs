@@ -93,7 +93,7 @@ pub fn label(kernel: &Kernel) -> String {
     // Matrix products by shape: which of them is slow is the question.
     if let Kernel::Gemm(g) = kernel {
         return format!(
-            "Gemm {:?}{} {}x{}x{} batch {} {}{}",
+            "Gemm {:?}{} {}x{}x{} batch {} {}{}{}",
             g.dtype,
             if g.c_dtype == g.dtype {
                 String::new()
@@ -105,7 +105,8 @@ pub fn label(kernel: &Kernel) -> String {
             g.k,
             g.batch,
             if g.a.transposed { "T" } else { "N" },
-            if g.b.transposed { "T" } else { "N" }
+            if g.b.transposed { "T" } else { "N" },
+            if g.bias.is_some() { " bias" } else { "" }
         );
     }
     let text = format!("{kernel:?}");

@@ -69,6 +69,23 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
                 I => { let f = int_twin(op.int_cpu(), op.name(), dtype)?;
                        binary_strided::<I, I>(inputs, out, n, |x, y| I::from_math(f(x, y, alpha)), memory) })
         }
+        Kernel::BinaryRows {
+            op,
+            dtype,
+            a,
+            b,
+            out,
+            n,
+            cols,
+            row_first,
+            alpha,
+        } => {
+            let shape = (n, cols, row_first);
+            by_dtype!(dtype,
+                F => { let f = op.cpu(); binary_rows::<F>([a, b, out], shape, |x, y| f(x, y, alpha), memory) },
+                I => { let f = int_twin(op.int_cpu(), op.name(), dtype)?;
+                       binary_rows::<I>([a, b, out], shape, |x, y| f(x, y, alpha), memory) })
+        }
         Kernel::Compare {
             op,
             dtype,
@@ -457,6 +474,40 @@ fn binary<E: Num>(
 }
 // ANCHOR_END: cpu_binary
 
+/// The twin of `DEFINE_BINARY_ROWS`: `out[i] = f(a[i], b[i % cols])`, or with
+/// `row_first` `f(a[i % cols], b[i])`.
+fn binary_rows<E: Num>(
+    [a, b, out]: [DevicePtr; 3],
+    (n, cols, row_first): (usize, usize, bool),
+    f: impl Fn(E::Math, E::Math) -> E::Math,
+    memory: &dyn HostAccess,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    if cols == 0 || n % cols != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "a broadcast row of {cols} elements over {n} elements"
+        )));
+    }
+    let width = std::mem::size_of::<E>();
+    let (a_len, b_len) = if row_first { (cols, n) } else { (n, cols) };
+    let ranges = [(a, a_len * width), (b, b_len * width), (out, n * width)];
+    access(memory, &ranges, |p| {
+        let a = unsafe { Raw::<E>::new(p[0], a_len) };
+        let b = unsafe { Raw::<E>::new(p[1], b_len) };
+        let out = unsafe { Raw::<E>::new(p[2], n) };
+        for i in 0..n {
+            let (ia, ib) = if row_first {
+                (i % cols, i)
+            } else {
+                (i, i % cols)
+            };
+            out.set(i, E::from_math(f(a.get(ia).to_math(), b.get(ib).to_math())));
+        }
+    })
+}
+
 /// The memory a strided view of `n` elements of `width` bytes at `ptr` touches:
 /// `(start address, element count, offset of the first element from the start)`.
 fn strided_range(
@@ -607,7 +658,8 @@ fn strided_copy<E: Copy>(
 /// batch's operands are widened to `f32` in aligned host buffers, multiplied by
 /// `matrixmultiply` (a blocked, SIMD GEMM that takes any row and column strides, so a
 /// transposed operand is only a swap of strides), and the result is rounded back to the
-/// output's dtype `C` once, to nearest even. With `tf32`, the inputs are first rounded
+/// output's dtype `C` once, to nearest even (after the bias, when there is one, as
+/// cuBLASLt's `CUBLASLT_EPILOGUE_BIAS` adds it). With `tf32`, the inputs are first rounded
 /// to TF32's 10 bits of mantissa, as tensor cores read them.
 fn gemm<E: FloatElement, C: FloatElement>(
     g: &Gemm,
@@ -628,10 +680,13 @@ fn gemm<E: FloatElement, C: FloatElement>(
             (ptr, span * size)
         }
     };
+    // The bias is in the output's dtype; without one, C stands in (nothing read).
+    let span_bias = g.bias_extent();
     let ranges = [
         range(g.a.ptr, span_a),
         range(g.b.ptr, span_b),
         (g.c, span_c * c_size),
+        (g.bias.unwrap_or(g.c), span_bias * c_size),
     ];
     let [(rows_a, cols_a), (rows_b, cols_b)] = g.stored_shapes();
     let (m, n, k) = (g.m, g.n, g.k);
@@ -640,6 +695,10 @@ fn gemm<E: FloatElement, C: FloatElement>(
         let a = unsafe { Raw::<E>::new(p[0], span_a) };
         let b = unsafe { Raw::<E>::new(p[1], span_b) };
         let c = unsafe { Raw::<C>::new(p[2], span_c) };
+        let bias: Vec<f32> = {
+            let raw = unsafe { Raw::<C>::new(p[3], span_bias) };
+            (0..span_bias).map(|j| raw.get(j).widen()).collect()
+        };
         let mut a_buf = vec![0f32; rows_a * cols_a];
         let mut b_buf = vec![0f32; rows_b * cols_b];
         let mut c_buf = vec![0f32; m * n];
@@ -687,8 +746,10 @@ fn gemm<E: FloatElement, C: FloatElement>(
                     1,
                 )
             };
+            // cuBLASLt's bias epilogue: added to the f32 result, then one rounding.
             for (i, row) in c_buf.chunks_exact(n).enumerate() {
                 for (j, &v) in row.iter().enumerate() {
+                    let v = if bias.is_empty() { v } else { v + bias[j] };
                     c.set(c_start + i * g.ldc + j, C::narrow(v));
                 }
             }

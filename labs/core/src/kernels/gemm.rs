@@ -7,7 +7,12 @@
 //! leading dimension `ld` has element `(i, j)` at `i * ld + j`. An operand is either
 //! used as stored or transposed, which is how a transposed view reaches the GEMM
 //! without a copy.
+//!
+//! A product may add a bias vector to every row of its output (`F.linear`'s bias),
+//! as cuBLASLt's `CUBLASLT_EPILOGUE_BIAS` does: one launch instead of a product and a
+//! broadcast add, and one rounding of each output element instead of two.
 
+use super::{BinaryOp, Kernel};
 use crate::device_id::DevicePtr;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -54,7 +59,9 @@ impl Operand {
 /// The inputs share one float dtype and the output has it too, or `float32` (scores
 /// that must not be rounded to half precision, as flash attention keeps them); products
 /// are accumulated in `f32` (for `float16` and `bfloat16` too, as PyTorch's matmul
-/// does). `beta = 0` ignores what `C` held, NaNs included.
+/// does). `beta = 0` ignores what `C` held, NaNs included. With a `bias`,
+/// `C[b][i, j] = alpha * (op(A) @ op(B))[i, j] + beta * C[b][i, j] + bias[j]`, computed
+/// in `f32` and rounded once.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Gemm {
     pub dtype: DType,
@@ -77,6 +84,9 @@ pub struct Gemm {
     /// mantissa). Off unless asked for, as PyTorch's
     /// `torch.backends.cuda.matmul.allow_tf32 = False`; ignored by the half types.
     pub allow_tf32: bool,
+    /// A dense vector of `n` elements in the output's dtype (`c_dtype`), added to every
+    /// row of C: `F.linear`'s bias. Batch 1 only (a bias with a batch is refused).
+    pub bias: Option<DevicePtr>,
 }
 // ANCHOR_END: gemm_struct
 
@@ -102,6 +112,7 @@ impl Gemm {
             alpha: 1.0,
             beta: 0.0,
             allow_tf32: false,
+            bias: None,
         }
     }
 
@@ -162,7 +173,50 @@ impl Gemm {
                 self.stride_c
             ));
         }
+        if self.bias.is_some() && self.batch > 1 {
+            return bad(format!(
+                "a bias is added to one product's rows: batch must be 1, not {}",
+                self.batch
+            ));
+        }
         Ok(())
+    }
+
+    /// The elements the bias spans: `n` when there is one and anything to compute.
+    pub fn bias_extent(&self) -> usize {
+        match self.bias {
+            Some(_) if !self.is_empty() => self.n,
+            _ => 0,
+        }
+    }
+
+    /// The broadcast add of the bias to a dense output (`ldc = n`), in place: what a
+    /// backend whose library does not take this product's bias launches after the
+    /// product without it. `None` without a bias, or when C's rows are not dense.
+    pub fn bias_add(&self) -> Option<Kernel> {
+        let bias = self.bias?;
+        if self.ldc != self.n || self.batch > 1 {
+            return None;
+        }
+        Some(Kernel::BinaryRows {
+            op: BinaryOp::Add,
+            dtype: self.c_dtype,
+            a: self.c,
+            b: bias,
+            out: self.c,
+            n: self.m * self.n,
+            cols: self.n,
+            row_first: false,
+            alpha: 0.0,
+        })
+    }
+
+    /// The same product without its bias.
+    pub fn without_bias(&self) -> Gemm {
+        Gemm {
+            bias: None,
+            ..*self
+        }
     }
 
     /// Whether the batch's output matrices share no element: one after another

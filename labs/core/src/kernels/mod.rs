@@ -12,7 +12,7 @@
 //! twins in `cpu_rows.rs`.
 //!
 //! The matrix product, [`Gemm`], is a launch like the others but a library's: cuBLAS on
-//! `cuda`, a CPU GEMM crate on `sim` and `cpu`.
+//! `cuda` (cuBLASLt for a product with a bias), a CPU GEMM crate on `sim` and `cpu`.
 //!
 //! Attention has two sets: the fused kernels ([`AttentionKernel`], `kernels/attention.cu`,
 //! twins in `attention_cpu.rs`), and the row kernels that chunked attention runs between
@@ -143,6 +143,23 @@ pub enum Kernel {
         n: usize,
         alpha: f32,
     },
+    /// `out[i] = op(a[i], b[i % cols])` into `n` dense elements (with `row_first`,
+    /// `op(a[i % cols], b[i])`): a binary op of a dense operand and a dense row of `cols`
+    /// elements repeated over it (a bias `[n]` over `[rows, n]`, or any block of
+    /// trailing dimensions over the leading ones, flattened), without the strided
+    /// kernel's per-element index arithmetic. The same values as `BinaryStrided`, bit
+    /// for bit.
+    BinaryRows {
+        op: BinaryOp,
+        dtype: DType,
+        a: DevicePtr,
+        b: DevicePtr,
+        out: DevicePtr,
+        n: usize,
+        cols: usize,
+        row_first: bool,
+        alpha: f32,
+    },
     /// `out[i] = op(a[i], b[i]) ? 1 : 0` into `n` dense uint8 elements, operands strided
     /// as in `BinaryStrided`, of one dtype (any).
     Compare {
@@ -239,6 +256,7 @@ impl Kernel {
             | Kernel::Spin { n, .. }
             | Kernel::StridedCopy { n, .. }
             | Kernel::BinaryStrided { n, .. }
+            | Kernel::BinaryRows { n, .. }
             | Kernel::Compare { n, .. }
             | Kernel::Where { n, .. }
             | Kernel::Cast { n, .. }

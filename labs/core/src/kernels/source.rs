@@ -137,7 +137,7 @@ fn unary_module(dtype: DType) -> Module {
     generated("unary", s, &lines)
 }
 
-/// The binary ops of one dtype, dense and strided.
+/// The binary ops of one dtype: dense, strided, and with a broadcast row.
 fn binary_module(dtype: DType) -> Module {
     let s = name(dtype);
     let mut lines = Vec::new();
@@ -152,6 +152,11 @@ fn binary_module(dtype: DType) -> Module {
             lines.push((
                 "BINARY_STRIDED",
                 format!("{}_strided_{s}", op.name()),
+                e.to_string(),
+            ));
+            lines.push((
+                "BINARY_ROWS",
+                format!("{}_rows_{s}", op.name()),
                 e.to_string(),
             ));
         }
@@ -397,6 +402,11 @@ pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
             op.name(),
             dtype,
         ),
+        Kernel::BinaryRows { op, dtype, .. } => (
+            format!("{}_rows_{}", op.name(), name(dtype)),
+            op.name(),
+            dtype,
+        ),
         Kernel::Compare { op, dtype, .. } => {
             (format!("{}_{}", op.name(), name(dtype)), op.name(), dtype)
         }
@@ -482,6 +492,7 @@ mod tests {
                     || m.source.contains(&format!("DEFINE_UNARY({f}, "))
                     || m.source.contains(&format!("DEFINE_BINARY({f}, "))
                     || m.source.contains(&format!("DEFINE_BINARY_STRIDED({f}, "))
+                    || m.source.contains(&format!("DEFINE_BINARY_ROWS({f}, "))
                     || m.source.contains(&format!("DEFINE_COMPARE({f}, "))
                     || m.source.contains(&format!("DEFINE_WHERE({f})"))
                     || m.source.contains(&format!("DEFINE_CAST({f}, "))

@@ -312,6 +312,7 @@ impl Products<'_> {
             alpha,
             beta,
             allow_tf32: false,
+            bias: None,
         }))
     }
 

@@ -3,7 +3,10 @@
 //! are cast to the promoted dtype (`torch.result_type`), then one kernel runs. A
 //! broadcast operand is never materialised: the strided kernel reads it through a
 //! layout whose stretched dimensions have stride 0. When both operands are already
-//! dense and of the output's shape, the dense (vectorised) kernel runs instead.
+//! dense and of the output's shape, the dense (vectorised) kernel runs instead, and
+//! when one is dense and the other a dense block of its trailing dimensions repeated
+//! over the leading ones (`[rows, n] + [n]`, a bias), a dense kernel that reads the
+//! block at `i % n`.
 
 use super::graph::GradOp;
 use super::promote::{is_floating_point, result_type, Scalar};
@@ -35,6 +38,35 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Ve
             }),
         })
         .collect()
+}
+
+/// Whether one operand is dense over `shape` and the other a dense block of its
+/// trailing dimensions repeated over the leading ones (`[rows, n] + [n]`, a bias;
+/// `[b, t, c] + [t, c]`): flattened, a row of `cols` elements broadcast over
+/// `[numel / cols, cols]`. `Some((true, cols))` when the row is `a`, `Some((false,
+/// cols))` when it is `b`, `None` otherwise (the strided kernel runs).
+fn row_broadcast(a: &Tensor, b: &Tensor, shape: &[usize]) -> Option<(bool, usize)> {
+    let dense = |t: &Tensor| t.is_contiguous() && t.shape() == shape;
+    // Leading dimensions of size 1 aside, the trailing dimensions of `shape`.
+    let row = |t: &Tensor| {
+        let s = t.shape();
+        let lead = s.iter().take_while(|&&d| d == 1).count();
+        let trailing = &s[lead..];
+        t.is_contiguous()
+            && trailing.len() < shape.len()
+            && shape.ends_with(trailing)
+            && t.numel() > 0
+    };
+    if shape.is_empty() {
+        return None;
+    }
+    if dense(a) && row(b) {
+        Some((false, b.numel()))
+    } else if row(a) && dense(b) {
+        Some((true, a.numel()))
+    } else {
+        None
+    }
 }
 
 impl Tensor {
@@ -70,6 +102,18 @@ impl Tensor {
                 b: b.ptr(),
                 out: out.ptr(),
                 n,
+                alpha,
+            }
+        } else if let Some((row_first, cols)) = row_broadcast(&a, &b, &shape) {
+            Kernel::BinaryRows {
+                op,
+                dtype,
+                a: a.ptr(),
+                b: b.ptr(),
+                out: out.ptr(),
+                n,
+                cols,
+                row_first,
                 alpha,
             }
         } else {

@@ -44,6 +44,13 @@ pub enum GradOp {
     /// A matrix product (`matmul`): 2-D, batched, or batched with a shared `[k, n]`
     /// weight.
     Matmul,
+    /// `linear` with its bias added by the product (`addmm`); inputs: x, weightᵀ (the
+    /// transposed view), the bias; saved: x and weightᵀ, as by `Matmul`. The bias's
+    /// gradient (the sum of the output gradient's rows) is computed only when
+    /// `bias_needs_grad`.
+    Linear {
+        bias_needs_grad: bool,
+    },
     /// A cast between float dtypes from `from`: the gradient is cast back.
     Cast {
         from: DType,
@@ -131,6 +138,7 @@ impl GradOp {
             GradOp::Reshape(_) => "ViewBackward".into(),
             GradOp::Identity => "CloneBackward".into(),
             GradOp::Matmul => "MmBackward".into(),
+            GradOp::Linear { .. } => "AddmmBackward".into(),
             GradOp::Cast { .. } => "ToCopyBackward".into(),
             GradOp::BroadcastBinary { op, .. } => format!("{}Backward", capitalised(op.name())),
             GradOp::Where { .. } => "WhereBackward".into(),

@@ -91,6 +91,27 @@ fn placed(t: &Tensor) -> Result<(Tensor, Operand)> {
     Ok((dense, operand))
 }
 
+/// A linear layer's bias is a `[out]` vector of the input's dtype (PyTorch refuses
+/// mixed dtypes in `addmm` too); anything else is an error naming both.
+fn check_bias(x: &Tensor, weight: &Tensor, bias: &Tensor) -> Result<()> {
+    let out = weight.shape().first().copied().unwrap_or(0);
+    if weight.shape().len() != 2 || bias.shape() != [out] {
+        return Err(Error::InvalidArgument(format!(
+            "linear: the bias must be [out] = [{out}] for a weight of shape {:?}, got {:?}",
+            weight.shape(),
+            bias.shape()
+        )));
+    }
+    if bias.dtype() != x.dtype() {
+        return Err(Error::DTypeMismatch {
+            op: "linear",
+            a: x.dtype(),
+            b: bias.dtype(),
+        });
+    }
+    Ok(())
+}
+
 impl Tensor {
     // ANCHOR: matmul
     /// The matrix product `self @ other` (PyTorch's `torch.matmul` for 2-D and batched
@@ -117,9 +138,15 @@ impl Tensor {
     }
 
     // ANCHOR: linear
-    /// PyTorch's `F.linear(x, weight, bias)`: `x @ weightᵀ + bias` for `x [rows, in]`,
-    /// `weight [out, in]`, `bias [out]`. Under autocast every operand is cast to the
-    /// region's dtype before the product, the weight (a leaf) through the cast cache.
+    /// PyTorch's `F.linear(x, weight, bias)`: `x @ weightᵀ + bias` for `x [rows, in]`
+    /// (or `[..., in]`), `weight [out, in]`, `bias [out]`. Under autocast every operand
+    /// is cast to the region's dtype before the product, the weight (a leaf) through
+    /// the cast cache.
+    ///
+    /// With a bias, one GEMM adds it to every row as it writes the output (cuBLASLt's
+    /// bias epilogue, as PyTorch's `addmm`): one launch and one `[rows, out]` tensor,
+    /// where a product and a broadcast add take two of each. A bias that is not `[out]`
+    /// of the input's dtype is an error.
     pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let inputs: Vec<&Tensor> = [Some(self), Some(weight), bias]
             .into_iter()
@@ -128,17 +155,49 @@ impl Tensor {
         if let Some(args) = super::autocast_args("linear", &inputs)? {
             return args[0].linear(&args[1], args.get(2));
         }
-        let y = self.matmul(&weight.transpose(0, 1)?)?;
-        match bias {
-            // `[rows, out] + [out]`: the broadcasting add, whose backward sums the
-            // rows' gradients into the bias's.
-            Some(b) => y.add(b),
-            None => Ok(y),
+        let wt = weight.transpose(0, 1)?;
+        let Some(b) = bias else {
+            return self.matmul(&wt);
+        };
+        check_bias(self, weight, b)?;
+        let (y, fused) = self.product(&wt, MatmulOptions::default(), Some(b))?;
+        // Both operands are saved, as by `matmul`; the bias's gradient is the sum of
+        // the output gradient's rows, which needs nothing saved.
+        let saved = vec![self.clone(), wt.clone()];
+        if fused {
+            let op = GradOp::Linear {
+                bias_needs_grad: b.requires_grad(),
+            };
+            return Ok(Tensor::recorded(y, op, &[self, &wt, b], saved));
         }
+        // A bias the GEMM cannot add (a strided bias, a batched product): the
+        // product, then the broadcasting add.
+        Tensor::recorded(y, GradOp::Matmul, &[self, &wt], saved).add(b)
     }
     // ANCHOR_END: linear
 
     fn matmul_unrecorded(&self, other: &Tensor, options: MatmulOptions) -> Result<Tensor> {
+        Ok(self.product(other, options, None)?.0)
+    }
+
+    /// Whether `bias` can be the GEMM's bias for this product's output of `n` columns:
+    /// a dense `[n]` vector of its dtype on the same device.
+    fn is_gemm_bias(&self, bias: &Tensor, n: usize) -> bool {
+        bias.device() == self.device()
+            && bias.dtype() == self.dtype
+            && bias.shape() == [n]
+            && bias.is_contiguous()
+    }
+
+    /// `self @ other`, unrecorded, with `bias` added to every row by the GEMM when it
+    /// can be (a `[n]` vector of the output's dtype, a product that is one GEMM of
+    /// batch 1); the flag says whether it was.
+    fn product(
+        &self,
+        other: &Tensor,
+        options: MatmulOptions,
+        bias: Option<&Tensor>,
+    ) -> Result<(Tensor, bool)> {
         self.check_same_device(other)?;
         self.check_float(OP)?;
         other.check_float(OP)?;
@@ -172,11 +231,11 @@ impl Tensor {
         let mut out_shape = batch_shape.to_vec();
         out_shape.extend([m, n]);
         if m == 0 || n == 0 || batch == 0 {
-            return Tensor::empty(&out_shape, self.dtype, self.device());
+            return Ok((Tensor::empty(&out_shape, self.dtype, self.device())?, false));
         }
         if k == 0 {
             // A sum of nothing: zeros, as in PyTorch (no GEMM to launch).
-            return Tensor::zeros(&out_shape, self.dtype, self.device());
+            return Ok((Tensor::zeros(&out_shape, self.dtype, self.device())?, false));
         }
 
         let (a, a_op) = placed(self)?;
@@ -197,6 +256,7 @@ impl Tensor {
             alpha: 1.0,
             beta: 0.0,
             allow_tf32: options.allow_tf32,
+            bias: None,
         };
         // One weight for every batch whose rows follow one another `ld` apart: the
         // batches are one tall `[batch * m, k]` matrix and the product a single GEMM.
@@ -208,11 +268,13 @@ impl Tensor {
             gemm.m = batch * m;
             gemm.batch = 1;
         }
+        let bias = bias.filter(|b| gemm.batch == 1 && self.is_gemm_bias(b, n));
+        gemm.bias = bias.map(Tensor::ptr);
         self.device().launch(&Kernel::Gemm(gemm))?;
         // The operands (and any dense copies) may go now: the caching allocator reuses
         // their memory only for work queued after the product on the same stream.
         drop((a, b));
-        Ok(out)
+        Ok((out, bias.is_some()))
     }
 }
 
