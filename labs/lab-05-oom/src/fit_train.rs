@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 use lab_10::train::{self, ModelKind, TrainConfig, TrainReport};
 use labs_core::format::{bytes, duration};
 use labs_core::table::Table;
-use labs_core::Device;
+use labs_core::{Device, DeviceId};
 
 use crate::finder::{search, Search};
 
@@ -65,6 +65,21 @@ fn trial(device: &Device, config: &TrainConfig) -> Result<TrainReport> {
     Ok(report)
 }
 
+/// The device a trial runs on, as a new process would find it: a new dry-run or
+/// simulated device of the same size, or the GPU itself (the one device a process
+/// cannot make anew; its cache is emptied before each trial). An emptied cache is not
+/// a new one: the segments it made are gone, but where the next ones land in the
+/// address space, and so which of two equal free blocks a best fit takes, depends on
+/// them, and a batch on the edge of fitting can fit after one history and not after
+/// another.
+fn fresh(device: &Device) -> Result<Device> {
+    Ok(match device.id() {
+        DeviceId::Dry(_) => Device::new_dry(device.mem_info()?.total),
+        DeviceId::Sim(_) => Device::new_sim(device.mem_info()?.total),
+        _ => device.clone(),
+    })
+}
+
 // ANCHOR: predict
 /// The largest micro-batch (up to `max`) of `base` that trains on a GPU of `capacity`
 /// bytes, found on a dry-run device of that size.
@@ -72,7 +87,7 @@ pub fn predict(capacity: u64, base: &TrainConfig, max: usize) -> Result<Predicti
     let start = Instant::now();
     let dry = Device::new_dry(capacity);
     let search = search(1, max, |batch| {
-        Ok::<_, anyhow::Error>(trial(&dry, &at_batch(base, batch))?.oom.is_none())
+        Ok::<_, anyhow::Error>(trial(&fresh(&dry)?, &at_batch(base, batch))?.oom.is_none())
     })?;
     if search.batch == 0 {
         bail!(
@@ -81,7 +96,7 @@ pub fn predict(capacity: u64, base: &TrainConfig, max: usize) -> Result<Predicti
             bytes(capacity)
         );
     }
-    let report = trial(&dry, &at_batch(base, search.batch))?;
+    let report = trial(&fresh(&dry)?, &at_batch(base, search.batch))?;
     Ok(Prediction {
         capacity,
         search,
@@ -99,8 +114,14 @@ pub fn check(device: &Device, p: &Prediction, base: &TrainConfig) -> Result<Chec
     let alloc = device.allocator()?;
     let total = device.mem_info()?.total;
     alloc.set_memory_fraction((p.capacity as f64 / total as f64).min(1.0))?;
-    let measured = trial(device, &at_batch(base, p.search.batch));
-    let one_more = trial(device, &at_batch(base, p.search.batch + 1));
+    let capped = |d: Device| -> Result<Device> {
+        d.allocator()?
+            .set_memory_fraction((p.capacity as f64 / total as f64).min(1.0))?;
+        Ok(d)
+    };
+    let measured = capped(fresh(device)?).and_then(|d| trial(&d, &at_batch(base, p.search.batch)));
+    let one_more =
+        capped(fresh(device)?).and_then(|d| trial(&d, &at_batch(base, p.search.batch + 1)));
     alloc.set_memory_fraction(1.0)?;
     let report = measured?;
     Ok(Check {
