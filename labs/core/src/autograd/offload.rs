@@ -7,10 +7,10 @@
 //! (the default stream) orders the copy after the op that produced the tensor; the copy
 //! stream waits for it and copies the tensor into a block of the caching host allocator
 //! (`host::HostAllocator`). The hooks keep the device tensor until its copy is done,
-//! and forward goes on without waiting: once more than `max_in_flight_bytes` are on
-//! their way, the compute stream (not the host) waits for the oldest copy, and the
-//! hooks let go of its tensor, whose memory is then reused in stream order, after the
-//! copy. Smaller tensors stay on the device (their copies would cost more in latency
+//! and forward goes on without waiting: once more than `max_in_flight_bytes` are held
+//! beside the newest, the compute stream (not the host) waits for the oldest copy, and
+//! the hooks let go of its tensor, whose memory is then reused in stream order, after
+//! the copy. Smaller tensors stay on the device (their copies would cost more in latency
 //! than they save), counted as activations as usual.
 //!
 //! Not `record_stream`: a block recorded on the copy stream and freed is pending until
@@ -47,12 +47,14 @@ pub struct OffloadOptions {
     pub min_bytes: usize,
     /// Start bringing the next node's tensors back when one node is unpacked.
     pub prefetch: bool,
-    /// At most this many bytes in copies to the host not yet finished: past it, the
-    /// compute stream waits for the oldest (the host does not). A tensor being copied
-    /// out cannot be freed until its copy is done, so without a bound a forward pass
-    /// faster than the copies keeps device memory for every tensor in flight
-    /// (PyTorch's `save_on_cpu` copies on the compute stream and so never has more
-    /// than one in flight).
+    /// Bytes of tensors being copied to the host that the hooks hold beside the
+    /// newest: past it, the compute stream waits for the oldest copy (the host does
+    /// not) and the hooks let go of its tensor. A tensor being copied out cannot be
+    /// reused until its copy is done, so whatever is held is allocated. The default,
+    /// 0, holds the newest alone: each copy overlaps the compute up to the next saved
+    /// tensor, which a forward pass whose copies take longer than its kernels waits
+    /// for anyway (PyTorch's `save_on_cpu` copies on the compute stream, which waits
+    /// for every copy).
     pub max_in_flight_bytes: usize,
 }
 
@@ -62,7 +64,7 @@ impl Default for OffloadOptions {
             pin_memory: true,
             min_bytes: 1 << 20,
             prefetch: true,
-            max_in_flight_bytes: 64 << 20,
+            max_in_flight_bytes: 0,
         }
     }
 }
@@ -158,13 +160,11 @@ impl OffloadHooks {
 
     /// Adds a copy to the host to those under way; while more than
     /// `max_in_flight_bytes` are (keeping one, however large), the compute stream
-    /// waits for the oldest, whose tensor is let go. Copies the host has seen end
-    /// leave with no wait at all.
+    /// waits for the oldest, whose tensor is let go. Which tensors are held depends on
+    /// the sizes alone, never on how far the copies have got (no `query`), so that the
+    /// allocations are the same on every device: the dry run predicts them exactly.
     fn bound_in_flight(&self, copy: InFlight) -> Result<()> {
         let mut q = self.in_flight.lock().unwrap();
-        while q.front().is_some_and(|c| c.done.query().unwrap_or(false)) {
-            q.pop_front();
-        }
         q.push_back(copy);
         let mut total: usize = q.iter().map(|c| c.tensor.nbytes()).sum();
         let mut waits = 0;
