@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use labs_core::alloc::Category;
 use labs_core::autograd::{
@@ -332,17 +333,13 @@ fn offload_moves_saved_activations_off_the_device_and_back() {
     // each layer norm's mean and rstd (float32 per row); nothing offloaded.
     let kept = block.w1.nbytes() + block.w2.nbytes() + block.ln_w.nbytes() + 3 * 2 * n * 4;
     assert_eq!(retained_graph(&y).saved_bytes, kept as u64);
-    // The hooks do not wait for their copies: each offloaded tensor's device block is
-    // recorded on the copy stream, so its free waits for the copy (`record_stream`)
-    // rather than making the next allocation reuse it under the copy. All but one
-    // are free now: the first block's input shares the storage of `x`, still held.
+    // The host does not wait for the copies, and no free waits for the copy stream
+    // (`record_stream`): the hooks hold each tensor being copied and let go of it once
+    // the compute stream has waited for its copy (all but the newest, with no bytes
+    // allowed in flight).
     drop(y);
-    let deferred = allocator.stats().num_deferred_frees - deferred;
-    assert!(
-        deferred + 1 >= stats.offloaded as u64,
-        "{deferred} frees waited for the copy stream, {} tensors offloaded",
-        stats.offloaded
-    );
+    assert_eq!(allocator.stats().num_deferred_frees, deferred);
+    assert_eq!(stats.compute_waits, stats.offloaded - 1, "{stats:?}");
 
     let offloaded = step(&block, &x, 3, &|b, x| {
         // One guard per block, as a training loop wraps its model.
@@ -350,6 +347,61 @@ fn offload_moves_saved_activations_off_the_device_and_back() {
         b.forward(x).unwrap()
     });
     assert_same(&plain, &offloaded, "offloading changes gradients");
+}
+
+/// The host runs ahead of the device: a spin holds the compute stream back while the
+/// host queues a whole offloaded step, as a GPU's host queues kernels faster than they
+/// run. Every offloaded tensor is then still being copied when the forward pass lets go
+/// of it. Freed with `record_stream`, such a block stays pending until the host sees
+/// its copy end, and the step's requests meanwhile grow the cache by the whole offloaded
+/// volume; the hooks instead hold it while in flight and make the compute stream wait
+/// for the copy, so its memory is reused in stream order and the step reserves about
+/// what it allocates.
+#[test]
+fn offload_reserves_what_it_allocates_while_the_host_runs_ahead() {
+    let _s = serial();
+    let device = test_device();
+    // 512 x 256 float32 activations (512 KiB), 2 MiB hidden ones: 12 layers offload
+    // about 74 MiB.
+    let (n, d, layers) = (512, 256, 12);
+    let block = Block::new(d, 0.1, &device);
+    let x = Tensor::randn(&[n, d], 9, &device).unwrap();
+    let plain = step(&block, &x, layers, &|b, x| b.forward(x).unwrap());
+    let compute = device.default_stream().unwrap();
+    // Spins in place, so on a tensor of its own.
+    let busy = Tensor::zeros(&[1 << 10], labs_core::DType::F32, &device).unwrap();
+    let spin =
+        labs_core::timing::calibrate_spin(&busy, &compute, Duration::from_millis(400)).unwrap();
+    let options = OffloadOptions {
+        min_bytes: 64 << 10,
+        max_in_flight_bytes: 8 << 20,
+        ..OffloadOptions::default()
+    };
+    let allocator = device.allocator().unwrap();
+    let deferred = allocator.stats().num_deferred_frees;
+    device.synchronize().unwrap();
+    allocator.empty_cache().unwrap();
+    allocator.reset_peak_stats();
+    let (allocated, reserved) = (allocator.memory_allocated(), allocator.memory_reserved());
+    busy.spin_on(spin, &compute).unwrap();
+    let (guard, hooks) = save_on_cpu(options);
+    let offloaded = step(&block, &x, layers, &|b, x| b.forward(x).unwrap());
+    drop(guard);
+    let stats = hooks.stats();
+    assert_same(&plain, &offloaded, "offloading while the host runs ahead");
+    assert!(stats.offloaded_bytes > 64 << 20, "{stats:?}");
+    let peak_allocated = allocator.max_memory_allocated() - allocated;
+    let peak_reserved = allocator.max_memory_reserved() - reserved;
+    // On the simulated GPU: 16 MiB reserved for 11 MiB allocated (2 MiB pages partly
+    // used); 80 MiB with the blocks recorded on the copy stream.
+    assert!(
+        peak_reserved < 2 * peak_allocated,
+        "an offloaded step reserved {} MiB for a peak of {} MiB allocated ({stats:?})",
+        peak_reserved >> 20,
+        peak_allocated >> 20
+    );
+    // No free waited for the copy stream: nothing was recorded on it.
+    assert_eq!(allocator.stats().num_deferred_frees, deferred);
 }
 
 #[test]

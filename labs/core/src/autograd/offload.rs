@@ -6,15 +6,23 @@
 //! Pack, for a tensor of at least `min_bytes`: an event recorded on the compute stream
 //! (the default stream) orders the copy after the op that produced the tensor; the copy
 //! stream waits for it and copies the tensor into a block of the caching host allocator
-//! (`host::HostAllocator`). The device tensor is recorded on the copy stream
-//! (`record_stream`), so dropping it at once gives its memory back to the cache only for
-//! reuse after the copy: forward goes on without waiting. Smaller tensors stay on the
-//! device (their copies would cost more in latency than they save), counted as
-//! activations as usual.
+//! (`host::HostAllocator`). The hooks keep the device tensor until its copy is done,
+//! and forward goes on without waiting: once more than `max_in_flight_bytes` are held
+//! beside the newest, the compute stream (not the host) waits for the oldest copy, and
+//! the hooks let go of its tensor, whose memory is then reused in stream order, after
+//! the copy. Smaller tensors stay on the device (their copies would cost more in latency
+//! than they save), counted as activations as usual.
+//!
+//! Not `record_stream`: a block recorded on the copy stream and freed is pending until
+//! the host sees the copy end, and the host runs ahead of the device by a whole forward
+//! pass; a request meanwhile cannot reuse it and the allocator grows instead. Offloaded
+//! that way, a step reserved almost what it reserves without offload.
 //!
 //! Unpack: the compute stream waits for the copy back (an event) and gets a device
-//! tensor. When backward unpacks one node, the engine asks the next node's tensors to
-//! be prefetched: their copies back run on the copy stream while this node computes.
+//! tensor, from then on the compute stream's alone (not recorded on the copy stream,
+//! for the same reason). When backward unpacks one node, the engine asks the next
+//! node's tensors to be prefetched: their copies back run on the copy stream while this
+//! node computes.
 //!
 //! Categories stay true: an offloaded tensor is host memory, never marked as a device
 //! activation; a tensor brought back is the backward's temporary.
@@ -39,11 +47,14 @@ pub struct OffloadOptions {
     pub min_bytes: usize,
     /// Start bringing the next node's tensors back when one node is unpacked.
     pub prefetch: bool,
-    /// At most this many bytes in copies to the host not yet finished: past it, the
-    /// forward pass waits for the oldest. A tensor being copied out cannot be freed
-    /// until its copy is done, so without a bound a forward pass faster than the copies
-    /// reserves device memory for every tensor in flight (PyTorch's `save_on_cpu`
-    /// copies on the compute stream and so never has more than one in flight).
+    /// Bytes of tensors being copied to the host that the hooks hold beside the
+    /// newest: past it, the compute stream waits for the oldest copy (the host does
+    /// not) and the hooks let go of its tensor. A tensor being copied out cannot be
+    /// reused until its copy is done, so whatever is held is allocated. The default,
+    /// 0, holds the newest alone: each copy overlaps the compute up to the next saved
+    /// tensor, which a forward pass whose copies take longer than its kernels waits
+    /// for anyway (PyTorch's `save_on_cpu` copies on the compute stream, which waits
+    /// for every copy).
     pub max_in_flight_bytes: usize,
 }
 
@@ -53,7 +64,7 @@ impl Default for OffloadOptions {
             pin_memory: true,
             min_bytes: 1 << 20,
             prefetch: true,
-            max_in_flight_bytes: 64 << 20,
+            max_in_flight_bytes: 0,
         }
     }
 }
@@ -71,6 +82,9 @@ pub struct OffloadStats {
     pub prefetched: usize,
     /// Tensors unpacked with no copy back under way (copied back on demand).
     pub fetched_on_demand: usize,
+    /// Copies to the host that the compute stream was made to wait for, to keep the
+    /// bytes in flight under the bound: waits on the device, never on the host.
+    pub compute_waits: usize,
 }
 
 /// A saved tensor in host memory, and its copy back once started.
@@ -100,8 +114,23 @@ pub struct OffloadHooks {
     options: OffloadOptions,
     copy_streams: Mutex<HashMap<DeviceId, Stream>>,
     stats: Mutex<OffloadStats>,
-    /// Copies to the host under way, oldest first: their end events and bytes.
-    in_flight: Mutex<VecDeque<(Event, usize)>>,
+    /// Copies to the host under way, oldest first.
+    in_flight: Mutex<VecDeque<InFlight>>,
+}
+
+/// A copy to the host under way: the device tensor it reads, held until the copy is
+/// done, and the event recorded on the copy stream after it.
+struct InFlight {
+    tensor: Tensor,
+    done: Event,
+}
+
+impl InFlight {
+    /// Lets go of the tensor once the stream that allocated it (the device's default
+    /// stream, where its memory is reused) has been made to wait for the copy.
+    fn release_after_copy(self) -> Result<()> {
+        self.tensor.device().default_stream()?.wait(&self.done)
+    }
 }
 
 impl OffloadHooks {
@@ -129,22 +158,41 @@ impl OffloadHooks {
         Ok(s)
     }
 
-    /// Adds a copy to the host to those under way, then waits for the oldest while
-    /// more than `max_in_flight_bytes` are (keeping one, however large).
-    fn bound_in_flight(&self, done: Event, bytes: usize) -> Result<()> {
+    /// Adds a copy to the host to those under way; while more than
+    /// `max_in_flight_bytes` are (keeping one, however large), the compute stream
+    /// waits for the oldest, whose tensor is let go. Which tensors are held depends on
+    /// the sizes alone, never on how far the copies have got (no `query`), so that the
+    /// allocations are the same on every device: the dry run predicts them exactly.
+    fn bound_in_flight(&self, copy: InFlight) -> Result<()> {
         let mut q = self.in_flight.lock().unwrap();
-        q.push_back((done, bytes));
-        let mut total: usize = q.iter().map(|(_, b)| b).sum();
+        q.push_back(copy);
+        let mut total: usize = q.iter().map(|c| c.tensor.nbytes()).sum();
+        let mut waits = 0;
         while total > self.options.max_in_flight_bytes && q.len() > 1 {
-            let (oldest, b) = q.pop_front().expect("more than one");
-            oldest.synchronize()?;
-            total -= b;
+            let oldest = q.pop_front().expect("more than one");
+            total -= oldest.tensor.nbytes();
+            oldest.release_after_copy()?;
+            waits += 1;
         }
-        // Finished ones leave without a wait.
-        while q.front().is_some_and(|(e, _)| e.query().unwrap_or(false)) {
-            q.pop_front();
-        }
+        drop(q);
+        self.stats.lock().unwrap().compute_waits += waits;
         Ok(())
+    }
+
+    /// Lets go of every tensor still being copied out, each device's compute stream
+    /// waiting for the copies first: backward has begun, and what it needs back comes
+    /// from the host.
+    fn release_in_flight(&self) -> Result<()> {
+        let copies = std::mem::take(&mut *self.in_flight.lock().unwrap());
+        // The copies of one device run in order on its copy stream: waiting for the
+        // newest waits for them all.
+        let mut newest: HashMap<DeviceId, InFlight> = HashMap::new();
+        for c in copies {
+            newest.insert(c.tensor.device().id(), c);
+        }
+        newest
+            .into_values()
+            .try_for_each(InFlight::release_after_copy)
     }
 
     /// Starts the copy back of `o` on the copy stream unless it is under way.
@@ -165,7 +213,9 @@ impl OffloadHooks {
                 let allocated = o.device.new_event()?;
                 o.device.default_stream()?.record(&allocated)?;
                 copy.wait(&allocated)?;
-                h.to_non_blocking(&o.device, &copy)?
+                // Not recorded on the copy stream: `unpack` (or dropping `o`) makes the
+                // compute stream wait for the copy before anything else uses it.
+                h.to_non_blocking_unrecorded(&o.device, &copy)?
             }
             Host::Pageable(h) => h.to(&o.device)?.reshape(&o.shape)?,
         };
@@ -196,11 +246,15 @@ impl SavedTensorsHooks for OffloadHooks {
             compute.record(&produced)?;
             copy.wait(&produced)?;
             let mut host = PinnedTensor::empty(t.shape(), t.dtype(), &device)?;
-            // Records `dense` on the copy stream: dropping it below is safe.
-            host.copy_from_non_blocking(&dense, &copy)?;
+            // Not recorded on the copy stream: the hooks hold `dense` until the
+            // compute stream has waited for the copy (`bound_in_flight`).
+            host.copy_from_non_blocking_unrecorded(&dense, &copy)?;
             let done = device.new_event()?;
             copy.record(&done)?;
-            self.bound_in_flight(done.clone(), dense.nbytes())?;
+            self.bound_in_flight(InFlight {
+                tensor: dense.clone(),
+                done: done.clone(),
+            })?;
             (Host::Pinned(host), Some(done))
         } else {
             (Host::Pageable(dense.cpu()?), None)
@@ -223,6 +277,7 @@ impl SavedTensorsHooks for OffloadHooks {
             Slot::OnDevice(t) => return Ok(t.clone()),
             Slot::Offloaded(o) => o,
         };
+        self.release_in_flight()?;
         let started_now = self.start_copy_back(o)?;
         {
             let mut stats = self.stats.lock().unwrap();
@@ -253,9 +308,29 @@ impl SavedTensorsHooks for OffloadHooks {
 
     fn prefetch(&self, packed: &Packed) -> Result<()> {
         if let (true, Slot::Offloaded(o)) = (self.options.prefetch, downcast(packed)?) {
+            self.release_in_flight()?;
             self.start_copy_back(o)?;
         }
         Ok(())
+    }
+}
+
+impl Drop for OffloadHooks {
+    fn drop(&mut self) {
+        let _ = self.release_in_flight();
+    }
+}
+
+/// A copy back never unpacked (the graph was dropped before backward reached it):
+/// the compute stream waits for it before its memory can be reused.
+impl Drop for Offloaded {
+    fn drop(&mut self) {
+        if let Some((t, done)) = self.back.get_mut().unwrap().take() {
+            if let Ok(compute) = self.device.default_stream() {
+                let _ = compute.wait(&done);
+            }
+            drop(t);
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Virtual memory: address ranges reserved without memory behind them, and physical
 //! memory mapped into them page by page. Expandable segments are built on it.
 
-use crate::device_id::DevicePtr;
+use crate::device_id::{DeviceId, DevicePtr};
 use crate::error::Result;
 
 /// Physical device memory not mapped anywhere (`CUmemGenericAllocationHandle`): made
@@ -38,10 +38,15 @@ pub trait VirtualMemory {
     /// failure the memory is released. The device may touch it only after
     /// `vm_set_access`. The unit of `vm_unmap_memory` is the unit mapped here.
     fn vm_map_memory(&self, ptr: DevicePtr, memory: PhysicalMemory) -> Result<()>;
-    /// Makes `ptr..ptr+bytes` readable and writable by the device (`cuMemSetAccess`).
-    /// The range must be wholly mapped, and may span several mappings: one call for
-    /// neighbouring mappings costs less than one call each.
+    /// Makes `ptr..ptr+bytes` readable and writable by the device (`cuMemSetAccess`),
+    /// and by every peer granted access to its memory (one descriptor each, the
+    /// device's own first). The range must be wholly mapped, and may span several
+    /// mappings: one call for neighbouring mappings costs less than one call each.
     fn vm_set_access(&self, ptr: DevicePtr, bytes: usize) -> Result<()>;
+    /// Whether `device` may read and write the mapped memory at `ptr`
+    /// (`cuMemGetAccess`): this device once `vm_set_access` covered it, a peer once
+    /// granted access (`PeerAccess::grant_peer_access`).
+    fn vm_access(&self, ptr: DevicePtr, device: DeviceId) -> Result<bool>;
     /// Unmaps what one `vm_map_memory` mapped at `ptr` (`cuMemUnmap`) and hands its
     /// memory back, still allocated. The caller makes sure no queued work still uses
     /// the range.

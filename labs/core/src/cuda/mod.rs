@@ -5,6 +5,7 @@
 mod blas;
 mod kernels;
 pub mod nccl;
+mod peer;
 mod stream;
 
 use std::sync::{Arc, OnceLock};
@@ -21,6 +22,7 @@ use crate::kernels::Kernel;
 
 use blas::Blas;
 use kernels::ModuleCache;
+use peer::{access_desc, Mappings};
 use stream::{cuda_stream, CudaEvent, CudaStream};
 
 // ANCHOR: driver_probe
@@ -72,9 +74,8 @@ struct State {
     multiprocessors: u32,
     /// The GPUs whose memory this context may read (`cuCtxEnablePeerAccess` done).
     peers: std::sync::Mutex<std::collections::HashSet<usize>>,
-    /// The physical allocation behind each `vm_map`, by mapped address.
-    handles:
-        std::sync::Mutex<std::collections::HashMap<DevicePtr, sys::CUmemGenericAllocationHandle>>,
+    /// What `vm_map_memory` mapped, and the peers granted access to it (`peer.rs`).
+    mappings: std::sync::Mutex<Mappings>,
 }
 
 impl CudaBackend {
@@ -116,7 +117,7 @@ impl CudaBackend {
                     default_stream,
                     multiprocessors,
                     peers: Default::default(),
-                    handles: Default::default(),
+                    mappings: Default::default(),
                 }));
                 self.state.get().expect("just set")
             }
@@ -317,32 +318,49 @@ impl VirtualMemory for CudaBackend {
             }
             return Err(Error::driver("cuMemMap", e));
         }
-        s.handles.lock().unwrap().insert(ptr, handle);
+        s.mappings.lock().unwrap().insert(ptr, handle, bytes);
         Ok(())
     }
 
     fn vm_set_access(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
-        self.state()?;
-        let desc = sys::CUmemAccessDesc {
-            location: self.allocation_prop().location,
-            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
-        // SAFETY: the caller maps the whole range first; `desc` is one valid descriptor.
-        unsafe { sys::cuMemSetAccess(ptr, bytes, &desc, 1) }
+        let s = self.state()?;
+        // Held through the call, so that a peer granted access meanwhile (which walks
+        // the mappings under this lock) cannot miss the range.
+        let mappings = s.mappings.lock().unwrap();
+        let descs: Vec<sys::CUmemAccessDesc> = std::iter::once(self.ordinal)
+            .chain(mappings.peers().iter().copied())
+            .map(access_desc)
+            .collect();
+        // SAFETY: the caller maps the whole range first; `descs` are valid descriptors.
+        unsafe { sys::cuMemSetAccess(ptr, bytes, descs.as_ptr(), descs.len()) }
             .result()
             .map_err(|e| Error::driver("cuMemSetAccess", e))
     }
     // ANCHOR_END: vm_map
 
+    fn vm_access(&self, ptr: DevicePtr, device: DeviceId) -> Result<bool> {
+        self.state()?;
+        let DeviceId::Cuda(ordinal) = device else {
+            return Ok(false);
+        };
+        let location = access_desc(ordinal).location;
+        let mut flags: std::ffi::c_ulonglong = 0;
+        // SAFETY: a valid out-pointer and location; the driver checks the address.
+        unsafe { sys::cuMemGetAccess(&mut flags, &location, ptr) }
+            .result()
+            .map_err(|e| Error::driver("cuMemGetAccess", e))?;
+        Ok(flags == sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE as u64)
+    }
+
     fn vm_unmap_memory(&self, ptr: DevicePtr, bytes: usize) -> Result<PhysicalMemory> {
         let s = self.state()?;
-        let handle = s.handles.lock().unwrap().remove(&ptr).ok_or_else(|| {
+        let handle = s.mappings.lock().unwrap().remove(ptr).ok_or_else(|| {
             Error::InvalidArgument(format!("vm_unmap of {ptr:#x}: nothing mapped there"))
         })?;
         // SAFETY: the mapping was made by `vm_map_memory`; the caller guarantees no
         // queued work uses it any more.
         if let Err(e) = unsafe { sys::cuMemUnmap(ptr, bytes) }.result() {
-            s.handles.lock().unwrap().insert(ptr, handle);
+            s.mappings.lock().unwrap().insert(ptr, handle, bytes);
             return Err(Error::driver("cuMemUnmap", e));
         }
         Ok(PhysicalMemory { handle, bytes })
@@ -584,68 +602,6 @@ impl ManagedMemory for CudaBackend {
             .map_err(|e| Error::driver("cuMemAdvise", e))
     }
 }
-
-// ANCHOR: cuda_peer
-impl PeerAccess for CudaBackend {
-    fn can_access_peer(&self, peer: DeviceId) -> Result<bool> {
-        let DeviceId::Cuda(other) = peer else {
-            return Ok(false);
-        };
-        if other == self.ordinal {
-            return Ok(false);
-        }
-        driver()?;
-        let cu_device = |ordinal: usize| {
-            result::device::get(ordinal as i32).map_err(|e| Error::driver("cuDeviceGet", e))
-        };
-        let (this, that) = (cu_device(self.ordinal)?, cu_device(other)?);
-        let mut can = 0;
-        // SAFETY: a valid out-pointer and two device handles; no context is needed.
-        unsafe { sys::cuDeviceCanAccessPeer(&mut can, this, that) }
-            .result()
-            .map_err(|e| Error::driver("cuDeviceCanAccessPeer", e))?;
-        Ok(can != 0)
-    }
-
-    fn copy_from_peer(
-        &self,
-        dst: DevicePtr,
-        peer: &dyn Backend,
-        src: DevicePtr,
-        bytes: usize,
-        stream: &Stream,
-    ) -> Result<()> {
-        let other = peer.as_any().downcast_ref::<CudaBackend>().ok_or_else(|| {
-            Error::InvalidArgument(format!("a peer copy from {} to {}", peer.id(), self.id_()))
-        })?;
-        // The peer's context first: making it exists binds it, and ours must be bound last.
-        let peer_ctx = other.state()?.ctx.cu_ctx();
-        let s = self.state()?;
-        let raw = cuda_stream(stream, self.id_())?.raw();
-        let mut peers = s.peers.lock().unwrap();
-        if !peers.contains(&other.ordinal) {
-            // SAFETY: our context is current; the peer's is alive (its device holds it).
-            let r = unsafe { sys::cuCtxEnablePeerAccess(peer_ctx, 0) };
-            if r != sys::CUresult::CUDA_SUCCESS
-                && r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
-            {
-                return Err(Error::driver("cuCtxEnablePeerAccess", format!("{r:?}")));
-            }
-            peers.insert(other.ordinal);
-        }
-        drop(peers);
-        // SAFETY: both ranges are device memory their owners keep alive until the
-        // stream has passed the copy; the contexts are those the pointers belong to.
-        unsafe { sys::cuMemcpyPeerAsync(dst, s.ctx.cu_ctx(), src, peer_ctx, bytes, raw) }
-            .result()
-            .map_err(|e| Error::driver("cuMemcpyPeerAsync", e))
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-}
-// ANCHOR_END: cuda_peer
 
 impl CudaBackend {
     fn location(&self, to: MemLocation) -> sys::CUmemLocation {

@@ -271,6 +271,19 @@ impl Device {
         self.backend().can_access_peer(peer.id())
     }
 
+    /// Lets `peer` read and write this device's memory directly, what its allocator
+    /// has mapped and will map (see `PeerAccess::grant_peer_access`). The first peer
+    /// copy between two devices grants it both ways; this does it ahead of time, for
+    /// a measurement that should not include it.
+    pub fn grant_peer_access(&self, peer: &Device) -> Result<()> {
+        self.backend().grant_peer_access(peer.id())
+    }
+
+    /// The devices granted direct access to this device's memory, in the order granted.
+    pub fn granted_peers(&self) -> Vec<DeviceId> {
+        self.backend().granted_peers()
+    }
+
     /// Two handles to the same device?
     pub fn same(&self, other: &Device) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)

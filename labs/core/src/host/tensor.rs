@@ -98,18 +98,45 @@ impl PinnedTensor {
     /// copy is queued on `stream`. The block is recorded on the stream, so dropping this
     /// tensor before the copy ends cannot hand its memory to someone else.
     pub fn to_non_blocking(&self, device: &Device, stream: &Stream) -> Result<Tensor> {
-        let t = Tensor::empty(&self.shape, self.dtype, device)?;
+        let t = self.to_non_blocking_unrecorded(device, stream)?;
         // The new tensor comes from the default stream's pool but is written on
         // `stream`: without this, dropping it early could recycle it under the copy.
         t.record_stream(stream)?;
-        self.buffer
-            .copy_to_device_async(t.ptr(), self.nbytes(), stream)?;
         Ok(t)
     }
     // ANCHOR_END: to_non_blocking_pinned
 
+    /// [`to_non_blocking`](Self::to_non_blocking) without recording the new tensor on
+    /// `stream`: the caller makes every stream that uses it, or frees it, wait for the
+    /// copy (an event recorded after it) first. Its memory is then given back in
+    /// stream order when it is dropped, with no free pending on `stream` (a pending
+    /// free is reusable only once the host sees the copy end, and the host runs ahead).
+    pub(crate) fn to_non_blocking_unrecorded(
+        &self,
+        device: &Device,
+        stream: &Stream,
+    ) -> Result<Tensor> {
+        let t = Tensor::empty(&self.shape, self.dtype, device)?;
+        self.buffer
+            .copy_to_device_async(t.ptr(), self.nbytes(), stream)?;
+        Ok(t)
+    }
+
     /// Enqueues a copy of a device tensor into this one (`out.copy_(t, non_blocking=True)`).
     pub fn copy_from_non_blocking(&mut self, src: &Tensor, stream: &Stream) -> Result<()> {
+        self.copy_from_non_blocking_unrecorded(src, stream)?;
+        // Recorded once queued: the free of `src` then waits for the copy.
+        src.record_stream(stream)
+    }
+
+    /// [`copy_from_non_blocking`](Self::copy_from_non_blocking) without recording
+    /// `src` on `stream`: the caller keeps `src` alive until the copy is done and makes
+    /// the stream that frees it wait for the copy (an event) before dropping it.
+    pub(crate) fn copy_from_non_blocking_unrecorded(
+        &mut self,
+        src: &Tensor,
+        stream: &Stream,
+    ) -> Result<()> {
         if src.nbytes() != self.nbytes() || src.dtype() != self.dtype {
             return Err(Error::Shape {
                 op: "copy_from_non_blocking",
@@ -118,7 +145,6 @@ impl PinnedTensor {
             });
         }
         let bytes = self.nbytes();
-        src.record_stream(stream)?;
         let buffer = Arc::get_mut(&mut self.buffer).ok_or_else(|| {
             Error::InvalidArgument("the pinned tensor's storage is shared".into())
         })?;

@@ -35,6 +35,9 @@ struct State {
     physical: std::collections::HashMap<u64, (usize, Option<DevicePtr>)>,
     /// The physical memory mapped at each mapping's first address.
     mapped_at: std::collections::HashMap<DevicePtr, u64>,
+    /// The devices that may read and write each mapped page (`cuMemSetAccess`), by
+    /// page address; none until access is set, and gone with the mapping.
+    access: std::collections::HashMap<u64, Vec<DeviceId>>,
     next_handle: u64,
 }
 
@@ -62,6 +65,7 @@ impl SimMemory {
                 mapped: std::collections::HashSet::new(),
                 physical: Default::default(),
                 mapped_at: Default::default(),
+                access: Default::default(),
                 next_handle: 1,
             }),
         }
@@ -242,25 +246,60 @@ impl SimMemory {
         };
         for p in self.pages(&s, ptr, bytes)? {
             s.mapped.remove(&(p * PAGE));
+            s.access.remove(&(p * PAGE));
         }
         s.mapped_at.remove(&ptr);
         s.physical.insert(handle, (bytes, None));
         Ok(handle)
     }
 
-    /// An error unless every page of `ptr..ptr+bytes` is mapped (`cuMemSetAccess`'s
-    /// requirement; access itself is not simulated).
-    pub fn check_mapped(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
-        let s = self.state.read().unwrap();
+    /// Lets `devices` read and write every page of `ptr..ptr+bytes`, which must all be
+    /// mapped (`cuMemSetAccess`). Access is bookkeeping only: kernels are not checked
+    /// against it.
+    pub fn set_access(&self, ptr: DevicePtr, bytes: usize, devices: &[DeviceId]) -> Result<()> {
+        let mut s = self.state.write().unwrap();
         let pages = self.pages(&s, ptr, bytes)?;
-        if pages.clone().all(|p| s.mapped.contains(&(p * PAGE))) {
-            Ok(())
-        } else {
-            Err(Error::InvalidArgument(format!(
+        if !pages.clone().all(|p| s.mapped.contains(&(p * PAGE))) {
+            return Err(Error::InvalidArgument(format!(
                 "access to {bytes} bytes at {ptr:#x} on {}: not all mapped",
                 self.device
-            )))
+            )));
         }
+        for p in pages {
+            let list = s.access.entry(p * PAGE).or_default();
+            for d in devices {
+                if !list.contains(d) {
+                    list.push(*d);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets `device` read and write every page mapped now.
+    pub fn grant_mapped(&self, device: DeviceId) {
+        let mut s = self.state.write().unwrap();
+        let pages: Vec<u64> = s.mapped.iter().copied().collect();
+        for page in pages {
+            let list = s.access.entry(page).or_default();
+            if !list.contains(&device) {
+                list.push(device);
+            }
+        }
+    }
+
+    /// Whether `device` may read and write the mapped page at `ptr` (`cuMemGetAccess`,
+    /// which fails on an address that is not mapped).
+    pub fn has_access(&self, ptr: DevicePtr, device: DeviceId) -> Result<bool> {
+        let s = self.state.read().unwrap();
+        let page = ptr / PAGE * PAGE;
+        if !s.mapped.contains(&page) {
+            return Err(Error::InvalidArgument(format!(
+                "access of {ptr:#x} on {}: not mapped memory",
+                self.device
+            )));
+        }
+        Ok(s.access.get(&page).is_some_and(|l| l.contains(&device)))
     }
 
     /// Releases physical memory mapped nowhere (`cuMemRelease`).

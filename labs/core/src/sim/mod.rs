@@ -10,6 +10,7 @@
 //! peak memory on any capacity is known in the time its allocations take.
 
 mod memory;
+mod peer;
 mod pinned;
 mod stream;
 
@@ -28,6 +29,8 @@ use memory::SimMemory;
 use pinned::{staged_copy, PinnedHost};
 use stream::{sim_stream, SimEvent, SimStream};
 
+pub use peer::ENV_SIM_PEER;
+
 pub struct SimBackend {
     id: DeviceId,
     memory: Arc<SimMemory>,
@@ -38,6 +41,9 @@ pub struct SimBackend {
     streams: Mutex<Vec<Weak<SimStream>>>,
     next_handle: AtomicU64,
     pinned: PinnedHost,
+    /// The other simulated GPUs granted access to this one's mapped memory, in order
+    /// (`peer.rs`); held while access is set, as the GPU's list is.
+    granted: Mutex<Vec<DeviceId>>,
 }
 
 impl SimBackend {
@@ -53,6 +59,7 @@ impl SimBackend {
             default_stream,
             next_handle: AtomicU64::new(1),
             pinned: PinnedHost::default(),
+            granted: Mutex::new(Vec::new()),
         }
     }
 
@@ -69,6 +76,7 @@ impl SimBackend {
             default_stream,
             next_handle: AtomicU64::new(1),
             pinned: PinnedHost::default(),
+            granted: Mutex::new(Vec::new()),
         }
     }
 
@@ -222,7 +230,15 @@ impl VirtualMemory for SimBackend {
     }
 
     fn vm_set_access(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
-        self.memory.check_mapped(ptr, bytes)
+        let granted = self.granted.lock().unwrap();
+        let devices: Vec<DeviceId> = std::iter::once(self.id)
+            .chain(granted.iter().copied())
+            .collect();
+        self.memory.set_access(ptr, bytes, &devices)
+    }
+
+    fn vm_access(&self, ptr: DevicePtr, device: DeviceId) -> Result<bool> {
+        self.memory.has_access(ptr, device)
     }
 
     fn vm_unmap_memory(&self, ptr: DevicePtr, bytes: usize) -> Result<PhysicalMemory> {
@@ -473,74 +489,6 @@ impl ManagedMemory for SimBackend {
         self.memory.check_range(ptr, bytes)
     }
 }
-
-// ANCHOR: sim_peer
-/// Environment variable turning the simulated GPUs' peer access off (`0`), so that
-/// copies between them take the staged path a GPU without peer access takes.
-pub const ENV_SIM_PEER: &str = "LABS_SIM_PEER";
-
-/// Simulated GPUs all live in the host's memory, so each can always reach another's
-/// (of its own kind: a dry run has no values to give a simulated GPU), unless
-/// `LABS_SIM_PEER=0` says to behave like GPUs without peer access.
-impl PeerAccess for SimBackend {
-    fn can_access_peer(&self, peer: DeviceId) -> Result<bool> {
-        let same_kind = matches!(
-            (self.id, peer),
-            (DeviceId::Sim(_), DeviceId::Sim(_)) | (DeviceId::Dry(_), DeviceId::Dry(_))
-        );
-        let disabled = std::env::var(ENV_SIM_PEER).is_ok_and(|v| v.trim() == "0");
-        Ok(same_kind && peer != self.id && !disabled)
-    }
-
-    fn copy_from_peer(
-        &self,
-        dst: DevicePtr,
-        peer: &dyn Backend,
-        src: DevicePtr,
-        bytes: usize,
-        stream: &Stream,
-    ) -> Result<()> {
-        stream.check_device(self.id)?;
-        let other = peer
-            .as_any()
-            .downcast_ref::<SimBackend>()
-            .filter(|o| o.dry == self.dry && !o.inline && !self.inline)
-            .ok_or_else(|| {
-                crate::error::Error::InvalidArgument(format!(
-                    "a peer copy from {} to {}",
-                    peer.id(),
-                    self.id
-                ))
-            })?;
-        if self.dry {
-            other.memory.check_range(src, bytes)?;
-            return self.memory.check_range(dst, bytes);
-        }
-        let from = other.memory.clone();
-        // Two copies in opposite directions at once must not each hold one memory's
-        // allocation while waiting for the other's: both lock in one global order.
-        let source_first = Arc::as_ptr(&from) < Arc::as_ptr(&self.memory);
-        self.enqueue(stream, move |to| {
-            let copy = |s: &[*mut u8], d: &[*mut u8]| unsafe {
-                std::ptr::copy_nonoverlapping(s[0], d[0], bytes)
-            };
-            if source_first {
-                from.access(&[(src, bytes)], |s| {
-                    to.access(&[(dst, bytes)], |d| copy(s, d))
-                })?
-            } else {
-                to.access(&[(dst, bytes)], |d| {
-                    from.access(&[(src, bytes)], |s| copy(s, d))
-                })?
-            }
-        })
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-}
-// ANCHOR_END: sim_peer
 
 /// How the kernels' CPU twins reach simulated device memory.
 impl cpu::HostAccess for SimMemory {
