@@ -28,6 +28,7 @@ mod attention_cpu;
 pub mod cpu;
 mod cpu_rows;
 mod gemm;
+mod gemm_cpu;
 pub mod ops;
 mod optim;
 mod optim_cpu;
