@@ -9,7 +9,7 @@
 use std::sync::Mutex;
 
 use labs_core::device::profile;
-use labs_core::tensor::{attention_path, set_attention_chunk_bytes, set_attention_path};
+use labs_core::tensor::{attention_path, path_for, set_attention_chunk_bytes, set_attention_path};
 use labs_core::tensor::{AttentionPath, DEFAULT_CHUNK_BYTES};
 use labs_core::testing::test_device;
 use labs_core::{DType, Device, Tensor};
@@ -205,12 +205,50 @@ fn chunks_agree_with_the_fused_kernels_in_half_types() {
 }
 
 #[test]
+fn packed_half_heads_take_the_tensor_core_kernels_and_agree_with_the_chunks() {
+    // GPT-2's heads under autocast: bfloat16 views of one packed [B, T, 3E] projection,
+    // rows 16-byte aligned, no dropout: the fused path runs kernels/attention_flash.cu
+    // on the GPU, and agrees with the chunked products.
+    let _serial = serial();
+    let device = test_device();
+    let (b, t, h, d) = (2, 150, 3, 64);
+    let e = h * d;
+    for dtype in [DType::BF16, DType::F16] {
+        let packed = || {
+            let x = random(&[b, t, 3 * e], 12, dtype, &device);
+            let head = |i: usize| {
+                x.narrow(2, i * e, e)
+                    .unwrap()
+                    .reshape(&[b, t, h, d])
+                    .unwrap()
+                    .transpose(1, 2)
+                    .unwrap()
+            };
+            [head(0), head(1), head(2)]
+        };
+        let tolerance = if dtype == DType::BF16 { 1.6e-2 } else { 2e-3 };
+        for causal in [false, true] {
+            assert_paths_agree(
+                &format!("packed {dtype}"),
+                &packed,
+                causal,
+                0.0,
+                1 << 16,
+                tolerance,
+            );
+        }
+    }
+}
+
+#[test]
 fn the_chunked_path_launches_products_and_row_kernels_and_bounds_its_temporaries() {
     let _serial = serial();
     let device = test_device();
-    // The backend's choice, unless the environment forces one.
+    // Float32 takes the chunked path, unless the environment forces one.
     if std::env::var("LABS_ATTENTION").is_err() {
-        assert_eq!(attention_path().unwrap(), AttentionPath::Chunked);
+        assert_eq!(attention_path().unwrap(), None);
+        assert_eq!(path_for(false).unwrap(), AttentionPath::Chunked);
+        assert_eq!(path_for(true).unwrap(), AttentionPath::Fused);
     }
     let (h, t, d) = (4, 512, 16);
     let [q, k, v] = [1, 2, 3].map(|s| random(&[1, h, t, d], s, DType::F32, &device));

@@ -332,3 +332,85 @@ fn the_fused_backend_serves_a_gpt2_with_the_same_loss_and_gradients_and_stores_l
         "fused held {fused_held} B, math {math_held} B"
     );
 }
+
+/// The gradients of `sum(attention(q, k, v) * w)` over q, k and v, fused (`fused`) or by
+/// the naive composition in float32 from the same rounded inputs; causal hides keys
+/// `j > i` (top-left aligned, as the kernels).
+fn gradients_of(
+    shape_q: [usize; 4],
+    tk: usize,
+    dtype: DType,
+    causal: bool,
+    fused: bool,
+    device: &Device,
+) -> Vec<Vec<f64>> {
+    let [b, h, tq, d] = shape_q;
+    let (q, k, v) = inputs(shape_q, tk, dtype, device);
+    let (q, k, v) = (
+        q.requires_grad_(true),
+        k.requires_grad_(true),
+        v.requires_grad_(true),
+    );
+    let out = if fused {
+        Tensor::fused_attention(&q, &k, &v, causal, None, 0.0).unwrap()
+    } else {
+        let f = |x: &Tensor| x.to_dtype(DType::F32).unwrap();
+        let mut s = f(&q)
+            .matmul(&f(&k).transpose(2, 3).unwrap())
+            .unwrap()
+            .scale(1.0 / (d as f32).sqrt())
+            .unwrap();
+        if causal {
+            let hidden: Vec<f32> = (0..tq * tk)
+                .map(|e| {
+                    if e % tk > e / tk {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            s = s
+                .add(&Tensor::from_slice(&hidden, &[tq, tk], device).unwrap())
+                .unwrap();
+        }
+        s.softmax(3).unwrap().matmul(&f(&v)).unwrap()
+    };
+    let w = Tensor::from_slice(&values(b * h * tq * d, 5), &[b, h, tq, d], device)
+        .unwrap()
+        .to_dtype(out.dtype())
+        .unwrap();
+    out.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
+    [&q, &k, &v]
+        .iter()
+        .map(|x| host(&x.grad().unwrap()))
+        .collect()
+}
+
+#[test]
+fn every_tensor_core_head_size_gives_the_naive_gradients_in_half_types() {
+    // Half precision without dropout runs on the tensor-core kernels on the GPU
+    // (kernels/attention_flash.cu): 128-row blocks, 64-row tiles, so lengths that end
+    // mid-tile, more queries than keys and the reverse, and a batch-head count that
+    // makes several blocks.
+    let device = test_device();
+    for (dtype, tolerance) in [(DType::F16, 1e-2), (DType::BF16, 6e-2)] {
+        for d in labs_core::kernels::FLASH_HEAD_DIMS {
+            for (tq, tk) in [(130, 130), (65, 200), (200, 65)] {
+                for causal in [false, true] {
+                    let shape = [1, 3, tq, d];
+                    let fused = gradients_of(shape, tk, dtype, causal, true, &device);
+                    let naive = gradients_of(shape, tk, dtype, causal, false, &device);
+                    for (which, (f, n)) in fused.iter().zip(&naive).enumerate() {
+                        let err = max_error(f, n);
+                        assert!(
+                            err < tolerance,
+                            "{dtype} d={d} tq={tq} tk={tk} causal={causal} d{}: error {err:e}",
+                            ["q", "k", "v"][which]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -248,6 +248,12 @@ impl ModuleCache {
             .ctx
             .compute_capability()
             .map_err(|e| Error::driver("cuDeviceGetAttribute", e))?;
+        if module.name.starts_with("attention_flash") && major < 8 {
+            return Err(Error::InvalidArgument(format!(
+                "the tensor-core attention kernels need compute capability 8.0 or later \
+                 (this GPU has {major}.{minor}); LABS_ATTENTION=chunked avoids them"
+            )));
+        }
         let opts = CompileOptions {
             options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
             ..Default::default()

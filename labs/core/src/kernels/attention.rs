@@ -19,6 +19,57 @@ use crate::dtype::DType;
 /// The largest head dimension the kernels hold in registers (4 floats per lane).
 pub const ATTENTION_MAX_HEAD_DIM: usize = 128;
 
+/// The head dimensions the tensor-core kernels (`kernels/attention_flash.cu`) are built
+/// for: a multiple of the instruction's 16-element depth, at most 64 so that a warp's
+/// rows, accumulators and scores stay in registers.
+pub const FLASH_HEAD_DIMS: [usize; 4] = [16, 32, 48, 64];
+
+/// Rows a block of the tensor-core kernels owns (16 per warp of the 256-thread block).
+const FLASH_ROWS: usize = 128;
+
+/// The functions of each half dtype's tensor-core module by head dimension (the CUDA
+/// function is `{name}_{dtype}`): forward, dq, dk and dv.
+pub const FLASH_FUNCTIONS: [[&str; 3]; 4] = [
+    [
+        "flash_attention_forward_d16",
+        "flash_attention_backward_dq_d16",
+        "flash_attention_backward_dkdv_d16",
+    ],
+    [
+        "flash_attention_forward_d32",
+        "flash_attention_backward_dq_d32",
+        "flash_attention_backward_dkdv_d32",
+    ],
+    [
+        "flash_attention_forward_d48",
+        "flash_attention_backward_dq_d48",
+        "flash_attention_backward_dkdv_d48",
+    ],
+    [
+        "flash_attention_forward_d64",
+        "flash_attention_backward_dq_d64",
+        "flash_attention_backward_dkdv_d64",
+    ],
+];
+
+/// Whether the tensor-core kernels serve an attention call: float16 or bfloat16, a head
+/// dimension of [`FLASH_HEAD_DIMS`], no dropout (their schedule draws no mask), and every
+/// operand's rows 16-byte aligned (they move rows 16 bytes at a time). The other calls
+/// run on the kernels of `kernels/attention.cu`. The test is the same on every backend
+/// (the simulator runs the reference twins for both), so a training step allocates the
+/// same on each.
+pub fn flash_serves(
+    dtype: DType,
+    d: usize,
+    dropout: &AttentionDropout,
+    operands: &[&HeadsOperand],
+) -> bool {
+    matches!(dtype, DType::F16 | DType::BF16)
+        && FLASH_HEAD_DIMS.contains(&d)
+        && !dropout.active()
+        && operands.iter().all(|o| o.rows_aligned(dtype.size()))
+}
+
 /// Query (or key) rows per block of the forward and backward kernels: one warp each.
 const ROWS_PER_BLOCK: usize = 8;
 /// Threads per block the kernels are written for (the launcher's block size).
@@ -49,6 +100,13 @@ impl HeadsOperand {
         } else {
             self.row(bh - 1, heads, t - 1) + d
         }
+    }
+
+    /// Whether every row starts on a 16-byte boundary (elements of `size` bytes): the
+    /// address and each stride a whole number of 16 bytes.
+    pub fn rows_aligned(&self, size: usize) -> bool {
+        let bytes = |elements: usize| elements * size % 16 == 0;
+        self.ptr % 16 == 0 && bytes(self.batch) && bytes(self.head) && bytes(self.seq)
     }
 
     fn params(&self) -> [Param; 4] {
@@ -229,7 +287,67 @@ impl AttentionKernel {
         }
     }
 
+    /// Whether this launch runs on the tensor-core kernels ([`flash_serves`]).
+    pub fn flash(&self) -> bool {
+        match self {
+            AttentionKernel::Forward {
+                dtype,
+                q,
+                k,
+                v,
+                out,
+                shape,
+                dropout,
+                ..
+            } => flash_serves(*dtype, shape.d, dropout, &[q, k, v, out]),
+            AttentionKernel::Delta { .. } => false,
+            AttentionKernel::BackwardDq {
+                dtype,
+                q,
+                k,
+                v,
+                dout,
+                dq,
+                shape,
+                dropout,
+                ..
+            } => flash_serves(*dtype, shape.d, dropout, &[q, k, v, dout, dq]),
+            AttentionKernel::BackwardDkDv {
+                dtype,
+                q,
+                k,
+                v,
+                dout,
+                dk,
+                dv,
+                shape,
+                dropout,
+                ..
+            } => flash_serves(*dtype, shape.d, dropout, &[q, k, v, dout, dk, dv]),
+        }
+    }
+
+    fn shape(&self) -> AttentionShape {
+        match *self {
+            AttentionKernel::Forward { shape, .. }
+            | AttentionKernel::Delta { shape, .. }
+            | AttentionKernel::BackwardDq { shape, .. }
+            | AttentionKernel::BackwardDkDv { shape, .. } => shape,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
+        if self.flash() {
+            let by_dim = FLASH_HEAD_DIMS
+                .iter()
+                .position(|&d| d == self.shape().d)
+                .expect("flash() checked the head dimension");
+            return FLASH_FUNCTIONS[by_dim][match self {
+                AttentionKernel::Forward { .. } => 0,
+                AttentionKernel::BackwardDq { .. } => 1,
+                _ => 2,
+            }];
+        }
         ATTENTION_FUNCTIONS[match self {
             AttentionKernel::Forward { .. } => 0,
             AttentionKernel::Delta { .. } => 1,
@@ -241,8 +359,14 @@ impl AttentionKernel {
     /// Threads the launch asks for: a block of 256 per tile of 8 rows (the kernels walk
     /// their tiles in a grid-stride loop over blocks, so a capped grid still covers
     /// them), one warp per row for `delta`.
+    /// The tensor-core kernels take 128 rows a block instead.
     pub fn elements(&self) -> usize {
-        let tiles = |bh: usize, t: usize| bh * t.div_ceil(ROWS_PER_BLOCK) * BLOCK;
+        let rows = if self.flash() {
+            FLASH_ROWS
+        } else {
+            ROWS_PER_BLOCK
+        };
+        let tiles = |bh: usize, t: usize| bh * t.div_ceil(rows) * BLOCK;
         match *self {
             AttentionKernel::Forward { shape, .. } | AttentionKernel::BackwardDq { shape, .. } => {
                 tiles(shape.bh, shape.tq)
@@ -442,6 +566,192 @@ mod tests {
         // order is the one `params` documents.
         for k in kernels() {
             assert_eq!(k.params().len(), c_arity(k.name()), "{}", k.name());
+        }
+    }
+
+    const FLASH_SOURCE: &str = include_str!("../../../../kernels/attention_flash.cu");
+
+    /// The number of parameters of the function `name` defines in attention_flash.cu's
+    /// `FL_DEFINE` (named there `name##D##_DT`).
+    fn flash_arity(name: &str) -> usize {
+        let stem = name.trim_end_matches(|c: char| c.is_ascii_digit());
+        let start = FLASH_SOURCE
+            .find(&format!("{stem}##D##_DT("))
+            .unwrap_or_else(|| panic!("{name} in attention_flash.cu"));
+        let open = start + FLASH_SOURCE[start..].find('(').unwrap();
+        let close = open + FLASH_SOURCE[open..].find(')').unwrap();
+        FLASH_SOURCE[open + 1..close].split(',').count()
+    }
+
+    #[test]
+    fn half_calls_without_dropout_on_aligned_rows_take_the_tensor_core_kernels() {
+        let aligned = HeadsOperand {
+            ptr: 1 << 20,
+            batch: 1024 * 3 * 768,
+            head: 64,
+            seq: 3 * 768,
+        };
+        let shape = AttentionShape {
+            bh: 96,
+            heads: 12,
+            tq: 1024,
+            tk: 1024,
+            d: 64,
+        };
+        let forward = |dtype, o: HeadsOperand, d: usize, dropout| AttentionKernel::Forward {
+            dtype,
+            q: o,
+            k: o,
+            v: o,
+            out: aligned,
+            lse: 0,
+            shape: AttentionShape { d, ..shape },
+            scale: 0.125,
+            causal: true,
+            dropout,
+        };
+        let none = AttentionDropout::NONE;
+        let bf16 = forward(DType::BF16, aligned, 64, none);
+        assert!(bf16.flash());
+        assert_eq!(bf16.name(), "flash_attention_forward_d64");
+        // 8 batches x 12 heads x 8 tiles of 128 rows, a block of 256 threads each.
+        assert_eq!(bf16.elements(), 96 * 8 * 256);
+        assert!(forward(DType::F16, aligned, 32, none).flash());
+        // Float32, another head size, dropout, or a row off a 16-byte boundary: the
+        // reference kernels.
+        assert!(!forward(DType::F32, aligned, 64, none).flash());
+        assert!(!forward(DType::BF16, aligned, 40, none).flash());
+        assert!(!forward(DType::BF16, aligned, 128, none).flash());
+        let dropping = AttentionDropout {
+            keep: 0.9,
+            seed: 1,
+            offset: 0,
+        };
+        assert!(!forward(DType::BF16, aligned, 64, dropping).flash());
+        let odd = HeadsOperand {
+            seq: 3 * 768 + 4,
+            ..aligned
+        };
+        assert!(!forward(DType::BF16, odd, 64, none).flash());
+        assert_eq!(
+            forward(DType::BF16, odd, 64, none).name(),
+            "attention_forward"
+        );
+    }
+
+    #[test]
+    fn flash_params_follow_the_cuda_signatures() {
+        let o = HeadsOperand {
+            ptr: 256,
+            batch: 64,
+            head: 64,
+            seq: 64,
+        };
+        for d in FLASH_HEAD_DIMS {
+            let shape = AttentionShape {
+                bh: 1,
+                heads: 1,
+                tq: 1,
+                tk: 1,
+                d,
+            };
+            let half: Vec<AttentionKernel> = kernels()
+                .into_iter()
+                .map(|k| retyped(k, o, shape))
+                .filter(AttentionKernel::flash)
+                .collect();
+            assert_eq!(half.len(), 3, "forward, dq, dkdv");
+            for k in half {
+                assert!(k.name().ends_with(&format!("_d{d}")), "{}", k.name());
+                assert_eq!(k.params().len(), flash_arity(k.name()), "{}", k.name());
+                assert_eq!(k.params().len(), c_arity(without_dim(k.name())));
+            }
+        }
+    }
+
+    /// `k` as a bfloat16 launch over operand `o` with `shape`.
+    fn retyped(k: AttentionKernel, o: HeadsOperand, shape: AttentionShape) -> AttentionKernel {
+        let dtype = DType::BF16;
+        match k {
+            AttentionKernel::Forward {
+                scale,
+                causal,
+                dropout,
+                lse,
+                ..
+            } => AttentionKernel::Forward {
+                dtype,
+                q: o,
+                k: o,
+                v: o,
+                out: o,
+                lse,
+                shape,
+                scale,
+                causal,
+                dropout,
+            },
+            AttentionKernel::Delta { delta, .. } => AttentionKernel::Delta {
+                dtype,
+                out: o,
+                dout: o,
+                delta,
+                shape,
+            },
+            AttentionKernel::BackwardDq {
+                lse,
+                delta,
+                scale,
+                causal,
+                dropout,
+                ..
+            } => AttentionKernel::BackwardDq {
+                dtype,
+                q: o,
+                k: o,
+                v: o,
+                dout: o,
+                lse,
+                delta,
+                dq: o,
+                shape,
+                scale,
+                causal,
+                dropout,
+            },
+            AttentionKernel::BackwardDkDv {
+                lse,
+                delta,
+                scale,
+                causal,
+                dropout,
+                ..
+            } => AttentionKernel::BackwardDkDv {
+                dtype,
+                q: o,
+                k: o,
+                v: o,
+                dout: o,
+                lse,
+                delta,
+                dk: o,
+                dv: o,
+                shape,
+                scale,
+                causal,
+                dropout,
+            },
+        }
+    }
+
+    /// The reference kernel a tensor-core function stands in for.
+    fn without_dim(name: &str) -> &'static str {
+        if name.contains("forward") {
+            "attention_forward"
+        } else if name.contains("dkdv") {
+            "attention_backward_dkdv"
+        } else {
+            "attention_backward_dq"
         }
     }
 

@@ -39,8 +39,8 @@ mod strided;
 
 pub use amp::{UnscaleGrad, UpdateScale};
 pub use attention::{
-    attention_keep_row, AttentionDropout, AttentionKernel, AttentionShape, HeadsOperand,
-    ATTENTION_MAX_HEAD_DIM,
+    attention_keep_row, flash_serves, AttentionDropout, AttentionKernel, AttentionShape,
+    HeadsOperand, ATTENTION_MAX_HEAD_DIM, FLASH_HEAD_DIMS,
 };
 pub use attention_chunk::{AttentionChunkKernel, ScoreChunk};
 pub use gemm::{Gemm, Operand};

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use super::attention::ATTENTION_FUNCTIONS;
+use super::attention::{ATTENTION_FUNCTIONS, FLASH_FUNCTIONS};
 use super::attention_chunk::ATTENTION_CHUNK_FUNCTIONS;
 use super::rows::ROW_FUNCTIONS;
 use super::{BinaryOp, CompareOp, Kernel, UnaryOp};
@@ -28,6 +28,7 @@ const REDUCE_CU: &str = include_str!("../../../../kernels/reduce.cu");
 const ROWS_CU: &str = include_str!("../../../../kernels/rows.cu");
 const ATTENTION_CU: &str = include_str!("../../../../kernels/attention.cu");
 const ATTENTION_CHUNK_CU: &str = include_str!("../../../../kernels/attention_chunk.cu");
+const ATTENTION_FLASH_CU: &str = include_str!("../../../../kernels/attention_flash.cu");
 const SCATTER_CU: &str = include_str!("../../../../kernels/scatter.cu");
 const OPTIM_CU: &str = include_str!("../../../../kernels/optim.cu");
 const AMP_CU: &str = include_str!("../../../../kernels/amp.cu");
@@ -271,6 +272,25 @@ fn attention_module(suffix: &str) -> Module {
     }
 }
 
+/// The tensor-core attention kernels for one half dtype: `kernels/attention_flash.cu`
+/// with `FL_TYPE` defined as the dtype's PTX name and every `NAME_DT` renamed
+/// `NAME_{dtype}`. Its own module, compiled only when a call uses it (it needs sm_80).
+fn attention_flash_module(suffix: &str) -> Module {
+    let mut source = format!(
+        "// Generated: kernels/attention_flash.cu for {suffix}.\n#define FL_TYPE {suffix}\n"
+    );
+    source.push_str(&ATTENTION_FLASH_CU.replace("_DT(", &format!("_{suffix}(")));
+    Module {
+        name: format!("attention_flash_{suffix}"),
+        source,
+        functions: FLASH_FUNCTIONS
+            .iter()
+            .flatten()
+            .map(|f| format!("{f}_{suffix}"))
+            .collect(),
+    }
+}
+
 fn fixed_module(name: &str, source: &str, functions: &[&str]) -> Module {
     Module {
         name: name.into(),
@@ -367,6 +387,9 @@ fn registry() -> &'static Registry {
         for dtype in FLOAT_DTYPES {
             modules.push(attention_module(name(dtype)));
             modules.push(amp_module(name(dtype)));
+        }
+        for dtype in [DType::F16, DType::BF16] {
+            modules.push(attention_flash_module(name(dtype)));
         }
         modules.push(fixed_module(
             "amp_update",
@@ -497,10 +520,25 @@ mod tests {
                     || m.source.contains(&format!("DEFINE_WHERE({f})"))
                     || m.source.contains(&format!("DEFINE_CAST({f}, "))
                     || m.source.contains(&format!("DEFINE_STRIDED_COPY({f}, "))
-                    || m.source.contains(&format!("DEFINE_STRIDED_SCATTER({f}, "));
+                    || m.source.contains(&format!("DEFINE_STRIDED_SCATTER({f}, "))
+                    || flash_defined(&m.source, f);
                 assert!(defined, "module {} does not define {f}", m.name);
             }
         }
+    }
+
+    /// Whether `function` (`flash_attention_forward_d64_bf16`) comes from an
+    /// `FL_DEFINE(64)` line of a tensor-core module whose stem it names.
+    fn flash_defined(source: &str, function: &str) -> bool {
+        let Some(rest) = function.strip_prefix("flash_attention_") else {
+            return false;
+        };
+        let Some((stem, tail)) = rest.rsplit_once("_d") else {
+            return false;
+        };
+        let dim: String = tail.chars().take_while(char::is_ascii_digit).collect();
+        source.contains(&format!("FL_DEFINE({dim})\n"))
+            && source.contains(&format!("flash_attention_{stem}_d##D##_"))
     }
 
     #[test]

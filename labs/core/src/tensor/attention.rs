@@ -18,19 +18,20 @@
 //! views, as PyTorch's efficient attention returns them, so that the caller's
 //! `transpose(1, 2).reshape(B, T, E)` is free.
 //!
-//! On the GPU the same computation runs by default as matrix products over chunks of
-//! query rows (`attention_chunked.rs`, tensor cores), with what is saved unchanged;
-//! [`attention_path`](super::attention_path) says which path serves a call.
+//! Half-precision calls without dropout run on tensor cores (`kernels/attention_flash.cu`,
+//! FlashAttention-2's schedule); the others run by default as matrix products over
+//! chunks of query rows (`attention_chunked.rs`), with what is saved unchanged;
+//! [`path_for`](super::path_for) says which path serves a call.
 
 use super::attention_chunked as chunked;
-use super::attention_path::{attention_path, AttentionPath};
+use super::attention_path::{path_for, AttentionPath};
 use super::graph::GradOp;
 use super::{DType, Tensor};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernels::{
-    attention_keep_row, AttentionDropout, AttentionKernel, AttentionShape, HeadsOperand, Kernel,
-    ATTENTION_MAX_HEAD_DIM,
+    attention_keep_row, flash_serves, AttentionDropout, AttentionKernel, AttentionShape,
+    HeadsOperand, Kernel, ATTENTION_MAX_HEAD_DIM,
 };
 
 /// The checked sizes of an attention call.
@@ -173,7 +174,8 @@ impl Tensor {
         let ((qv, qo), (kv, ko), (vv, vo)) = (operand(q)?, operand(k)?, operand(v)?);
         let (out, oo) = heads_last(q.shape(), q.dtype(), device)?;
         let lse = Tensor::empty(&[dims.batch, dims.heads, dims.tq], DType::F32, device)?;
-        if attention_path()? == AttentionPath::Chunked {
+        let flash = flash_serves(q.dtype(), dims.d, &dropout, &[&qo, &ko, &vo, &oo]);
+        if path_for(flash)? == AttentionPath::Chunked {
             chunked::forward_views(
                 chunked::Views {
                     q: (&qv, qo),
@@ -285,7 +287,13 @@ impl Tensor {
         let (dq, dqo) = heads_last(q.shape(), dtype, device)?;
         let (dk, dko) = heads_last(k.shape(), dtype, device)?;
         let (dv, dvo) = heads_last(v.shape(), dtype, device)?;
-        if attention_path()? == AttentionPath::Chunked {
+        let flash = flash_serves(
+            dtype,
+            dims.d,
+            dropout,
+            &[&qo, &ko, &vo, &go, &dqo, &dko, &dvo],
+        );
+        if path_for(flash)? == AttentionPath::Chunked {
             chunked::backward_views(
                 chunked::Views {
                     q: (&q_kept, qo),

@@ -1,7 +1,9 @@
 //! Which computation serves [`Tensor::fused_attention`](super::Tensor::fused_attention):
-//! the fused kernels (`kernels/attention.cu`) or the chunked matrix products
-//! (`attention_chunked.rs`), and the bound on the chunks' temporaries. Chunked unless
-//! this thread or the environment forces the fused kernels (to compare the two).
+//! the fused kernels (`kernels/attention.cu`, and their tensor-core form
+//! `kernels/attention_flash.cu` for half precision) or the chunked matrix products
+//! (`attention_chunked.rs`), and the bound on the chunks' temporaries. Fused where the
+//! tensor-core kernels serve the call, else chunked, unless this thread or the
+//! environment forces one (to compare them).
 
 use std::cell::Cell;
 
@@ -10,11 +12,12 @@ use crate::error::{Error, Result};
 /// How fused attention computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionPath {
-    /// One kernel per step, tiles in shared memory (`kernels/attention.cu`): kept to
-    /// check the chunked path against, and as the reference of the book's kernel.
+    /// One kernel per step, tiles in shared memory: on tensor cores for half precision
+    /// without dropout (`kernels/attention_flash.cu`, the default there), else the
+    /// reference kernels (`kernels/attention.cu`, the book's kernel).
     Fused,
     /// Chunks of query rows as matrix products and row kernels (`attention_chunked.rs`):
-    /// the default.
+    /// the default for float32 and dropout.
     Chunked,
 }
 
@@ -38,26 +41,38 @@ pub fn set_attention_chunk_bytes(bytes: Option<usize>) -> Option<usize> {
     CHUNK_BYTES.with(|c| c.replace(bytes))
 }
 
-/// The path fused attention takes: what [`set_attention_path`] forced on this thread,
-/// else the environment's `LABS_ATTENTION` (`fused` or `chunked`), else chunked, on
-/// every backend. On `cuda` the products run on cuBLAS (tensor cores for the half
-/// types) and beat the fused kernels' one-key-at-a-time loops at every length (an
-/// H100's 100-position Transformer step: 68 ms fused, 45 ms chunked; GPT-2's 1024
-/// positions: 300 ms and 90 ms under bfloat16); the simulator runs the same
-/// composition on its twins and the dry run makes the same allocations, chunk
-/// temporaries included, so that both predict the GPU's memory exactly.
-pub fn attention_path() -> Result<AttentionPath> {
+/// The path forced on fused attention: what [`set_attention_path`] forced on this
+/// thread, else the environment's `LABS_ATTENTION` (`fused` or `chunked`), else `None`,
+/// the default of [`path_for`].
+pub fn attention_path() -> Result<Option<AttentionPath>> {
     if let Some(path) = FORCED_PATH.with(Cell::get) {
-        return Ok(path);
+        return Ok(Some(path));
     }
     match std::env::var("LABS_ATTENTION").as_deref() {
-        Ok("fused") => Ok(AttentionPath::Fused),
-        Ok("chunked") => Ok(AttentionPath::Chunked),
+        Ok("fused") => Ok(Some(AttentionPath::Fused)),
+        Ok("chunked") => Ok(Some(AttentionPath::Chunked)),
         Ok(other) => Err(Error::InvalidArgument(format!(
             "LABS_ATTENTION must be `fused` or `chunked`, got `{other}`"
         ))),
-        Err(_) => Ok(AttentionPath::Chunked),
+        Err(_) => Ok(None),
     }
+}
+
+/// The path a call takes: the forced one ([`attention_path`]), else the fused kernels
+/// where their tensor-core form serves the call (`flash`: half precision, head_dim 16
+/// to 64, no dropout; `kernels::flash_serves`), else the chunked products, on every
+/// backend. On `cuda` the chunked products run on cuBLAS and beat the reference fused
+/// kernels' one-key-at-a-time loops at every length (an H100's 100-position
+/// Transformer step: 68 ms fused, 45 ms chunked), while the tensor-core kernels beat
+/// both where they apply, and keep no chunk temporaries. The simulator runs the same
+/// choice on its twins and the dry run makes the same allocations, so that both predict
+/// the GPU's memory exactly.
+pub fn path_for(flash: bool) -> Result<AttentionPath> {
+    Ok(attention_path()?.unwrap_or(if flash {
+        AttentionPath::Fused
+    } else {
+        AttentionPath::Chunked
+    }))
 }
 
 /// The bound on a chunk's temporaries: [`set_attention_chunk_bytes`], else the

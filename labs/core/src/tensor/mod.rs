@@ -30,7 +30,7 @@ mod views;
 
 pub use crate::dtype::{DType, Element};
 pub use attention_path::{
-    attention_path, set_attention_chunk_bytes, set_attention_path, AttentionPath,
+    attention_path, path_for, set_attention_chunk_bytes, set_attention_path, AttentionPath,
     DEFAULT_CHUNK_BYTES,
 };
 pub(crate) use autocast::autocast_args;

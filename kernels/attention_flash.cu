@@ -1,0 +1,506 @@
+// Fused attention on tensor cores (FlashAttention-2's schedule) for float16 and
+// bfloat16 operands with head_dim 16, 32, 48 or 64, no dropout: the same computation,
+// arguments and outputs as attention_forward/_backward_dq/_backward_dkdv in
+// kernels/attention.cu, which serve every other call (float32, dropout, larger heads)
+// and are these kernels' reference in the tests. Not compiled as it is: source.rs
+// prepends `#define FL_TYPE bf16` (or f16) and renames every `_DT(` to `_<dtype>(`.
+// Needs sm_80 (mma.sync m16n8k16 with 16-bit inputs, ldmatrix).
+//
+// The products run as warp-wide mma.sync m16n8k16 instructions (16-bit inputs, float
+// accumulators). A block of 8 warps owns 128 rows of one batch-head (16 rows a warp,
+// held in registers as the instruction's A operand) and streams the other operand
+// through shared memory 64 rows at a time:
+//
+// - forward: 128 query rows; key and value tiles stream; per tile S = Q Kᵀ, the online
+//   softmax of FlashAttention (running max and sum, the accumulator rescaled when the
+//   max grows), then O += P V with P rounded to the 16-bit type. Writes O and the row's
+//   log-sum-exp, never the scores.
+// - dq: 128 query rows; key and value tiles stream; P = exp(S - lse) recomputed,
+//   dP = dO Vᵀ, dS = P (dP - delta), dQ += dS K.
+// - dkdv: 128 key rows; query, output-gradient, lse and delta tiles stream; Pᵀ and dPᵀ
+//   recomputed as K Qᵀ and V dOᵀ, dV += Pᵀ dO, dK += dSᵀ Q.
+// Splitting dq from dk/dv recomputes S once more than FlashAttention-2's single pass but
+// needs no atomics: each gradient row is written by one warp, deterministically.
+//
+// Fragments (PTX ISA, "Matrix fragments for mma.m16n8k16"): lane = 4 g + t. A 16x16 A
+// operand gives a lane rows g and g + 8, columns 2t, 2t + 1, 2t + 8, 2t + 9; an 8-column
+// accumulator tile gives it the same rows, columns 2t and 2t + 1. So the accumulators of
+// two adjacent 8-column tiles, rounded and packed in pairs, are the A operand of the next
+// product (FlashAttention-2's register reuse). B operands come from shared memory by
+// ldmatrix: `fl_ld_b_rows` when B[k][n] is tile[n][k] (keys as columns of Qᵀ-like
+// products), `fl_ld_b_trans` when B[k][n] is tile[k][n]. Shared rows are padded by 8
+// elements so that the 8 rows one ldmatrix reads fall in different banks.
+//
+// Scores are kept in base 2: s · scale · log2(e), so exp is one ex2 instruction; the
+// log-sum-exp is stored in base e, as the other kernels store it.
+
+#define FL_ROWS 128   // rows a block owns: 16 per warp, 8 warps (the launcher's 256 threads)
+#define FL_TILE 64    // rows of each streamed tile
+#define FL_PAD 8      // padding elements per shared row
+
+#define FL_STR2(x) #x
+#define FL_STR(x) FL_STR2(x)
+
+__device__ __forceinline__ float fl_neg_inf() { return __uint_as_float(0xff800000u); }
+
+// Two floats rounded to the 16-bit type and packed, `lo` in the low half (the lower
+// column of a fragment pair).
+__device__ __forceinline__ unsigned fl_pack(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn." FL_STR(FL_TYPE) "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// c += a · b for one 16x8 tile (a: 16x16, b: 16x8).
+__device__ __forceinline__ void fl_mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32." FL_STR(FL_TYPE) "." FL_STR(FL_TYPE)
+        ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ unsigned fl_shared_address(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned)a;
+}
+
+// Four 8x8 matrices from shared memory; lane L gives the address of row L % 8 of
+// matrix L / 8.
+__device__ __forceinline__ void fl_ldsm4(unsigned* r, const unsigned short* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(fl_shared_address(p)));
+}
+
+__device__ __forceinline__ void fl_ldsm4_trans(unsigned* r, const unsigned short* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(fl_shared_address(p)));
+}
+
+// B operands of two adjacent 8-column tiles (columns n0.., n0 + 8..) at rows k0..k0 + 15
+// where B[k][n] = tile[n][k]: r[0], r[1] for the first tile, r[2], r[3] for the second.
+template <int S>
+__device__ __forceinline__ void fl_ld_b_rows(unsigned* r, unsigned short (*tile)[S],
+                                             int n0, int k0) {
+    int lane = threadIdx.x % 32;
+    fl_ldsm4(r, &tile[n0 + (lane & 7) + (lane >> 4) * 8][k0 + ((lane >> 3) & 1) * 8]);
+}
+
+// The same where B[k][n] = tile[k][n].
+template <int S>
+__device__ __forceinline__ void fl_ld_b_trans(unsigned* r, unsigned short (*tile)[S],
+                                              int k0, int n0) {
+    int lane = threadIdx.x % 32;
+    fl_ldsm4_trans(r, &tile[k0 + (lane & 7) + ((lane >> 3) & 1) * 8][n0 + (lane >> 4) * 8]);
+}
+
+// The A operands of a warp's 16 rows [r0, r0 + 16) of a [T, D] operand (row stride st),
+// read straight from global memory (once per block); rows past t are zero.
+template <int D>
+__device__ __forceinline__ void fl_load_a(unsigned (*a)[4], const unsigned short* base,
+                                          unsigned long long st, unsigned long long r0,
+                                          unsigned long long t) {
+    int lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
+    unsigned long long ra = r0 + g, rb = r0 + g + 8;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+        int k0 = ks * 16 + c;
+        a[ks][0] = ra < t ? *(const unsigned*)(base + ra * st + k0) : 0u;
+        a[ks][1] = rb < t ? *(const unsigned*)(base + rb * st + k0) : 0u;
+        a[ks][2] = ra < t ? *(const unsigned*)(base + ra * st + k0 + 8) : 0u;
+        a[ks][3] = rb < t ? *(const unsigned*)(base + rb * st + k0 + 8) : 0u;
+    }
+}
+
+// Rows [t0, t0 + FL_TILE) of a [T, D] operand into a shared tile, 16 bytes a thread at a
+// time; rows past t are zero (so that masked products read no garbage).
+template <int D>
+__device__ __forceinline__ void fl_load_tile(unsigned short (*tile)[D + FL_PAD],
+                                             const unsigned short* base, unsigned long long st,
+                                             unsigned long long t0, unsigned long long t) {
+    const int vecs = D / 8;
+    for (int e = threadIdx.x; e < FL_TILE * vecs; e += blockDim.x) {
+        int r = e / vecs, c = (e % vecs) * 8;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (t0 + r < t) v = *(const uint4*)(base + (t0 + r) * st + c);
+        *(uint4*)&tile[r][c] = v;
+    }
+}
+
+// The accumulators of a warp's 16 rows [r0, r0 + 16), times `scale`, stored as the
+// 16-bit type in rows below t of a [T, D] operand.
+template <int D>
+__device__ __forceinline__ void fl_store(float (*acc)[4], unsigned short* base,
+                                         unsigned long long st, unsigned long long r0,
+                                         unsigned long long t, float scale_a, float scale_b) {
+    int lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
+    unsigned long long ra = r0 + g, rb = r0 + g + 8;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++) {
+        if (ra < t)
+            *(unsigned*)(base + ra * st + nt * 8 + c) =
+                fl_pack(acc[nt][0] * scale_a, acc[nt][1] * scale_a);
+        if (rb < t)
+            *(unsigned*)(base + rb * st + nt * 8 + c) =
+                fl_pack(acc[nt][2] * scale_b, acc[nt][3] * scale_b);
+    }
+}
+
+// this = sum over the four lanes of a fragment row (lanes 4g .. 4g + 3).
+__device__ __forceinline__ float fl_quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v;
+}
+
+__device__ __forceinline__ float fl_quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    return v;
+}
+
+__device__ __forceinline__ unsigned long long fl_min(unsigned long long a, unsigned long long b) {
+    return a < b ? a : b;
+}
+
+__device__ __forceinline__ unsigned long long fl_base(unsigned long long bh,
+                                                      unsigned long long heads,
+                                                      unsigned long long sb,
+                                                      unsigned long long sh) {
+    return (bh / heads) * sb + (bh % heads) * sh;
+}
+
+// S (16 rows x 64 columns, eight 8-column tiles) = A Bᵀ-like product of a warp's A
+// operand (D / 16 steps) with a shared tile whose rows are the columns of S.
+template <int D>
+__device__ __forceinline__ void fl_scores(float (*s)[4], unsigned (*a)[4],
+                                          unsigned short (*tile)[D + FL_PAD]) {
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            unsigned b[4];
+            fl_ld_b_rows<D + FL_PAD>(b, tile, np * 16, ks * 16);
+            fl_mma(s[2 * np], a[ks], b[0], b[1]);
+            fl_mma(s[2 * np + 1], a[ks], b[2], b[3]);
+        }
+    }
+}
+
+// acc (16 rows x D) += P (16 rows x 64, the accumulators of fl_scores, rounded) times a
+// shared tile of 64 rows x D.
+template <int D>
+__device__ __forceinline__ void fl_accumulate(float (*acc)[4], float (*p)[4],
+                                              unsigned short (*tile)[D + FL_PAD]) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        unsigned a[4] = {fl_pack(p[2 * kk][0], p[2 * kk][1]), fl_pack(p[2 * kk][2], p[2 * kk][3]),
+                         fl_pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                         fl_pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < D / 16; dp++) {
+            unsigned b[4];
+            fl_ld_b_trans<D + FL_PAD>(b, tile, kk * 16, dp * 16);
+            fl_mma(acc[2 * dp], a, b[0], b[1]);
+            fl_mma(acc[2 * dp + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+template <int D>
+__device__ __forceinline__ void fl_forward(
+    const unsigned short* q, unsigned long long q_sb, unsigned long long q_sh,
+    unsigned long long q_st, const unsigned short* k, unsigned long long k_sb,
+    unsigned long long k_sh, unsigned long long k_st, const unsigned short* v,
+    unsigned long long v_sb, unsigned long long v_sh, unsigned long long v_st,
+    unsigned short* out, unsigned long long o_sb, unsigned long long o_sh,
+    unsigned long long o_st, float* lse, unsigned long long bh, unsigned long long heads,
+    unsigned long long tq, unsigned long long tk, float scale, unsigned int causal) {
+    __shared__ __align__(16) unsigned short ks[FL_TILE][D + FL_PAD];
+    __shared__ __align__(16) unsigned short vs[FL_TILE][D + FL_PAD];
+    const float log2e = 1.4426950408889634f, scale2 = scale * log2e;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
+    unsigned long long tiles = (tq + FL_ROWS - 1) / FL_ROWS;
+    for (unsigned long long item = blockIdx.x; item < bh * tiles; item += gridDim.x) {
+        // The last row tiles see the most keys under a causal mask: they go first.
+        unsigned long long b = item % bh, row0 = (tiles - 1 - item / bh) * FL_ROWS;
+        unsigned long long r0 = row0 + warp * 16;
+        const unsigned short* kb = k + fl_base(b, heads, k_sb, k_sh);
+        const unsigned short* vb = v + fl_base(b, heads, v_sb, v_sh);
+        unsigned qa[D / 16][4];
+        fl_load_a<D>(qa, q + fl_base(b, heads, q_sb, q_sh), q_st, r0, tq);
+        float acc[D / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+        float m[2] = {fl_neg_inf(), fl_neg_inf()}, l[2] = {0.0f, 0.0f};
+        unsigned long long key_end =
+            causal ? fl_min(tk, fl_min(row0 + FL_ROWS, tq)) : tk;
+        for (unsigned long long j0 = 0; j0 < key_end; j0 += FL_TILE) {
+            __syncthreads();  // the previous tiles are no longer read
+            fl_load_tile<D>(ks, kb, k_st, j0, tk);
+            fl_load_tile<D>(vs, vb, v_st, j0, tk);
+            __syncthreads();
+            if (causal && j0 > r0 + 15) continue;  // every key of the tile is hidden
+            float s[8][4];
+            fl_scores<D>(s, qa, ks);
+            bool edge = j0 + FL_TILE > tk || (causal && j0 + FL_TILE - 1 > r0);
+            float tile_max[2] = {fl_neg_inf(), fl_neg_inf()};
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = s[nt][e] * scale2;
+                    if (edge) {
+                        unsigned long long col = j0 + nt * 8 + c + (e & 1);
+                        unsigned long long row = r0 + g + (e >> 1) * 8;
+                        if (col >= tk || (causal && col > row)) x = fl_neg_inf();
+                    }
+                    s[nt][e] = x;
+                    tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
+                }
+            }
+            float base[2], correction[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float m_new = fmaxf(m[h], fl_quad_max(tile_max[h]));
+                // A row with no visible key yet keeps m = -inf: nothing to rescale.
+                base[h] = m_new == fl_neg_inf() ? 0.0f : m_new;
+                correction[h] = exp2f(m[h] - base[h]);
+                m[h] = m_new;
+                l[h] *= correction[h];
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float p = exp2f(s[nt][e] - base[e >> 1]);
+                    s[nt][e] = p;
+                    l[e >> 1] += p;
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < D / 8; nt++) {
+                acc[nt][0] *= correction[0];
+                acc[nt][1] *= correction[0];
+                acc[nt][2] *= correction[1];
+                acc[nt][3] *= correction[1];
+            }
+            fl_accumulate<D>(acc, s, vs);
+        }
+        float inv[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            l[h] = fl_quad_sum(l[h]);
+            inv[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+        }
+        fl_store<D>(acc, out + fl_base(b, heads, o_sb, o_sh), o_st, r0, tq, inv[0], inv[1]);
+        if (lane % 4 == 0) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                unsigned long long row = r0 + g + h * 8;
+                if (row < tq) lse[b * tq + row] = (m[h] + log2f(l[h])) / log2e;
+            }
+        }
+    }
+}
+
+template <int D>
+__device__ __forceinline__ void fl_backward_dq(
+    const unsigned short* q, unsigned long long q_sb, unsigned long long q_sh,
+    unsigned long long q_st, const unsigned short* k, unsigned long long k_sb,
+    unsigned long long k_sh, unsigned long long k_st, const unsigned short* v,
+    unsigned long long v_sb, unsigned long long v_sh, unsigned long long v_st,
+    const unsigned short* dout, unsigned long long g_sb, unsigned long long g_sh,
+    unsigned long long g_st, const float* lse, const float* delta, unsigned short* dq,
+    unsigned long long dq_sb, unsigned long long dq_sh, unsigned long long dq_st,
+    unsigned long long bh, unsigned long long heads, unsigned long long tq,
+    unsigned long long tk, float scale, unsigned int causal) {
+    __shared__ __align__(16) unsigned short ks[FL_TILE][D + FL_PAD];
+    __shared__ __align__(16) unsigned short vs[FL_TILE][D + FL_PAD];
+    const float log2e = 1.4426950408889634f, scale2 = scale * log2e;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
+    unsigned long long tiles = (tq + FL_ROWS - 1) / FL_ROWS;
+    for (unsigned long long item = blockIdx.x; item < bh * tiles; item += gridDim.x) {
+        unsigned long long b = item % bh, row0 = (tiles - 1 - item / bh) * FL_ROWS;
+        unsigned long long r0 = row0 + warp * 16;
+        const unsigned short* kb = k + fl_base(b, heads, k_sb, k_sh);
+        const unsigned short* vb = v + fl_base(b, heads, v_sb, v_sh);
+        unsigned qa[D / 16][4], ga[D / 16][4];
+        fl_load_a<D>(qa, q + fl_base(b, heads, q_sb, q_sh), q_st, r0, tq);
+        fl_load_a<D>(ga, dout + fl_base(b, heads, g_sb, g_sh), g_st, r0, tq);
+        float lse2[2], dl[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            unsigned long long row = r0 + g + h * 8;
+            lse2[h] = row < tq ? lse[b * tq + row] * log2e : 0.0f;
+            dl[h] = row < tq ? delta[b * tq + row] : 0.0f;
+        }
+        float acc[D / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+        unsigned long long key_end =
+            causal ? fl_min(tk, fl_min(row0 + FL_ROWS, tq)) : tk;
+        for (unsigned long long j0 = 0; j0 < key_end; j0 += FL_TILE) {
+            __syncthreads();
+            fl_load_tile<D>(ks, kb, k_st, j0, tk);
+            fl_load_tile<D>(vs, vb, v_st, j0, tk);
+            __syncthreads();
+            if (causal && j0 > r0 + 15) continue;
+            float p[8][4], dp[8][4];
+            fl_scores<D>(p, qa, ks);
+            fl_scores<D>(dp, ga, vs);
+            bool edge = j0 + FL_TILE > tk || (causal && j0 + FL_TILE - 1 > r0);
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = exp2f(p[nt][e] * scale2 - lse2[e >> 1]);
+                    if (edge) {
+                        unsigned long long col = j0 + nt * 8 + c + (e & 1);
+                        unsigned long long row = r0 + g + (e >> 1) * 8;
+                        if (col >= tk || (causal && col > row)) x = 0.0f;
+                    }
+                    p[nt][e] = x * (dp[nt][e] - dl[e >> 1]);  // dS
+                }
+            }
+            fl_accumulate<D>(acc, p, ks);
+        }
+        fl_store<D>(acc, dq + fl_base(b, heads, dq_sb, dq_sh), dq_st, r0, tq, scale, scale);
+    }
+}
+
+template <int D>
+__device__ __forceinline__ void fl_backward_dkdv(
+    const unsigned short* q, unsigned long long q_sb, unsigned long long q_sh,
+    unsigned long long q_st, const unsigned short* k, unsigned long long k_sb,
+    unsigned long long k_sh, unsigned long long k_st, const unsigned short* v,
+    unsigned long long v_sb, unsigned long long v_sh, unsigned long long v_st,
+    const unsigned short* dout, unsigned long long g_sb, unsigned long long g_sh,
+    unsigned long long g_st, const float* lse, const float* delta, unsigned short* dk,
+    unsigned long long dk_sb, unsigned long long dk_sh, unsigned long long dk_st,
+    unsigned short* dv, unsigned long long dv_sb, unsigned long long dv_sh,
+    unsigned long long dv_st, unsigned long long bh, unsigned long long heads,
+    unsigned long long tq, unsigned long long tk, float scale, unsigned int causal) {
+    __shared__ __align__(16) unsigned short qs[FL_TILE][D + FL_PAD];
+    __shared__ __align__(16) unsigned short gs[FL_TILE][D + FL_PAD];
+    __shared__ float lse_s[FL_TILE], delta_s[FL_TILE];
+    const float log2e = 1.4426950408889634f, scale2 = scale * log2e;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
+    unsigned long long tiles = (tk + FL_ROWS - 1) / FL_ROWS;
+    for (unsigned long long item = blockIdx.x; item < bh * tiles; item += gridDim.x) {
+        // The first key tiles are seen by the most queries under a causal mask.
+        unsigned long long b = item % bh, row0 = (item / bh) * FL_ROWS;
+        unsigned long long r0 = row0 + warp * 16;  // this warp's first key
+        const unsigned short* qb = q + fl_base(b, heads, q_sb, q_sh);
+        const unsigned short* gb = dout + fl_base(b, heads, g_sb, g_sh);
+        unsigned ka[D / 16][4], va[D / 16][4];
+        fl_load_a<D>(ka, k + fl_base(b, heads, k_sb, k_sh), k_st, r0, tk);
+        fl_load_a<D>(va, v + fl_base(b, heads, v_sb, v_sh), v_st, r0, tk);
+        float dk_acc[D / 8][4], dv_acc[D / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++) {
+            dk_acc[nt][0] = dk_acc[nt][1] = dk_acc[nt][2] = dk_acc[nt][3] = 0.0f;
+            dv_acc[nt][0] = dv_acc[nt][1] = dv_acc[nt][2] = dv_acc[nt][3] = 0.0f;
+        }
+        // Queries before the block's first key see none of its keys under the mask.
+        unsigned long long i_begin = causal ? (row0 / FL_TILE) * FL_TILE : 0;
+        for (unsigned long long i0 = i_begin; i0 < tq; i0 += FL_TILE) {
+            __syncthreads();
+            fl_load_tile<D>(qs, qb, q_st, i0, tq);
+            fl_load_tile<D>(gs, gb, g_st, i0, tq);
+            for (int r = threadIdx.x; r < FL_TILE; r += blockDim.x) {
+                bool live = i0 + r < tq;
+                lse_s[r] = live ? lse[b * tq + i0 + r] * log2e : 0.0f;
+                delta_s[r] = live ? delta[b * tq + i0 + r] : 0.0f;
+            }
+            __syncthreads();
+            if (causal && i0 + FL_TILE - 1 < r0) continue;  // every query precedes the keys
+            // Pᵀ and dPᵀ: rows are this warp's keys, columns the tile's queries.
+            float p[8][4], dp[8][4];
+            fl_scores<D>(p, ka, qs);
+            fl_scores<D>(dp, va, gs);
+            bool edge = i0 + FL_TILE > tq || r0 + 16 > tk || (causal && r0 + 15 > i0);
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int col = nt * 8 + c + (e & 1);
+                    float x = exp2f(p[nt][e] * scale2 - lse_s[col]);
+                    if (edge) {
+                        unsigned long long query = i0 + col;
+                        unsigned long long key = r0 + g + (e >> 1) * 8;
+                        if (query >= tq || key >= tk || (causal && key > query)) x = 0.0f;
+                    }
+                    p[nt][e] = x;
+                    dp[nt][e] = x * (dp[nt][e] - delta_s[col]);  // dSᵀ
+                }
+            }
+            fl_accumulate<D>(dv_acc, p, gs);
+            fl_accumulate<D>(dk_acc, dp, qs);
+        }
+        fl_store<D>(dk_acc, dk + fl_base(b, heads, dk_sb, dk_sh), dk_st, r0, tk, scale, scale);
+        fl_store<D>(dv_acc, dv + fl_base(b, heads, dv_sb, dv_sh), dv_st, r0, tk, 1.0f, 1.0f);
+    }
+}
+
+// The C entry points, one per head_dim, with the signatures of kernels/attention.cu
+// (the dropout arguments are unused: these kernels serve calls without dropout).
+#define FL_DEFINE(D)                                                                        \
+    extern "C" __global__ void __launch_bounds__(256)                                       \
+        flash_attention_forward_d##D##_DT(                                                  \
+            const unsigned short* q, unsigned long long q_sb, unsigned long long q_sh,      \
+            unsigned long long q_st, const unsigned short* k, unsigned long long k_sb,      \
+            unsigned long long k_sh, unsigned long long k_st, const unsigned short* v,      \
+            unsigned long long v_sb, unsigned long long v_sh, unsigned long long v_st,      \
+            unsigned short* out, unsigned long long o_sb, unsigned long long o_sh,          \
+            unsigned long long o_st, float* lse, unsigned long long bh,                     \
+            unsigned long long heads, unsigned long long tq, unsigned long long tk,         \
+            unsigned int d, float scale, unsigned int causal, float keep, float drop_scale, \
+            unsigned long long seed, unsigned long long offset) {                           \
+        fl_forward<D>(q, q_sb, q_sh, q_st, k, k_sb, k_sh, k_st, v, v_sb, v_sh, v_st, out,   \
+                      o_sb, o_sh, o_st, lse, bh, heads, tq, tk, scale, causal);             \
+    }                                                                                       \
+    extern "C" __global__ void __launch_bounds__(256)                                       \
+        flash_attention_backward_dq_d##D##_DT(                                              \
+            const unsigned short* q, unsigned long long q_sb, unsigned long long q_sh,      \
+            unsigned long long q_st, const unsigned short* k, unsigned long long k_sb,      \
+            unsigned long long k_sh, unsigned long long k_st, const unsigned short* v,      \
+            unsigned long long v_sb, unsigned long long v_sh, unsigned long long v_st,      \
+            const unsigned short* dout, unsigned long long g_sb, unsigned long long g_sh,   \
+            unsigned long long g_st, const float* lse, const float* delta,                  \
+            unsigned short* dq, unsigned long long dq_sb, unsigned long long dq_sh,         \
+            unsigned long long dq_st, unsigned long long bh, unsigned long long heads,      \
+            unsigned long long tq, unsigned long long tk, unsigned int d, float scale,      \
+            unsigned int causal, float keep, float drop_scale, unsigned long long seed,     \
+            unsigned long long offset) {                                                    \
+        fl_backward_dq<D>(q, q_sb, q_sh, q_st, k, k_sb, k_sh, k_st, v, v_sb, v_sh, v_st,    \
+                          dout, g_sb, g_sh, g_st, lse, delta, dq, dq_sb, dq_sh, dq_st, bh,  \
+                          heads, tq, tk, scale, causal);                                    \
+    }                                                                                       \
+    extern "C" __global__ void __launch_bounds__(256)                                       \
+        flash_attention_backward_dkdv_d##D##_DT(                                            \
+            const unsigned short* q, unsigned long long q_sb, unsigned long long q_sh,      \
+            unsigned long long q_st, const unsigned short* k, unsigned long long k_sb,      \
+            unsigned long long k_sh, unsigned long long k_st, const unsigned short* v,      \
+            unsigned long long v_sb, unsigned long long v_sh, unsigned long long v_st,      \
+            const unsigned short* dout, unsigned long long g_sb, unsigned long long g_sh,   \
+            unsigned long long g_st, const float* lse, const float* delta,                  \
+            unsigned short* dk, unsigned long long dk_sb, unsigned long long dk_sh,         \
+            unsigned long long dk_st, unsigned short* dv, unsigned long long dv_sb,         \
+            unsigned long long dv_sh, unsigned long long dv_st, unsigned long long bh,      \
+            unsigned long long heads, unsigned long long tq, unsigned long long tk,         \
+            unsigned int d, float scale, unsigned int causal, float keep, float drop_scale, \
+            unsigned long long seed, unsigned long long offset) {                           \
+        fl_backward_dkdv<D>(q, q_sb, q_sh, q_st, k, k_sb, k_sh, k_st, v, v_sb, v_sh, v_st,  \
+                            dout, g_sb, g_sh, g_st, lse, delta, dk, dk_sb, dk_sh, dk_st,    \
+                            dv, dv_sb, dv_sh, dv_st, bh, heads, tq, tk, scale, causal);     \
+    }
+
+FL_DEFINE(16)
+FL_DEFINE(32)
+FL_DEFINE(48)
+FL_DEFINE(64)
