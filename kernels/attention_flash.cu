@@ -1,13 +1,15 @@
-// Fused attention on tensor cores (FlashAttention-2's schedule) for float16 and
-// bfloat16 operands with head_dim 16, 32, 48 or 64, no dropout: the same computation,
-// arguments and outputs as attention_forward/_backward_dq/_backward_dkdv in
-// kernels/attention.cu, which serve every other call (float32, dropout, larger heads)
-// and are these kernels' reference in the tests. Not compiled as it is: source.rs
-// prepends `#define FL_TYPE bf16` (or f16) and renames every `_DT(` to `_<dtype>(`.
-// Needs sm_80 (mma.sync m16n8k16 with 16-bit inputs, ldmatrix).
+// Fused attention on tensor cores (FlashAttention-2's schedule) with head_dim 16, 32,
+// 48 or 64 and no dropout: the same computation, arguments and outputs as
+// attention_forward/_backward_dq/_backward_dkdv in kernels/attention.cu, which serve
+// every other call (dropout, larger heads) and are these kernels' reference in the
+// tests. Not compiled as it is: source.rs builds one module per dtype from sections:
+// `common`, then `half` (float16, bfloat16: source.rs defines FL_TYPE as f16 or bf16)
+// or `tf32` (float32), then `kernels`, with every `_DT(` renamed `_<dtype>(`. A section
+// defines the element type FL_ELEM, the shared-row padding FL_PAD, a warp's A operand
+// FL_A, and the operations the kernels use: fl_load_a, fl_store, fl_scores and
+// fl_accumulate. Needs sm_80 (mma.sync, ldmatrix).
 //
-// The products run as warp-wide mma.sync m16n8k16 instructions (16-bit inputs, float
-// accumulators). A block of 8 warps owns 128 rows of one batch-head (16 rows a warp,
+// The products run as warp-wide mma.sync instructions (float accumulators). A block of 8 warps owns 128 rows of one batch-head (16 rows a warp,
 // held in registers as the instruction's A operand) and streams the other operand
 // through shared memory 64 rows at a time:
 //
@@ -22,7 +24,7 @@
 // Splitting dq from dk/dv recomputes S once more than FlashAttention-2's single pass but
 // needs no atomics: each gradient row is written by one warp, deterministically.
 //
-// Fragments (PTX ISA, "Matrix fragments for mma.m16n8k16"): lane = 4 g + t. A 16x16 A
+// Half fragments (PTX ISA, "Matrix fragments for mma.m16n8k16"): lane = 4 g + t. A 16x16 A
 // operand gives a lane rows g and g + 8, columns 2t, 2t + 1, 2t + 8, 2t + 9; an 8-column
 // accumulator tile gives it the same rows, columns 2t and 2t + 1. So the accumulators of
 // two adjacent 8-column tiles, rounded and packed in pairs, are the A operand of the next
@@ -34,14 +36,47 @@
 // Scores are kept in base 2: s · scale · log2(e), so exp is one ex2 instruction; the
 // log-sum-exp is stored in base e, as the other kernels store it.
 
+// BEGIN common
 #define FL_ROWS 128   // rows a block owns: 16 per warp, 8 warps (the launcher's 256 threads)
 #define FL_TILE 64    // rows of each streamed tile
-#define FL_PAD 8      // padding elements per shared row
 
 #define FL_STR2(x) #x
 #define FL_STR(x) FL_STR2(x)
 
 __device__ __forceinline__ float fl_neg_inf() { return __uint_as_float(0xff800000u); }
+
+// this = sum over the four lanes of a fragment row (lanes 4g .. 4g + 3).
+__device__ __forceinline__ float fl_quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v;
+}
+
+__device__ __forceinline__ float fl_quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    return v;
+}
+
+__device__ __forceinline__ unsigned long long fl_min(unsigned long long a, unsigned long long b) {
+    return a < b ? a : b;
+}
+
+__device__ __forceinline__ unsigned long long fl_base(unsigned long long bh,
+                                                      unsigned long long heads,
+                                                      unsigned long long sb,
+                                                      unsigned long long sh) {
+    return (bh / heads) * sb + (bh % heads) * sh;
+}
+
+// END common
+
+// BEGIN half
+// Operands of 16-bit elements (FL_TYPE: bf16 or f16), products of 16 along the
+// contracted dimension.
+#define FL_ELEM unsigned short
+#define FL_PAD 8  // elements of padding per shared row: 16 bytes
+#define FL_A(name) unsigned name[D / 16][4]  // a warp's A operand, packed pairs
 
 // Two floats rounded to the 16-bit type and packed, `lo` in the low half (the lower
 // column of a fragment pair).
@@ -114,21 +149,6 @@ __device__ __forceinline__ void fl_load_a(unsigned (*a)[4], const unsigned short
     }
 }
 
-// Rows [t0, t0 + FL_TILE) of a [T, D] operand into a shared tile, 16 bytes a thread at a
-// time; rows past t are zero (so that masked products read no garbage).
-template <int D>
-__device__ __forceinline__ void fl_load_tile(unsigned short (*tile)[D + FL_PAD],
-                                             const unsigned short* base, unsigned long long st,
-                                             unsigned long long t0, unsigned long long t) {
-    const int vecs = D / 8;
-    for (int e = threadIdx.x; e < FL_TILE * vecs; e += blockDim.x) {
-        int r = e / vecs, c = (e % vecs) * 8;
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (t0 + r < t) v = *(const uint4*)(base + (t0 + r) * st + c);
-        *(uint4*)&tile[r][c] = v;
-    }
-}
-
 // The accumulators of a warp's 16 rows [r0, r0 + 16), times `scale`, stored as the
 // 16-bit type in rows below t of a [T, D] operand.
 template <int D>
@@ -146,30 +166,6 @@ __device__ __forceinline__ void fl_store(float (*acc)[4], unsigned short* base,
             *(unsigned*)(base + rb * st + nt * 8 + c) =
                 fl_pack(acc[nt][2] * scale_b, acc[nt][3] * scale_b);
     }
-}
-
-// this = sum over the four lanes of a fragment row (lanes 4g .. 4g + 3).
-__device__ __forceinline__ float fl_quad_sum(float v) {
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    v += __shfl_xor_sync(0xffffffffu, v, 2);
-    return v;
-}
-
-__device__ __forceinline__ float fl_quad_max(float v) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-    return v;
-}
-
-__device__ __forceinline__ unsigned long long fl_min(unsigned long long a, unsigned long long b) {
-    return a < b ? a : b;
-}
-
-__device__ __forceinline__ unsigned long long fl_base(unsigned long long bh,
-                                                      unsigned long long heads,
-                                                      unsigned long long sb,
-                                                      unsigned long long sh) {
-    return (bh / heads) * sb + (bh % heads) * sh;
 }
 
 // S (16 rows x 64 columns, eight 8-column tiles) = A Bᵀ-like product of a warp's A
@@ -211,17 +207,155 @@ __device__ __forceinline__ void fl_accumulate(float (*acc)[4], float (*p)[4],
     }
 }
 
+// END half
+
+// BEGIN tf32
+// Float32 operands on tensor cores by 3xTF32 (as PyTorch's memory-efficient kernel on
+// sm_80 and later, CUTLASS's OpMultiplyAddFastF32): each operand x splits into big =
+// x rounded to TF32 (10-bit mantissa) and small = the rest rounded again, and a b is
+// summed as a_small b_big + a_big b_small + a_big b_big; the dropped a_small b_small is
+// below float32's rounding. Products of 8 along the contracted dimension
+// (mma.sync m16n8k8): lane 4 g + t holds A at rows g, g + 8, columns t, t + 4, and B at
+// rows t, t + 4, column g. The accumulators give a lane columns 2t, 2t + 1 instead, so
+// the product with P takes the keys of each 8-key step in the order 0, 2, 4, 6, 1, 3,
+// 5, 7 (a sum does not care), and reads the value rows in that order. Padding of 4
+// floats per shared row keeps both access patterns free of bank conflicts.
+#define FL_ELEM float
+#define FL_PAD 4
+#define FL_A(name) float name[D / 8][4]  // a warp's A operand, as floats
+
+__device__ __forceinline__ void fl_split(float x, unsigned& big, unsigned& small) {
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
+    float rest = x - __uint_as_float(big);
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(rest));
+}
+
+__device__ __forceinline__ void fl_split4(const float* a, unsigned* big, unsigned* small) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) fl_split(a[i], big[i], small[i]);
+}
+
+__device__ __forceinline__ void fl_mma_tf32(float* c, const unsigned* a, unsigned b0,
+                                            unsigned b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// c += a b for one 16x8 tile (a split already, b = (b0, b1) as floats), the small
+// terms first.
+__device__ __forceinline__ void fl_mma3(float* c, const unsigned* a_big, const unsigned* a_small,
+                                        float b0, float b1) {
+    unsigned b0_big, b0_small, b1_big, b1_small;
+    fl_split(b0, b0_big, b0_small);
+    fl_split(b1, b1_big, b1_small);
+    fl_mma_tf32(c, a_small, b0_big, b1_big);
+    fl_mma_tf32(c, a_big, b0_small, b1_small);
+    fl_mma_tf32(c, a_big, b0_big, b1_big);
+}
+
+// The A operands of a warp's 16 rows [r0, r0 + 16) of a [T, D] operand, from global
+// memory; rows past t are zero.
+template <int D>
+__device__ __forceinline__ void fl_load_a(float (*a)[4], const float* base,
+                                          unsigned long long st, unsigned long long r0,
+                                          unsigned long long t) {
+    int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    unsigned long long ra = r0 + g, rb = r0 + g + 8;
+#pragma unroll
+    for (int ks = 0; ks < D / 8; ks++) {
+        int k0 = ks * 8 + c;
+        a[ks][0] = ra < t ? base[ra * st + k0] : 0.0f;
+        a[ks][1] = rb < t ? base[rb * st + k0] : 0.0f;
+        a[ks][2] = ra < t ? base[ra * st + k0 + 4] : 0.0f;
+        a[ks][3] = rb < t ? base[rb * st + k0 + 4] : 0.0f;
+    }
+}
+
+// The accumulators of a warp's 16 rows, times the row's scale, stored in rows below t.
+template <int D>
+__device__ __forceinline__ void fl_store(float (*acc)[4], float* base, unsigned long long st,
+                                         unsigned long long r0, unsigned long long t,
+                                         float scale_a, float scale_b) {
+    int lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
+    unsigned long long ra = r0 + g, rb = r0 + g + 8;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++) {
+        if (ra < t)
+            *(float2*)(base + ra * st + nt * 8 + c) =
+                make_float2(acc[nt][0] * scale_a, acc[nt][1] * scale_a);
+        if (rb < t)
+            *(float2*)(base + rb * st + nt * 8 + c) =
+                make_float2(acc[nt][2] * scale_b, acc[nt][3] * scale_b);
+    }
+}
+
+// S (16 rows x 64 columns) = a warp's A operand times the transpose of a shared tile
+// whose rows are the columns of S.
+template <int D>
+__device__ __forceinline__ void fl_scores(float (*s)[4], float (*a)[4],
+                                          float (*tile)[D + FL_PAD]) {
+    int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 8; ks++) {
+        unsigned big[4], small[4];
+        fl_split4(a[ks], big, small);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+            fl_mma3(s[nt], big, small, tile[nt * 8 + g][ks * 8 + c],
+                    tile[nt * 8 + g][ks * 8 + c + 4]);
+    }
+}
+
+// acc (16 rows x D) += P (16 rows x 64, fl_scores' accumulators) times a shared tile of
+// 64 rows x D, each 8-key step in the order of the accumulators' columns.
+template <int D>
+__device__ __forceinline__ void fl_accumulate(float (*acc)[4], float (*p)[4],
+                                              float (*tile)[D + FL_PAD]) {
+    int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++) {
+        float a[4] = {p[kk][0], p[kk][2], p[kk][1], p[kk][3]};
+        unsigned big[4], small[4];
+        fl_split4(a, big, small);
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++)
+            fl_mma3(acc[nt], big, small, tile[kk * 8 + 2 * c][nt * 8 + g],
+                    tile[kk * 8 + 2 * c + 1][nt * 8 + g]);
+    }
+}
+// END tf32
+
+// BEGIN kernels
+// Rows [t0, t0 + FL_TILE) of a [T, D] operand into a shared tile, 16 bytes a thread at a
+// time; rows past t are zero (so that masked products read no garbage).
+template <int D>
+__device__ __forceinline__ void fl_load_tile(FL_ELEM (*tile)[D + FL_PAD], const FL_ELEM* base,
+                                             unsigned long long st, unsigned long long t0,
+                                             unsigned long long t) {
+    const int per = 16 / (int)sizeof(FL_ELEM), vecs = D / per;
+    for (int e = threadIdx.x; e < FL_TILE * vecs; e += blockDim.x) {
+        int r = e / vecs, c = (e % vecs) * per;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (t0 + r < t) v = *(const uint4*)(base + (t0 + r) * st + c);
+        *(uint4*)&tile[r][c] = v;
+    }
+}
+
 template <int D>
 __device__ __forceinline__ void fl_forward(
-    const unsigned short* q, unsigned long long q_sb, unsigned long long q_sh,
-    unsigned long long q_st, const unsigned short* k, unsigned long long k_sb,
-    unsigned long long k_sh, unsigned long long k_st, const unsigned short* v,
+    const FL_ELEM* q, unsigned long long q_sb, unsigned long long q_sh,
+    unsigned long long q_st, const FL_ELEM* k, unsigned long long k_sb,
+    unsigned long long k_sh, unsigned long long k_st, const FL_ELEM* v,
     unsigned long long v_sb, unsigned long long v_sh, unsigned long long v_st,
-    unsigned short* out, unsigned long long o_sb, unsigned long long o_sh,
+    FL_ELEM* out, unsigned long long o_sb, unsigned long long o_sh,
     unsigned long long o_st, float* lse, unsigned long long bh, unsigned long long heads,
     unsigned long long tq, unsigned long long tk, float scale, unsigned int causal) {
-    __shared__ __align__(16) unsigned short ks[FL_TILE][D + FL_PAD];
-    __shared__ __align__(16) unsigned short vs[FL_TILE][D + FL_PAD];
+    __shared__ __align__(16) FL_ELEM ks[FL_TILE][D + FL_PAD];
+    __shared__ __align__(16) FL_ELEM vs[FL_TILE][D + FL_PAD];
     const float log2e = 1.4426950408889634f, scale2 = scale * log2e;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
     unsigned long long tiles = (tq + FL_ROWS - 1) / FL_ROWS;
@@ -229,9 +363,9 @@ __device__ __forceinline__ void fl_forward(
         // The last row tiles see the most keys under a causal mask: they go first.
         unsigned long long b = item % bh, row0 = (tiles - 1 - item / bh) * FL_ROWS;
         unsigned long long r0 = row0 + warp * 16;
-        const unsigned short* kb = k + fl_base(b, heads, k_sb, k_sh);
-        const unsigned short* vb = v + fl_base(b, heads, v_sb, v_sh);
-        unsigned qa[D / 16][4];
+        const FL_ELEM* kb = k + fl_base(b, heads, k_sb, k_sh);
+        const FL_ELEM* vb = v + fl_base(b, heads, v_sb, v_sh);
+        FL_A(qa);
         fl_load_a<D>(qa, q + fl_base(b, heads, q_sb, q_sh), q_st, r0, tq);
         float acc[D / 8][4];
 #pragma unroll
@@ -310,26 +444,27 @@ __device__ __forceinline__ void fl_forward(
 
 template <int D>
 __device__ __forceinline__ void fl_backward_dq(
-    const unsigned short* q, unsigned long long q_sb, unsigned long long q_sh,
-    unsigned long long q_st, const unsigned short* k, unsigned long long k_sb,
-    unsigned long long k_sh, unsigned long long k_st, const unsigned short* v,
+    const FL_ELEM* q, unsigned long long q_sb, unsigned long long q_sh,
+    unsigned long long q_st, const FL_ELEM* k, unsigned long long k_sb,
+    unsigned long long k_sh, unsigned long long k_st, const FL_ELEM* v,
     unsigned long long v_sb, unsigned long long v_sh, unsigned long long v_st,
-    const unsigned short* dout, unsigned long long g_sb, unsigned long long g_sh,
-    unsigned long long g_st, const float* lse, const float* delta, unsigned short* dq,
+    const FL_ELEM* dout, unsigned long long g_sb, unsigned long long g_sh,
+    unsigned long long g_st, const float* lse, const float* delta, FL_ELEM* dq,
     unsigned long long dq_sb, unsigned long long dq_sh, unsigned long long dq_st,
     unsigned long long bh, unsigned long long heads, unsigned long long tq,
     unsigned long long tk, float scale, unsigned int causal) {
-    __shared__ __align__(16) unsigned short ks[FL_TILE][D + FL_PAD];
-    __shared__ __align__(16) unsigned short vs[FL_TILE][D + FL_PAD];
+    __shared__ __align__(16) FL_ELEM ks[FL_TILE][D + FL_PAD];
+    __shared__ __align__(16) FL_ELEM vs[FL_TILE][D + FL_PAD];
     const float log2e = 1.4426950408889634f, scale2 = scale * log2e;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
     unsigned long long tiles = (tq + FL_ROWS - 1) / FL_ROWS;
     for (unsigned long long item = blockIdx.x; item < bh * tiles; item += gridDim.x) {
         unsigned long long b = item % bh, row0 = (tiles - 1 - item / bh) * FL_ROWS;
         unsigned long long r0 = row0 + warp * 16;
-        const unsigned short* kb = k + fl_base(b, heads, k_sb, k_sh);
-        const unsigned short* vb = v + fl_base(b, heads, v_sb, v_sh);
-        unsigned qa[D / 16][4], ga[D / 16][4];
+        const FL_ELEM* kb = k + fl_base(b, heads, k_sb, k_sh);
+        const FL_ELEM* vb = v + fl_base(b, heads, v_sb, v_sh);
+        FL_A(qa);
+        FL_A(ga);
         fl_load_a<D>(qa, q + fl_base(b, heads, q_sb, q_sh), q_st, r0, tq);
         fl_load_a<D>(ga, dout + fl_base(b, heads, g_sb, g_sh), g_st, r0, tq);
         float lse2[2], dl[2];
@@ -375,18 +510,18 @@ __device__ __forceinline__ void fl_backward_dq(
 
 template <int D>
 __device__ __forceinline__ void fl_backward_dkdv(
-    const unsigned short* q, unsigned long long q_sb, unsigned long long q_sh,
-    unsigned long long q_st, const unsigned short* k, unsigned long long k_sb,
-    unsigned long long k_sh, unsigned long long k_st, const unsigned short* v,
+    const FL_ELEM* q, unsigned long long q_sb, unsigned long long q_sh,
+    unsigned long long q_st, const FL_ELEM* k, unsigned long long k_sb,
+    unsigned long long k_sh, unsigned long long k_st, const FL_ELEM* v,
     unsigned long long v_sb, unsigned long long v_sh, unsigned long long v_st,
-    const unsigned short* dout, unsigned long long g_sb, unsigned long long g_sh,
-    unsigned long long g_st, const float* lse, const float* delta, unsigned short* dk,
+    const FL_ELEM* dout, unsigned long long g_sb, unsigned long long g_sh,
+    unsigned long long g_st, const float* lse, const float* delta, FL_ELEM* dk,
     unsigned long long dk_sb, unsigned long long dk_sh, unsigned long long dk_st,
-    unsigned short* dv, unsigned long long dv_sb, unsigned long long dv_sh,
+    FL_ELEM* dv, unsigned long long dv_sb, unsigned long long dv_sh,
     unsigned long long dv_st, unsigned long long bh, unsigned long long heads,
     unsigned long long tq, unsigned long long tk, float scale, unsigned int causal) {
-    __shared__ __align__(16) unsigned short qs[FL_TILE][D + FL_PAD];
-    __shared__ __align__(16) unsigned short gs[FL_TILE][D + FL_PAD];
+    __shared__ __align__(16) FL_ELEM qs[FL_TILE][D + FL_PAD];
+    __shared__ __align__(16) FL_ELEM gs[FL_TILE][D + FL_PAD];
     __shared__ float lse_s[FL_TILE], delta_s[FL_TILE];
     const float log2e = 1.4426950408889634f, scale2 = scale * log2e;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
@@ -395,9 +530,10 @@ __device__ __forceinline__ void fl_backward_dkdv(
         // The first key tiles are seen by the most queries under a causal mask.
         unsigned long long b = item % bh, row0 = (item / bh) * FL_ROWS;
         unsigned long long r0 = row0 + warp * 16;  // this warp's first key
-        const unsigned short* qb = q + fl_base(b, heads, q_sb, q_sh);
-        const unsigned short* gb = dout + fl_base(b, heads, g_sb, g_sh);
-        unsigned ka[D / 16][4], va[D / 16][4];
+        const FL_ELEM* qb = q + fl_base(b, heads, q_sb, q_sh);
+        const FL_ELEM* gb = dout + fl_base(b, heads, g_sb, g_sh);
+        FL_A(ka);
+        FL_A(va);
         fl_load_a<D>(ka, k + fl_base(b, heads, k_sb, k_sh), k_st, r0, tk);
         fl_load_a<D>(va, v + fl_base(b, heads, v_sb, v_sh), v_st, r0, tk);
         float dk_acc[D / 8][4], dv_acc[D / 8][4];
@@ -452,11 +588,11 @@ __device__ __forceinline__ void fl_backward_dkdv(
 #define FL_DEFINE(D)                                                                        \
     extern "C" __global__ void __launch_bounds__(256)                                       \
         flash_attention_forward_d##D##_DT(                                                  \
-            const unsigned short* q, unsigned long long q_sb, unsigned long long q_sh,      \
-            unsigned long long q_st, const unsigned short* k, unsigned long long k_sb,      \
-            unsigned long long k_sh, unsigned long long k_st, const unsigned short* v,      \
+            const FL_ELEM* q, unsigned long long q_sb, unsigned long long q_sh,      \
+            unsigned long long q_st, const FL_ELEM* k, unsigned long long k_sb,      \
+            unsigned long long k_sh, unsigned long long k_st, const FL_ELEM* v,      \
             unsigned long long v_sb, unsigned long long v_sh, unsigned long long v_st,      \
-            unsigned short* out, unsigned long long o_sb, unsigned long long o_sh,          \
+            FL_ELEM* out, unsigned long long o_sb, unsigned long long o_sh,          \
             unsigned long long o_st, float* lse, unsigned long long bh,                     \
             unsigned long long heads, unsigned long long tq, unsigned long long tk,         \
             unsigned int d, float scale, unsigned int causal, float keep, float drop_scale, \
@@ -466,13 +602,13 @@ __device__ __forceinline__ void fl_backward_dkdv(
     }                                                                                       \
     extern "C" __global__ void __launch_bounds__(256)                                       \
         flash_attention_backward_dq_d##D##_DT(                                              \
-            const unsigned short* q, unsigned long long q_sb, unsigned long long q_sh,      \
-            unsigned long long q_st, const unsigned short* k, unsigned long long k_sb,      \
-            unsigned long long k_sh, unsigned long long k_st, const unsigned short* v,      \
+            const FL_ELEM* q, unsigned long long q_sb, unsigned long long q_sh,      \
+            unsigned long long q_st, const FL_ELEM* k, unsigned long long k_sb,      \
+            unsigned long long k_sh, unsigned long long k_st, const FL_ELEM* v,      \
             unsigned long long v_sb, unsigned long long v_sh, unsigned long long v_st,      \
-            const unsigned short* dout, unsigned long long g_sb, unsigned long long g_sh,   \
+            const FL_ELEM* dout, unsigned long long g_sb, unsigned long long g_sh,   \
             unsigned long long g_st, const float* lse, const float* delta,                  \
-            unsigned short* dq, unsigned long long dq_sb, unsigned long long dq_sh,         \
+            FL_ELEM* dq, unsigned long long dq_sb, unsigned long long dq_sh,         \
             unsigned long long dq_st, unsigned long long bh, unsigned long long heads,      \
             unsigned long long tq, unsigned long long tk, unsigned int d, float scale,      \
             unsigned int causal, float keep, float drop_scale, unsigned long long seed,     \
@@ -483,14 +619,14 @@ __device__ __forceinline__ void fl_backward_dkdv(
     }                                                                                       \
     extern "C" __global__ void __launch_bounds__(256)                                       \
         flash_attention_backward_dkdv_d##D##_DT(                                            \
-            const unsigned short* q, unsigned long long q_sb, unsigned long long q_sh,      \
-            unsigned long long q_st, const unsigned short* k, unsigned long long k_sb,      \
-            unsigned long long k_sh, unsigned long long k_st, const unsigned short* v,      \
+            const FL_ELEM* q, unsigned long long q_sb, unsigned long long q_sh,      \
+            unsigned long long q_st, const FL_ELEM* k, unsigned long long k_sb,      \
+            unsigned long long k_sh, unsigned long long k_st, const FL_ELEM* v,      \
             unsigned long long v_sb, unsigned long long v_sh, unsigned long long v_st,      \
-            const unsigned short* dout, unsigned long long g_sb, unsigned long long g_sh,   \
+            const FL_ELEM* dout, unsigned long long g_sb, unsigned long long g_sh,   \
             unsigned long long g_st, const float* lse, const float* delta,                  \
-            unsigned short* dk, unsigned long long dk_sb, unsigned long long dk_sh,         \
-            unsigned long long dk_st, unsigned short* dv, unsigned long long dv_sb,         \
+            FL_ELEM* dk, unsigned long long dk_sb, unsigned long long dk_sh,         \
+            unsigned long long dk_st, FL_ELEM* dv, unsigned long long dv_sb,         \
             unsigned long long dv_sh, unsigned long long dv_st, unsigned long long bh,      \
             unsigned long long heads, unsigned long long tq, unsigned long long tk,         \
             unsigned int d, float scale, unsigned int causal, float keep, float drop_scale, \
@@ -504,3 +640,4 @@ FL_DEFINE(16)
 FL_DEFINE(32)
 FL_DEFINE(48)
 FL_DEFINE(64)
+// END kernels

@@ -244,7 +244,8 @@ fn packed_half_heads_take_the_tensor_core_kernels_and_agree_with_the_chunks() {
 fn the_chunked_path_launches_products_and_row_kernels_and_bounds_its_temporaries() {
     let _serial = serial();
     let device = test_device();
-    // Float32 takes the chunked path, unless the environment forces one.
+    // Calls the tensor-core kernels serve take the fused path, the others the chunked
+    // one, unless the environment forces one. Forced here.
     if std::env::var("LABS_ATTENTION").is_err() {
         assert_eq!(attention_path().unwrap(), None);
         assert_eq!(path_for(false).unwrap(), AttentionPath::Chunked);

@@ -27,7 +27,7 @@ pub const FLASH_HEAD_DIMS: [usize; 4] = [16, 32, 48, 64];
 /// Rows a block of the tensor-core kernels owns (16 per warp of the 256-thread block).
 const FLASH_ROWS: usize = 128;
 
-/// The functions of each half dtype's tensor-core module by head dimension (the CUDA
+/// The functions of each float dtype's tensor-core module by head dimension (the CUDA
 /// function is `{name}_{dtype}`): forward, dq, dk and dv.
 pub const FLASH_FUNCTIONS: [[&str; 3]; 4] = [
     [
@@ -52,9 +52,10 @@ pub const FLASH_FUNCTIONS: [[&str; 3]; 4] = [
     ],
 ];
 
-/// Whether the tensor-core kernels serve an attention call: float16 or bfloat16, a head
-/// dimension of [`FLASH_HEAD_DIMS`], no dropout (their schedule draws no mask), and every
-/// operand's rows 16-byte aligned (they move rows 16 bytes at a time). The other calls
+/// Whether the tensor-core kernels serve an attention call: a float dtype (float32 by
+/// 3xTF32, to float32's accuracy), a head dimension of [`FLASH_HEAD_DIMS`], no dropout
+/// (their schedule draws no mask), and every operand's rows 16-byte aligned (they move
+/// rows 16 bytes at a time). The other calls
 /// run on the kernels of `kernels/attention.cu`. The test is the same on every backend
 /// (the simulator runs the reference twins for both), so a training step allocates the
 /// same on each.
@@ -64,7 +65,7 @@ pub fn flash_serves(
     dropout: &AttentionDropout,
     operands: &[&HeadsOperand],
 ) -> bool {
-    matches!(dtype, DType::F16 | DType::BF16)
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
         && FLASH_HEAD_DIMS.contains(&d)
         && !dropout.active()
         && operands.iter().all(|o| o.rows_aligned(dtype.size()))
@@ -584,7 +585,7 @@ mod tests {
     }
 
     #[test]
-    fn half_calls_without_dropout_on_aligned_rows_take_the_tensor_core_kernels() {
+    fn calls_without_dropout_on_aligned_rows_take_the_tensor_core_kernels() {
         let aligned = HeadsOperand {
             ptr: 1 << 20,
             batch: 1024 * 3 * 768,
@@ -617,9 +618,9 @@ mod tests {
         // 8 batches x 12 heads x 8 tiles of 128 rows, a block of 256 threads each.
         assert_eq!(bf16.elements(), 96 * 8 * 256);
         assert!(forward(DType::F16, aligned, 32, none).flash());
-        // Float32, another head size, dropout, or a row off a 16-byte boundary: the
-        // reference kernels.
-        assert!(!forward(DType::F32, aligned, 64, none).flash());
+        assert!(forward(DType::F32, aligned, 16, none).flash());
+        // Another head size, dropout, or a row off a 16-byte boundary: the reference
+        // kernels.
         assert!(!forward(DType::BF16, aligned, 40, none).flash());
         assert!(!forward(DType::BF16, aligned, 128, none).flash());
         let dropping = AttentionDropout {

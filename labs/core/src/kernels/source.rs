@@ -272,14 +272,23 @@ fn attention_module(suffix: &str) -> Module {
     }
 }
 
-/// The tensor-core attention kernels for one half dtype: `kernels/attention_flash.cu`
-/// with `FL_TYPE` defined as the dtype's PTX name and every `NAME_DT` renamed
-/// `NAME_{dtype}`. Its own module, compiled only when a call uses it (it needs sm_80).
-fn attention_flash_module(suffix: &str) -> Module {
-    let mut source = format!(
-        "// Generated: kernels/attention_flash.cu for {suffix}.\n#define FL_TYPE {suffix}\n"
-    );
-    source.push_str(&ATTENTION_FLASH_CU.replace("_DT(", &format!("_{suffix}(")));
+/// The tensor-core attention kernels for one float dtype: the `common` section of
+/// `kernels/attention_flash.cu`, its `half` section (with `FL_TYPE` defined as the
+/// dtype's PTX name) or its `tf32` section for float32, then its `kernels` section,
+/// every `NAME_DT` renamed `NAME_{dtype}`. Their own module, compiled only when a call
+/// uses them (they need sm_80).
+fn attention_flash_module(dtype: DType) -> Module {
+    let suffix = name(dtype);
+    let mut source = format!("// Generated: kernels/attention_flash.cu for {suffix}.\n");
+    source.push_str(section(ATTENTION_FLASH_CU, "common"));
+    if dtype == DType::F32 {
+        source.push_str(section(ATTENTION_FLASH_CU, "tf32"));
+    } else {
+        source.push_str(&format!("#define FL_TYPE {suffix}\n"));
+        source.push_str(section(ATTENTION_FLASH_CU, "half"));
+    }
+    source
+        .push_str(&section(ATTENTION_FLASH_CU, "kernels").replace("_DT(", &format!("_{suffix}(")));
     Module {
         name: format!("attention_flash_{suffix}"),
         source,
@@ -388,8 +397,8 @@ fn registry() -> &'static Registry {
             modules.push(attention_module(name(dtype)));
             modules.push(amp_module(name(dtype)));
         }
-        for dtype in [DType::F16, DType::BF16] {
-            modules.push(attention_flash_module(name(dtype)));
+        for dtype in FLOAT_DTYPES {
+            modules.push(attention_flash_module(dtype));
         }
         modules.push(fixed_module(
             "amp_update",

@@ -18,8 +18,8 @@
 //! views, as PyTorch's efficient attention returns them, so that the caller's
 //! `transpose(1, 2).reshape(B, T, E)` is free.
 //!
-//! Half-precision calls without dropout run on tensor cores (`kernels/attention_flash.cu`,
-//! FlashAttention-2's schedule); the others run by default as matrix products over
+//! Calls without dropout and with head_dim 16 to 64 run on tensor cores
+//! (`kernels/attention_flash.cu`, FlashAttention-2's schedule; float32 by 3xTF32); the others run by default as matrix products over
 //! chunks of query rows (`attention_chunked.rs`), with what is saved unchanged;
 //! [`path_for`](super::path_for) says which path serves a call.
 

@@ -1,6 +1,6 @@
 //! Which computation serves [`Tensor::fused_attention`](super::Tensor::fused_attention):
 //! the fused kernels (`kernels/attention.cu`, and their tensor-core form
-//! `kernels/attention_flash.cu` for half precision) or the chunked matrix products
+//! `kernels/attention_flash.cu`) or the chunked matrix products
 //! (`attention_chunked.rs`), and the bound on the chunks' temporaries. Fused where the
 //! tensor-core kernels serve the call, else chunked, unless this thread or the
 //! environment forces one (to compare them).
@@ -12,12 +12,12 @@ use crate::error::{Error, Result};
 /// How fused attention computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionPath {
-    /// One kernel per step, tiles in shared memory: on tensor cores for half precision
-    /// without dropout (`kernels/attention_flash.cu`, the default there), else the
-    /// reference kernels (`kernels/attention.cu`, the book's kernel).
+    /// One kernel per step, tiles in shared memory: on tensor cores without dropout and
+    /// for head_dim 16 to 64 (`kernels/attention_flash.cu`, the default there), else
+    /// the reference kernels (`kernels/attention.cu`, the book's kernel).
     Fused,
     /// Chunks of query rows as matrix products and row kernels (`attention_chunked.rs`):
-    /// the default for float32 and dropout.
+    /// the default for dropout and larger heads.
     Chunked,
 }
 
@@ -59,8 +59,8 @@ pub fn attention_path() -> Result<Option<AttentionPath>> {
 }
 
 /// The path a call takes: the forced one ([`attention_path`]), else the fused kernels
-/// where their tensor-core form serves the call (`flash`: half precision, head_dim 16
-/// to 64, no dropout; `kernels::flash_serves`), else the chunked products, on every
+/// where their tensor-core form serves the call (`flash`: head_dim 16 to 64, no
+/// dropout; `kernels::flash_serves`), else the chunked products, on every
 /// backend. On `cuda` the chunked products run on cuBLAS and beat the reference fused
 /// kernels' one-key-at-a-time loops at every length (an H100's 100-position
 /// Transformer step: 68 ms fused, 45 ms chunked), while the tensor-core kernels beat
