@@ -379,7 +379,11 @@ impl State {
     pub fn free(&mut self, be: &dyn Backend, block: Allocation) -> Result<()> {
         let freed = self.free_block(be, block);
         self.sample_timeline();
-        freed
+        freed?;
+        if self.pages.page > 0 {
+            self.count_free(be)?;
+        }
+        Ok(())
     }
 
     // ANCHOR: free
