@@ -318,3 +318,24 @@ fn launches_larger_than_one_grid_loop_over_the_rest() {
     case(&[66_000, 8, 8], &[64, 1, 8], 0).check(&d, &[1]);
     case(&[2_100_000, 9], &[1, 2_100_000], 0).check(&d, &[1]);
 }
+
+#[test]
+fn a_transposed_tensor_made_contiguous_is_its_transpose() {
+    let d = test_device();
+    // [B, T, D] read as [B, D, T] (a tiled launch on the GPU), in float32 and int64.
+    let (b, t, c) = (3, 37, 45);
+    let values: Vec<i64> = (0..(b * t * c) as i64).map(|v| v * 7 - 1000).collect();
+    let expected: Vec<i64> = (0..b)
+        .flat_map(|i| (0..c).flat_map(move |k| (0..t).map(move |j| (i * t + j) * c + k)))
+        .map(|at| values[at])
+        .collect();
+    let x = Tensor::from_slice(&values, &[b, t, c], &d).unwrap();
+    let y = x.transpose(1, 2).unwrap().contiguous().unwrap();
+    assert_eq!(y.shape(), [b, c, t]);
+    assert_eq!(y.to_vec::<i64>().unwrap(), expected);
+    let floats: Vec<f32> = values.iter().map(|&v| v as f32 * 0.25).collect();
+    let x = Tensor::from_slice(&floats, &[b, t, c], &d).unwrap();
+    let y = x.transpose(1, 2).unwrap().contiguous().unwrap();
+    let expected: Vec<f32> = expected.iter().map(|&v| v as f32 * 0.25).collect();
+    assert_eq!(y.to_vec::<f32>().unwrap(), expected);
+}
