@@ -11,7 +11,7 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 
 use crate::error::{Error, Result};
 use crate::kernels::rows::Param;
-use crate::kernels::{Kernel, Module, Strided};
+use crate::kernels::{Kernel, Module, Strided, TILE};
 
 /// A loaded function; raw driver handles are plain pointers valid in any thread.
 #[derive(Clone, Copy)]
@@ -24,6 +24,80 @@ pub(crate) struct ModuleCache {
 }
 
 const BLOCK: u32 = 256;
+
+/// The blocks of a 1-D launch of `threads` threads: at most enough to fill every
+/// multiprocessor several times; the kernels' grid-stride loops cover the rest.
+fn blocks(threads: u64, multiprocessors: u32) -> u32 {
+    threads
+        .div_ceil(BLOCK as u64)
+        .min(multiprocessors as u64 * 32)
+        .max(1) as u32
+}
+
+/// The block of the tiled transposes: `STRIDED_TILE` x `STRIDED_TILE_ROWS` threads
+/// (`kernels/strided.cu`), each thread moving 4 elements of a 32 x 32 tile.
+const TILE_BLOCK: (u32, u32, u32) = (TILE as u32, 8, 1);
+
+/// The most blocks along each axis of a tiled launch (the limit of y and z; the
+/// kernel's loops cover more).
+const MAX_GRID_AXIS: u64 = 65535;
+
+/// How a launch runs: most kernels one way, strided copies and scatters one of three.
+#[derive(Debug, PartialEq)]
+enum StridedPlan {
+    /// Not a strided copy or scatter.
+    NotStrided,
+    /// The element kernel (`strided_copy_b*`, `strided_scatter_b*`), one thread per
+    /// `per_vector` elements: 16 bytes, or 1 where the view cannot move in vectors.
+    Vectors { per_vector: u64 },
+    /// The tiled transpose (`strided_copy_tiled_b*`, ...) along `dim`, a 2-D grid of
+    /// tiles (the last dimension on x, `dim` on y) times the other dimensions (z).
+    Tiles { dim: usize, grid: (u32, u32, u32) },
+}
+
+/// The kernel and grid of a strided copy or scatter. Views whose last dimension is
+/// contiguous, or that have no contiguous dimension at all, run the element kernel,
+/// one thread per 16-byte vector when the view and pointers allow (the rule the kernel
+/// applies itself, so that no thread goes idle and none loops twice). Transposes (see
+/// `Strided::transposed_dim`) run the tiled kernel, a kernel of its own because its
+/// blocks are 2-D and its grid counts tiles: element by element, a warp would touch one
+/// element per 32-byte sector on the strided side.
+fn strided_plan(kernel: &Kernel) -> StridedPlan {
+    let (width, src, dst, layout) = match *kernel {
+        Kernel::StridedCopy {
+            width,
+            src,
+            dst,
+            layout,
+            ..
+        }
+        | Kernel::StridedScatter {
+            width,
+            src,
+            dst,
+            layout,
+            ..
+        } => (width, src, dst, layout),
+        _ => return StridedPlan::NotStrided,
+    };
+    if let Some(dim) = layout.transposed_dim() {
+        let last = layout.rank as usize - 1;
+        let tiles = |size: u64| size.div_ceil(TILE as u64).min(MAX_GRID_AXIS) as u32;
+        let batches = layout.numel() as u64 / (layout.shape[dim] * layout.shape[last]);
+        let grid = (
+            tiles(layout.shape[last]),
+            tiles(layout.shape[dim]),
+            batches.clamp(1, MAX_GRID_AXIS) as u32,
+        );
+        return StridedPlan::Tiles { dim, grid };
+    }
+    let per_vector = if layout.moves_in_vectors(width, src, dst) {
+        (16 / width) as u64
+    } else {
+        1
+    };
+    StridedPlan::Vectors { per_vector }
+}
 
 /// One kernel argument, stored by value so that its address can be handed to
 /// `cuLaunchKernel`.
@@ -281,8 +355,12 @@ impl ModuleCache {
         Ok(out)
     }
 
-    fn function(&self, kernel: &Kernel) -> Result<Function> {
-        let (module, name) = kernel.function()?;
+    fn function(&self, kernel: &Kernel, tiled: bool) -> Result<Function> {
+        let (module, name) = if tiled {
+            kernel.tiled_function()?
+        } else {
+            kernel.function()?
+        };
         let mut functions = self.functions.lock().unwrap();
         if !functions.contains_key(name) {
             functions.extend(self.compile(module)?);
@@ -300,26 +378,86 @@ impl ModuleCache {
         if n == 0 {
             return Ok(());
         }
-        let f = self.function(kernel)?;
-        // One thread per element, or per 16-byte vector for the dense elementwise
-        // kernels (their few tail elements go to the first threads); at most enough
-        // blocks to fill every multiprocessor several times: the kernels' grid-stride
-        // loops cover the rest.
-        let threads = match *kernel {
-            Kernel::Unary { dtype, .. }
-            | Kernel::Binary { dtype, .. }
-            | Kernel::BinaryRows { dtype, .. } => n.div_ceil((16 / dtype.size()) as u64),
-            _ => n,
-        };
-        let blocks = threads
-            .div_ceil(BLOCK as u64)
-            .min(multiprocessors as u64 * 32)
-            .max(1) as u32;
         let mut args = args(kernel);
+        let (f, grid, block) = match strided_plan(kernel) {
+            StridedPlan::Tiles { dim, grid } => {
+                args.push(Arg::U32(dim as u32));
+                (self.function(kernel, true)?, grid, TILE_BLOCK)
+            }
+            StridedPlan::Vectors { per_vector } => {
+                let grid = (blocks(n.div_ceil(per_vector), multiprocessors), 1, 1);
+                (self.function(kernel, false)?, grid, (BLOCK, 1, 1))
+            }
+            StridedPlan::NotStrided => {
+                // One thread per element, or per 16-byte vector for the dense
+                // elementwise kernels (their few tail elements go to the first threads).
+                let threads = match *kernel {
+                    Kernel::Unary { dtype, .. }
+                    | Kernel::Binary { dtype, .. }
+                    | Kernel::BinaryRows { dtype, .. } => n.div_ceil((16 / dtype.size()) as u64),
+                    _ => n,
+                };
+                let grid = (blocks(threads, multiprocessors), 1, 1);
+                (self.function(kernel, false)?, grid, (BLOCK, 1, 1))
+            }
+        };
         let mut params: Vec<*mut c_void> = args.iter_mut().map(Arg::as_param).collect();
         // SAFETY: the argument list matches the kernel's signature in kernels/*.cu, and
         // the pointers are device memory the caller keeps alive until the work is done.
-        unsafe { result::launch_kernel(f.0, (blocks, 1, 1), (BLOCK, 1, 1), 0, stream, &mut params) }
+        unsafe { result::launch_kernel(f.0, grid, block, 0, stream, &mut params) }
             .map_err(|e| Error::driver("cuLaunchKernel", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy(width: usize, src: u64, shape: &[usize], strides: &[isize]) -> Kernel {
+        let layout = Strided::new(shape, strides).unwrap().coalesced();
+        Kernel::StridedCopy {
+            width,
+            src,
+            dst: 0x20000,
+            layout,
+            n: layout.numel(),
+        }
+    }
+
+    #[test]
+    fn strided_launches_pick_vectors_elements_or_tiles() {
+        // Heads gathered from a packed projection: 16-byte vectors.
+        let heads = copy(4, 0x10000, &[8, 8, 100, 32], &[76800, 32, 768, 1]);
+        assert_eq!(strided_plan(&heads), StridedPlan::Vectors { per_vector: 4 });
+        // The same view from an address off 16 bytes: element by element.
+        let off = copy(4, 0x10004, &[8, 8, 100, 32], &[76800, 32, 768, 1]);
+        assert_eq!(strided_plan(&off), StridedPlan::Vectors { per_vector: 1 });
+        // [B, T, D] read as [B, D, T]: tiles of D (y) by T (x), B batches (z).
+        let transpose = copy(2, 0x10000, &[3, 64, 100], &[6400, 1, 64]);
+        assert_eq!(
+            strided_plan(&transpose),
+            StridedPlan::Tiles {
+                dim: 1,
+                grid: (4, 2, 3)
+            }
+        );
+        let scatter = Kernel::StridedScatter {
+            width: 8,
+            src: 0,
+            dst: 0,
+            layout: Strided::new(&[40, 33], &[1, 40]).unwrap(),
+            n: 40 * 33,
+        };
+        assert_eq!(
+            strided_plan(&scatter),
+            StridedPlan::Tiles {
+                dim: 0,
+                grid: (2, 2, 1)
+            }
+        );
+        assert_eq!(
+            strided_plan(&Kernel::scale(0, 1.0, 0, 4)),
+            StridedPlan::NotStrided
+        );
     }
 }

@@ -48,7 +48,7 @@ pub use ops::{BinaryOp, CompareOp, UnaryOp};
 pub use optim::{AdamStep, SgdStep};
 pub use rows::RowKernel;
 pub use source::Module;
-pub use strided::{Strided, MAX_DIMS};
+pub use strided::{Strided, MAX_DIMS, TILE, TILED_MIN_SIZE};
 
 use crate::device_id::DevicePtr;
 use crate::dtype::DType;
@@ -246,6 +246,12 @@ impl Kernel {
     /// which cuBLAS implements.
     pub fn function(&self) -> Result<(&'static Module, &'static str)> {
         source::function(self)
+    }
+
+    /// The tiled-transpose kernel of a strided copy or scatter (the GPU runs it for
+    /// views that [`Strided::transposed_dim`] calls transposes); an error for others.
+    pub fn tiled_function(&self) -> Result<(&'static Module, &'static str)> {
+        source::tiled_function(self)
     }
 
     /// Number of elements the launch covers (sets the grid size; a GEMM's output).

@@ -300,6 +300,16 @@ fn attention_flash_module(dtype: DType) -> Module {
     }
 }
 
+/// The functions of the strided copy (`kind` "copy") or scatter: the element kernel of
+/// each width, then the tiled transpose of each width.
+fn strided_functions(kind: &str) -> Vec<String> {
+    let plain = COPY_WIDTHS.iter().map(|w| format!("strided_{kind}_b{w}"));
+    let tiled = COPY_WIDTHS
+        .iter()
+        .map(|w| format!("strided_{kind}_tiled_b{w}"));
+    plain.chain(tiled).collect()
+}
+
 fn fixed_module(name: &str, source: &str, functions: &[&str]) -> Module {
     Module {
         name: name.into(),
@@ -368,10 +378,7 @@ fn registry() -> &'static Registry {
         modules.push(cast_module());
         modules.push(fixed_module("random", RANDOM_CU, &["randn_f32"]));
         modules.push(fixed_module("spin", SPIN_CU, &["spin_f32"]));
-        let copies: Vec<String> = COPY_WIDTHS
-            .iter()
-            .map(|w| format!("strided_copy_b{w}"))
-            .collect();
+        let copies = strided_functions("copy");
         let copies: Vec<&str> = copies.iter().map(String::as_str).collect();
         modules.push(fixed_module("strided", STRIDED_CU, &copies));
         for dtype in FLOAT_DTYPES {
@@ -380,14 +387,16 @@ fn registry() -> &'static Registry {
         for dtype in FLOAT_DTYPES {
             modules.push(rows_module(name(dtype)));
         }
-        let scatters: Vec<String> = COPY_WIDTHS
-            .iter()
-            .map(|w| format!("strided_scatter_b{w}"))
-            .collect();
+        let scatters = strided_functions("scatter");
         let scatters: Vec<&str> = scatters.iter().map(String::as_str).collect();
         modules.push(fixed_module(
             "scatter",
-            &format!("{STRIDED_CU}\n{SCATTER_CU}"),
+            &format!(
+                "// Generated: the layout and moves parts of kernels/strided.cu, then \
+                 kernels/scatter.cu.\n{}{}{SCATTER_CU}",
+                section(STRIDED_CU, "layout"),
+                section(STRIDED_CU, "moves")
+            ),
             &scatters,
         ));
         for dtype in FLOAT_DTYPES {
@@ -422,6 +431,22 @@ pub fn modules() -> &'static [Module] {
 
 /// The module and function of a launch.
 pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
+    lookup(kernel, false)
+}
+
+/// The tiled-transpose kernel of a strided copy or scatter (`strided_copy_tiled_b4`,
+/// in the module of `strided_copy_b4`); an error for any other kernel.
+pub fn tiled_function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
+    match kernel {
+        Kernel::StridedCopy { .. } | Kernel::StridedScatter { .. } => lookup(kernel, true),
+        _ => Err(Error::InvalidArgument(
+            "only strided copies and scatters have a tiled kernel".into(),
+        )),
+    }
+}
+
+/// The function of a launch, or of its tiled transpose when `tiled`.
+fn lookup(kernel: &Kernel, tiled: bool) -> Result<(&'static Module, &'static str)> {
     let (wanted, what, dtype) = match *kernel {
         Kernel::Unary { op, dtype, .. } => {
             (format!("{}_{}", op.name(), name(dtype)), op.name(), dtype)
@@ -452,7 +477,12 @@ pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
                     "no strided copy for {width}-byte elements"
                 )));
             }
-            (format!("strided_copy_b{width}"), "strided copy", DType::U8)
+            let tiled = if tiled { "tiled_" } else { "" };
+            (
+                format!("strided_copy_{tiled}b{width}"),
+                "strided copy",
+                DType::U8,
+            )
         }
         Kernel::SumRows { dtype, .. } => (format!("sum_rows_{}", name(dtype)), "sum", dtype),
         Kernel::StridedScatter { width, .. } => {
@@ -461,8 +491,9 @@ pub fn function(kernel: &Kernel) -> Result<(&'static Module, &'static str)> {
                     "no strided scatter for {width}-byte elements"
                 )));
             }
+            let tiled = if tiled { "tiled_" } else { "" };
             (
-                format!("strided_scatter_b{width}"),
+                format!("strided_scatter_{tiled}b{width}"),
                 "strided scatter",
                 DType::U8,
             )
@@ -530,6 +561,10 @@ mod tests {
                     || m.source.contains(&format!("DEFINE_CAST({f}, "))
                     || m.source.contains(&format!("DEFINE_STRIDED_COPY({f}, "))
                     || m.source.contains(&format!("DEFINE_STRIDED_SCATTER({f}, "))
+                    || m.source
+                        .contains(&format!("DEFINE_STRIDED_COPY_TILED({f}, "))
+                    || m.source
+                        .contains(&format!("DEFINE_STRIDED_SCATTER_TILED({f}, "))
                     || flash_defined(&m.source, f);
                 assert!(defined, "module {} does not define {f}", m.name);
             }
@@ -606,6 +641,27 @@ mod tests {
         };
         assert_eq!(function(&copy(2)).unwrap().1, "strided_copy_b2");
         assert!(function(&copy(3)).is_err());
+        let (m, f) = tiled_function(&copy(8)).unwrap();
+        assert_eq!((m.name.as_str(), f), ("strided", "strided_copy_tiled_b8"));
+        let scatter = Kernel::StridedScatter {
+            width: 1,
+            src: 0,
+            dst: 0,
+            layout: Strided::new(&[1], &[1]).unwrap(),
+            n: 1,
+        };
+        let (m, f) = tiled_function(&scatter).unwrap();
+        assert_eq!(
+            (m.name.as_str(), f),
+            ("scatter", "strided_scatter_tiled_b1")
+        );
+        // The scatter module takes the shared parts of strided.cu, not its copies.
+        assert!(m.source.contains("void tiled_move("));
+        assert!(!m.source.contains("DEFINE_STRIDED_COPY("));
+        assert!(tiled_function(&spin).is_err());
+        // The record's size is the same on both sides of the launch.
+        let max_dims = format!("#define STRIDED_MAX_DIMS {}\n", crate::kernels::MAX_DIMS);
+        assert!(STRIDED_CU.contains(&max_dims));
         let int_exp = Kernel::Unary {
             op: UnaryOp::Exp,
             dtype: DType::I32,

@@ -1,11 +1,21 @@
 //! The launch form of a strided layout: what the strided-copy kernel needs to find each
 //! element of a view, in a fixed-size record that is passed to the GPU by value.
 
+use crate::device_id::DevicePtr;
 use crate::error::{Error, Result};
 
 /// Views of more dimensions than this are refused (PyTorch's CUDA kernels have a
 /// limit of 25; eight covers every tensor of the labs with room to spare).
 pub const MAX_DIMS: usize = 8;
+
+/// The side, in elements, of the square tiles the GPU transposes through shared memory
+/// (`STRIDED_TILE` in `kernels/strided.cu`).
+pub const TILE: usize = 32;
+
+/// The smallest size of both tiled dimensions for which a transpose goes through tiles:
+/// below it the plain kernel's reads already come in runs of several elements, and
+/// tiles would be mostly empty.
+pub const TILED_MIN_SIZE: u64 = 8;
 
 /// Shape and strides (in elements) of a view, row-major. Mirrors `struct Strided` in
 /// `kernels/strided.cu`: the same field order and widths, no padding.
@@ -78,6 +88,45 @@ impl Strided {
         self.dims().map(|(size, _)| size as usize).product()
     }
 
+    /// Whether a copy or scatter of this view with elements of `width` bytes between
+    /// `src` and `dst` can move 16 bytes at a time: the last dimension contiguous and a
+    /// whole number of vectors long, every other stride (of a dimension longer than 1) a
+    /// whole number of vectors, both addresses 16-byte aligned. The same rule as
+    /// `moves_in_vectors` in `kernels/strided.cu`, which decides on the GPU; the host
+    /// sizes the grid by it (one thread per vector).
+    pub fn moves_in_vectors(&self, width: usize, src: DevicePtr, dst: DevicePtr) -> bool {
+        let rank = self.rank as usize;
+        if !matches!(width, 1 | 2 | 4 | 8) || rank == 0 || rank > MAX_DIMS {
+            return false;
+        }
+        let v = (16 / width) as i64;
+        let last = rank - 1;
+        (src | dst).is_multiple_of(16)
+            && self.strides[last] == 1
+            && self.shape[last].is_multiple_of(v as u64)
+            && (0..last).all(|d| self.shape[d] == 1 || self.strides[d] % v == 0)
+    }
+
+    /// The dimension a tiled transpose of this view runs along, if it is one: a view
+    /// whose last dimension is neither contiguous nor repeated (stride not 0 or +-1)
+    /// while an earlier one is contiguous (the innermost such), both at least
+    /// [`TILED_MIN_SIZE`] long. Element by element, a warp would touch one element per
+    /// 32-byte sector of the strided side; tiles read along the contiguous dimension and
+    /// write along the last, whole sectors on both sides.
+    pub fn transposed_dim(&self) -> Option<usize> {
+        let rank = self.rank as usize;
+        if !(2..=MAX_DIMS).contains(&rank) {
+            return None;
+        }
+        let last = rank - 1;
+        if matches!(self.strides[last], -1..=1) || self.shape[last] < TILED_MIN_SIZE {
+            return None;
+        }
+        (0..last)
+            .rev()
+            .find(|&d| self.strides[d].abs() == 1 && self.shape[d] >= TILED_MIN_SIZE)
+    }
+
     // ANCHOR: strided_offset
     /// The element offset, from the view's first element, of the `i`-th element in
     /// row-major order (the same arithmetic as `strided_offset` in `strided.cu`).
@@ -148,6 +197,68 @@ mod tests {
         }
         let empty = Strided::new(&[0, 3], &[3, 1]).unwrap();
         assert_eq!(empty.coalesced(), empty);
+    }
+
+    #[test]
+    fn vectors_need_a_contiguous_last_dimension_of_whole_vectors_and_aligned_ends() {
+        let rows = Strided::new(&[8, 8, 100, 32], &[76800, 32, 768, 1]).unwrap();
+        assert!(rows.moves_in_vectors(4, 0x1000, 0x2000));
+        assert!(rows.moves_in_vectors(8, 0x1000, 0x2000));
+        // An address off 16 bytes, an element too wide or too odd.
+        assert!(!rows.moves_in_vectors(4, 0x1004, 0x2000));
+        assert!(!rows.moves_in_vectors(4, 0x1000, 0x2008));
+        assert!(!rows.moves_in_vectors(16, 0x1000, 0x2000));
+        assert!(!rows.moves_in_vectors(3, 0x1000, 0x2000));
+        // Rows of 12 elements: 1.5 vectors of 2-byte elements, 0.75 of bytes; 3 of
+        // 4-byte ones.
+        let short = Strided::new(&[5, 12], &[16, 1]).unwrap();
+        assert!(!short.moves_in_vectors(2, 0, 0));
+        assert!(!short.moves_in_vectors(1, 0, 0));
+        assert!(short.moves_in_vectors(4, 0, 0));
+        // An outer stride that is not a whole number of vectors, unless its size is 1.
+        assert!(!Strided::new(&[3, 8], &[10, 1])
+            .unwrap()
+            .moves_in_vectors(4, 0, 0));
+        assert!(Strided::new(&[1, 8], &[10, 1])
+            .unwrap()
+            .moves_in_vectors(4, 0, 0));
+        // Broadcast rows, negative outer strides: whole vectors all the same.
+        assert!(Strided::new(&[3, 8], &[0, 1])
+            .unwrap()
+            .moves_in_vectors(4, 0, 0));
+        assert!(Strided::new(&[3, 8], &[-8, 1])
+            .unwrap()
+            .moves_in_vectors(4, 0, 0));
+        // A transposed last dimension, and the scalar of rank 0.
+        assert!(!Strided::new(&[8, 8], &[1, 8])
+            .unwrap()
+            .moves_in_vectors(4, 0, 0));
+        assert!(!Strided::new(&[], &[]).unwrap().moves_in_vectors(4, 0, 0));
+    }
+
+    #[test]
+    fn transposes_are_tiled_along_their_innermost_contiguous_dimension() {
+        let dim = |shape: &[usize], strides: &[isize]| {
+            Strided::new(shape, strides).unwrap().transposed_dim()
+        };
+        // [B, T, D] read as [B, D, T].
+        assert_eq!(dim(&[4, 64, 100], &[6400, 1, 64]), Some(1));
+        assert_eq!(dim(&[64, 100], &[1, 64]), Some(0));
+        // A reversed contiguous dimension reads whole sectors as well.
+        assert_eq!(dim(&[64, 100], &[-1, 64]), Some(0));
+        // Of two contiguous candidates, the inner one.
+        assert_eq!(dim(&[9, 9, 100], &[1, 1, 9]), Some(1));
+        // Not transposes: a contiguous, reversed or repeated last dimension, no
+        // contiguous dimension, a rank of 1.
+        assert_eq!(dim(&[64, 100], &[100, 1]), None);
+        assert_eq!(dim(&[64, 100], &[100, -1]), None);
+        assert_eq!(dim(&[64, 100], &[1, 0]), None);
+        assert_eq!(dim(&[64, 100], &[400, 2]), None);
+        assert_eq!(dim(&[100], &[3]), None);
+        // Too short to fill tiles on either side.
+        assert_eq!(dim(&[7, 100], &[1, 7]), None);
+        assert_eq!(dim(&[100, 7], &[1, 100]), None);
+        assert_eq!(dim(&[8, 8], &[1, 8]), Some(0));
     }
 
     #[test]

@@ -199,7 +199,7 @@ impl ProductOutput {
             width: self.dst.dtype().size(),
             src: dense.ptr(),
             dst: self.dst.ptr(),
-            layout: self.dst.layout.strided()?,
+            layout: self.dst.layout.strided()?.coalesced(),
             n: dense.numel(),
         })
     }
