@@ -36,6 +36,10 @@ one per optimizer step (the sum of the micro-batch losses, each already divided 
 On an out-of-memory error the JSON still comes, with "oom" and the peaks so far, and the
 exit status is 1.
 
+`--snapshot FILE` records the allocator's history from before the model is built and
+dumps PyTorch's snapshot pickle at the end (or at an out-of-memory error), which
+`lab-03 compare` puts beside `lab-10 train --snapshot`'s.
+
 Launched by torchrun (WORLD_SIZE > 1) it trains data-parallel: one process per GPU, the
 model in DistributedDataParallel(bucket_cap_mb=25), the same initial weights everywhere
 and data seeded `seed + rank`, `--accum` with no_sync() on all but the last micro-batch;
@@ -118,6 +122,12 @@ def parser():
     p.add_argument("--warmup", type=non_negative_int, default=1,
                    help="steps left out of step_ms")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--snapshot", metavar="FILE",
+                   help="record the allocator's history from before the model is built "
+                        "(torch.cuda.memory._record_memory_history, Python stacks) and "
+                        "dump the snapshot pickle to FILE at the end, for `lab-03 "
+                        "summary`, `plot` and `compare`; under torchrun FILE.rankN per "
+                        "rank. Capturing a stack per allocation slows the steps")
     p.add_argument("--device", default="cuda", help="cuda or cuda:N")
     p.add_argument("--dry-run", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--capacity", help=argparse.SUPPRESS)
@@ -166,8 +176,40 @@ def parse_config(argv, world_size=1):
         p.error(f"--lr {a.lr} must be a positive number")
     cfg.update(steps=a.steps, accum=a.accum, checkpoint=a.checkpoint, offload=a.offload,
                attention=a.attention, amp=a.amp, optimizer=a.optimizer, lr=a.lr,
-               seed=a.seed, warmup=a.warmup, device=a.device, json=a.json)
+               seed=a.seed, warmup=a.warmup, device=a.device, json=a.json,
+               snapshot=a.snapshot)
     return cfg
+
+
+def config_fields(cfg):
+    """The configuration as reports give it: the run's settings, not where output goes."""
+    return {k: v for k, v in cfg.items() if k not in ("json", "snapshot")}
+
+
+# Entries of the memory history kept for --snapshot, as `lab-10 train --snapshot` keeps:
+# more than a run of a few GPT-2 small steps makes, so that the trace starts with it.
+SNAPSHOT_ENTRIES = 1 << 23
+
+
+def start_snapshot(cfg):
+    """--snapshot: PyTorch's memory history from now on (stacks of Python frames only:
+    C++ frames would take minutes to symbolise at the dump)."""
+    if cfg["snapshot"] is not None:
+        torch.cuda.memory._record_memory_history(enabled="all", context="all",
+                                                 stacks="python",
+                                                 max_entries=SNAPSHOT_ENTRIES)
+
+
+def dump_snapshot(cfg, rank, world_size):
+    """--snapshot: the pickle of segments, blocks and the trace, then recording stops."""
+    path = cfg["snapshot"]
+    if path is None:
+        return
+    if world_size > 1:
+        path = f"{path}.rank{rank}"
+    torch.cuda.memory._dump_snapshot(path)
+    torch.cuda.memory._record_memory_history(enabled=None)
+    print(f"wrote {path}", file=sys.stderr, flush=True)
 
 
 def median(xs):
@@ -535,7 +577,7 @@ class Run:
                          "rank's peaks in ranks); other includes DDP's gradient buckets")
         return {
             "model": cfg["model"],
-            "config": {k: v for k, v in cfg.items() if k != "json"},
+            "config": config_fields(cfg),
             "device": torch.cuda.get_device_name(self.device),
             "torch": torch.__version__,
             "world_size": self.world_size,
@@ -564,7 +606,7 @@ def oom_report(cfg, device, error, rank, world_size):
     """What is known when the run did not fit: the peaks so far."""
     return {
         "model": cfg["model"],
-        "config": {k: v for k, v in cfg.items() if k != "json"},
+        "config": config_fields(cfg),
         "device": torch.cuda.get_device_name(device),
         "torch": torch.__version__,
         "world_size": world_size,
@@ -610,10 +652,12 @@ def main(argv=None):
         torch.cuda.set_device(device)
     cfg["device"] = str(device)
     run = None
+    start_snapshot(cfg)
     try:
         run = Run(cfg, device, rank, world_size)
         run.train()
     except torch.cuda.OutOfMemoryError as e:
+        dump_snapshot(cfg, rank, world_size)
         # Under torchrun the rank that ran out prints, and torchrun ends the others.
         report = oom_report(cfg, device, e, rank, world_size)
         if run is not None:
@@ -626,6 +670,7 @@ def main(argv=None):
                   f"{report['peak_reserved'] / MIB:.1f} MiB", file=sys.stderr)
         sys.exit(1)
     report = run.report()
+    dump_snapshot(cfg, rank, world_size)
     if world_size > 1:
         report["ranks"] = gather_peaks(report, device, world_size)
         dist.destroy_process_group()

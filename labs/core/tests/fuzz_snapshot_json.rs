@@ -59,6 +59,8 @@ fn built() -> Snapshot {
             stream: 0,
             time_us: i as i64,
             frames: frames.clone(),
+            category: None,
+            saved_by: None,
         })
         .collect(),
         settings: Default::default(),

@@ -335,3 +335,45 @@ fn the_leak_guard_finds_a_block_kept_every_iteration() {
         a.free(b).unwrap();
     }
 }
+
+#[test]
+fn an_allocs_event_carries_the_blocks_category_and_the_op_that_saved_it() {
+    use labs_core::alloc::Category;
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    let a = allocator(&device, "expandable_segments:True");
+    a.record_memory_history(3, false);
+    let weight = a.malloc_as(4096, &stream, Category::Temporary).unwrap();
+    let saved = a.malloc_as(4096, &stream, Category::Temporary).unwrap();
+    // Roles change while the blocks live: the events follow.
+    a.set_category(&weight, Category::Parameter).unwrap();
+    a.mark_saved(&saved, || "MmBackward".to_string()).unwrap();
+    let snap = a.snapshot();
+    let allocs: Vec<_> = (snap.trace.iter())
+        .filter(|e| e.action == TraceAction::Alloc)
+        .collect();
+    assert_eq!(allocs[0].category.as_deref(), Some("parameter"));
+    assert_eq!(allocs[0].saved_by, None);
+    assert_eq!(allocs[1].category.as_deref(), Some("activation"));
+    assert_eq!(allocs[1].saved_by.as_deref(), Some("MmBackward"));
+    // An event the ring let go is not looked for: the newer ones are still right.
+    let third = a.malloc_as(8192, &stream, Category::Input).unwrap();
+    let fourth = a.malloc_as(8192, &stream, Category::Temporary).unwrap();
+    a.set_category(&weight, Category::Gradient).unwrap();
+    a.set_category(&fourth, Category::OptimizerState).unwrap();
+    let (events, dropped) = a.history();
+    assert!(dropped > 0);
+    let categories: Vec<_> = (events.iter())
+        .filter(|e| e.action == TraceAction::Alloc)
+        .map(|e| e.category.map(|c| c.name()))
+        .collect();
+    assert_eq!(
+        categories.last(),
+        Some(&Some(Category::OptimizerState.name()))
+    );
+    for b in [weight, saved, third, fourth] {
+        a.free(b).unwrap();
+    }
+    a.record_memory_history(0, false);
+    a.empty_cache().unwrap();
+}

@@ -1,6 +1,8 @@
 //! Lab 3: looking at memory. Snapshots (ours and PyTorch's) summarised, drawn and
-//! exported for replay, and the device-wide view `nvidia-smi` gives.
+//! exported for replay, two of them compared, and the device-wide view `nvidia-smi`
+//! gives.
 
+pub mod compare;
 pub mod demo;
 pub mod exercises;
 pub mod plots;

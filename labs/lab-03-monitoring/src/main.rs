@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use labs_core::snapshot::{self, Snapshot, SourceFormat, Summary};
 
-use lab_03::{demo, plots, report, smi};
+use lab_03::{compare, demo, plots, report, smi};
 
 #[derive(Parser)]
 #[command(about = "Lab 3: memory monitoring: snapshot summaries, pictures, trace export, smi")]
@@ -27,6 +27,28 @@ enum Command {
         /// Print one JSON object instead of tables.
         #[arg(long)]
         json: bool,
+    },
+    /// Two snapshots of the same configuration side by side (ours and PyTorch's, or a
+    /// dry run and the GPU's; either format): totals, the blocks live at each one's
+    /// allocated peak grouped by size, and the first segment event where the two
+    /// allocators decide differently for the same allocation sequence.
+    Compare {
+        /// The first snapshot (A).
+        a: PathBuf,
+        /// The second snapshot (B); differences are B - A.
+        b: PathBuf,
+        /// Print one JSON object instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Which device's trace to compare, for snapshots of several GPUs.
+        #[arg(long)]
+        gpu: Option<i64>,
+        /// Sizes shown in the table of blocks at the peak (the JSON has them all).
+        #[arg(long, default_value_t = 25)]
+        rows: usize,
+        /// Events shown either side of the first different segment event.
+        #[arg(long, default_value_t = 8)]
+        context: usize,
     },
     /// Draws a snapshot as SVG files: timeline, active memory bands, segment map.
     Plot {
@@ -112,6 +134,40 @@ fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
         }
+        Command::Compare {
+            a,
+            b,
+            json,
+            gpu,
+            rows,
+            context,
+        } => {
+            let (sa, _) = load(&a)?;
+            let (sb, _) = load(&b)?;
+            let side = |path: &Path, snapshot| -> anyhow::Result<compare::Side> {
+                let device = snapshot_device(snapshot, gpu)
+                    .with_context(|| format!("choosing the device of {}", path.display()))?;
+                if snapshot.trace.is_empty() {
+                    bail!(
+                        "{} has no trace to compare (was the history recorded?)",
+                        path.display()
+                    );
+                }
+                Ok(compare::Side {
+                    name: file_name(path),
+                    snapshot,
+                    device,
+                })
+            };
+            let c = compare::compare(&side(&a, &sa)?, &side(&b, &sb)?, context);
+            if json {
+                println!("{}", compare::tables::json(&c));
+            } else {
+                for t in compare::tables::tables(&c, rows) {
+                    println!("{t}");
+                }
+            }
+        }
         Command::Plot { file, out, gpu } => {
             let (snap, _) = load(&file)?;
             let device = snap.pick_device(gpu)?;
@@ -174,6 +230,18 @@ fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+fn snapshot_device(snapshot: &Snapshot, gpu: Option<i64>) -> anyhow::Result<i64> {
+    Ok(snapshot.pick_device(gpu)?)
+}
+
+/// A file's name without its folders, as the comparison's column headings show it.
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 /// `HH:MM:SS UTC`: enough to tell successive `--loop` reports apart.

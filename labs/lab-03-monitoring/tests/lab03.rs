@@ -174,6 +174,8 @@ fn synthetic(events: usize) -> Snapshot {
             stream: 0,
             time_us: i as i64,
             frames: Default::default(),
+            category: None,
+            saved_by: None,
         });
     }
     Snapshot {

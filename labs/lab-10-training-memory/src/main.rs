@@ -19,7 +19,7 @@ use labs_core::format::parse_bytes;
 use labs_core::{Device, DeviceId};
 
 use lab_10::experiments::{self, configs, pytorch::PyTorchSource, Options};
-use lab_10::train::{self, data_parallel, DataParallel, TrainArgs};
+use lab_10::train::{self, data_parallel, snapshot, DataParallel, TrainArgs};
 
 #[derive(Parser)]
 #[command(name = "lab-10", about = "Chapter 10: training memory")]
@@ -123,9 +123,11 @@ fn run(cli: Cli) -> Result<()> {
                 "--nproc: this process is already one rank of a launched job (WORLD_SIZE is set)"
             );
         }
-        let rank_device = device.clone();
-        let Some(report) = data_parallel::run_launched_rank(&config, rank_device, how, &bar)?
-        else {
+        let rank = labs_core::dist::DistEnv::from_env()?.rank;
+        let snapshots = Snapshots::start(&args, std::slice::from_ref(&device), rank)?;
+        let outcome = data_parallel::run_launched_rank(&config, device.clone(), how, &bar);
+        snapshots.finish()?;
+        let Some(report) = outcome? else {
             return Ok(()); // rank 0 reports
         };
         report
@@ -138,9 +140,16 @@ fn run(cli: Cli) -> Result<()> {
             return relaunch(nproc);
         }
         let devices = rank_devices(&device, nproc, capacity(cli.capacity.as_deref())?)?;
-        data_parallel::run_in_process(&config, &devices, how, &bar)?
+        let snapshots = Snapshots::start(&args, &devices, 0)?;
+        let outcome = data_parallel::run_in_process(&config, &devices, how, &bar);
+        snapshots.finish()?;
+        outcome?
     } else {
-        train::run_with_progress(&config, &device, &bar)?
+        let mut snapshots = Snapshots::start(&args, std::slice::from_ref(&device), 0)?;
+        snapshots.single = true;
+        let outcome = train::run_with_progress(&config, &device, &bar);
+        snapshots.finish()?;
+        outcome?
     };
     bar.finish_and_clear();
     if args.profile {
@@ -159,6 +168,47 @@ fn run(cli: Cli) -> Result<()> {
         bail!("{oom}");
     }
     Ok(())
+}
+
+/// `--snapshot`'s recording on each rank's device (ranks numbered from `first_rank`):
+/// started before the model is built, written when the run ends, failed or not.
+struct Snapshots<'a> {
+    path: Option<&'a std::path::Path>,
+    devices: &'a [Device],
+    first_rank: usize,
+    /// One device and no data parallelism: the file is FILE itself, not FILE.rank0.
+    single: bool,
+}
+
+impl<'a> Snapshots<'a> {
+    fn start(args: &'a TrainArgs, devices: &'a [Device], first_rank: usize) -> Result<Self> {
+        let path = args.snapshot.as_deref();
+        if path.is_some() {
+            for d in devices {
+                snapshot::start(d, args.snapshot_stacks)?;
+            }
+        }
+        Ok(Snapshots {
+            path,
+            devices,
+            first_rank,
+            single: false,
+        })
+    }
+
+    fn finish(self) -> Result<()> {
+        let Some(path) = self.path else {
+            return Ok(());
+        };
+        for (i, d) in self.devices.iter().enumerate() {
+            if self.single {
+                snapshot::finish(d, path)?;
+            } else {
+                snapshot::finish(d, &snapshot::rank_path(path, self.first_rank + i))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The kernel families by total time over the steps after the warm-up, per step.

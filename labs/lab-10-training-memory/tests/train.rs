@@ -307,6 +307,32 @@ fn the_dry_run_predicts_the_simulated_peaks_exactly() {
     }
 }
 
+/// The experiments measure one configuration after another on one device, with the
+/// cache emptied between them, and predict each with a dry run on a fresh device: a run
+/// after a larger one must reserve what it reserves alone. (Expandable segments grow
+/// freely up to the most ever reserved; `empty_cache` lowers that mark.)
+#[test]
+fn a_run_after_a_larger_one_reserves_as_on_a_fresh_device() {
+    let _serial = serial();
+    let device = test_device();
+    let flags = "--model gpt2 --optimizer adamw --d-model 64 --nhead 2 --layers 4 \
+                 --vocab 8192 --batch 8 --seq 256 --steps 2";
+    let larger = lab_10::train::parse_flags(flags).unwrap();
+    let smaller =
+        lab_10::train::parse_flags(&format!("{flags} --amp bf16 --checkpoint layers")).unwrap();
+    let allocator = device.allocator().unwrap();
+    allocator.empty_cache().unwrap();
+    let first = report(&larger, &device);
+    allocator.empty_cache().unwrap();
+    let second = report(&smaller, &device);
+    allocator.empty_cache().unwrap();
+    let capacity = device.mem_info().unwrap().total;
+    let alone = report(&smaller, &Device::new_dry(capacity));
+    assert!(first.peak_reserved > alone.peak_reserved);
+    assert_eq!(second.peak_allocated, alone.peak_allocated);
+    assert_eq!(second.peak_reserved, alone.peak_reserved);
+}
+
 #[test]
 fn the_peak_split_sums_to_the_peak_and_counts_the_optimizer_state() {
     let _s = serial();

@@ -220,11 +220,15 @@ impl Allocator {
     // ANCHOR_END: record_stream
 
     /// Returns every byte of cached memory no block uses to the driver (after waiting
-    /// for pending cross-stream frees); returns how many bytes that was.
+    /// for pending cross-stream frees); returns how many bytes that was. What follows
+    /// reserves as on a new allocator: the high-water mark of expandable segments
+    /// (`pages.rs`) comes down to what is still reserved.
     pub fn empty_cache(&self) -> Result<u64> {
         let mut st = self.lock();
         st.process_events(true)?;
-        st.release_cached(&*self.backend)
+        let released = st.release_cached(&*self.backend)?;
+        st.lower_high_water();
+        Ok(released)
     }
 
     /// Caps this process's reservations at `fraction` of the device's memory.

@@ -127,7 +127,11 @@ impl State {
         self.check_handle(a)?;
         let b = &mut self.blocks[a.id];
         let old = std::mem::replace(&mut b.category, category);
+        let addr = b.addr;
         if old != category {
+            if let Some(h) = self.history.as_deref_mut() {
+                h.categorise(addr, category);
+            }
             self.stats.by_category[old.index()].sub(a.size);
             self.stats.by_category[category.index()].add(a.size);
             // Still at the peak (nothing allocated since): the peak's split is now's.
@@ -255,6 +259,9 @@ impl State {
         // The running count of allocations numbers this one, for the leak guard.
         self.blocks[id].serial = s.allocations.all.allocated;
         self.note(TraceAction::Alloc, ptr, requested, stream);
+        if let Some(h) = self.history.as_deref_mut() {
+            h.categorise(ptr, category);
+        }
         self.sample_timeline();
         Allocation {
             id,

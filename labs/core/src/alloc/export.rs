@@ -110,6 +110,8 @@ pub(crate) fn to_snapshot(
             stream: e.stream,
             time_us: e.time_us,
             frames: e.frames().into(),
+            category: e.category.map(|c| c.name().to_string()),
+            saved_by: e.saved_by.clone(),
         })
         .collect();
     Snapshot {

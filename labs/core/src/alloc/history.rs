@@ -31,6 +31,11 @@ pub struct HistoryEvent {
     pub time_us: i64,
     /// Where the call came from, when backtraces are recorded.
     pub backtrace: Option<Arc<Backtrace>>,
+    /// Of an `alloc`: what the block held, as last set while it was live and this
+    /// event was still in the ring (a block changes category when its role does).
+    pub category: Option<super::Category>,
+    /// Of an `alloc`: the autograd op that saved the block for backward, if one did.
+    pub saved_by: Option<String>,
 }
 
 impl HistoryEvent {
@@ -48,6 +53,9 @@ pub(crate) struct History {
     alloc_sites: HashMap<u64, Arc<Backtrace>>,
     /// The autograd op that saved each live block for backward (`MmBackward`, …).
     saved_by: HashMap<u64, String>,
+    /// The number (counted from the first event ever recorded) of each live block's
+    /// `alloc` event, so that a later change of category or a save reaches it.
+    alloc_events: HashMap<u64, u64>,
     started: Instant,
     started_us: i64,
     /// Entries pushed out of the ring buffer.
@@ -65,6 +73,7 @@ impl History {
             backtraces,
             alloc_sites: HashMap::new(),
             saved_by: HashMap::new(),
+            alloc_events: HashMap::new(),
             started: Instant::now(),
             started_us,
             dropped: 0,
@@ -81,8 +90,17 @@ impl History {
             }
             _ => None,
         };
-        if let TraceAction::FreeRequested = action {
-            self.saved_by.remove(&addr);
+        match action {
+            TraceAction::FreeRequested => {
+                self.saved_by.remove(&addr);
+                self.alloc_events.remove(&addr);
+            }
+            TraceAction::Alloc => {
+                let number = self.dropped + self.events.len() as u64;
+                // The push below may drop the oldest entry; numbers are unaffected.
+                self.alloc_events.insert(addr, number);
+            }
+            _ => {}
         }
         if self.backtraces {
             match action {
@@ -109,7 +127,23 @@ impl History {
             stream,
             time_us,
             backtrace,
+            category: None,
+            saved_by: None,
         });
+    }
+
+    /// The `alloc` event of the live block at `addr`, while still in the ring.
+    fn alloc_event(&mut self, addr: u64) -> Option<&mut HistoryEvent> {
+        let number = *self.alloc_events.get(&addr)?;
+        let index = number.checked_sub(self.dropped)?;
+        self.events.get_mut(usize::try_from(index).ok()?)
+    }
+
+    /// Notes that the live block at `addr` now holds `category`.
+    pub fn categorise(&mut self, addr: u64, category: super::Category) {
+        if let Some(e) = self.alloc_event(addr) {
+            e.category = Some(category);
+        }
     }
 
     pub fn events(&self) -> Vec<HistoryEvent> {
@@ -118,6 +152,9 @@ impl History {
 
     /// Notes that the autograd op `op` saved the live block at `addr` for backward.
     pub fn note_saved(&mut self, addr: u64, op: String) {
+        if let Some(e) = self.alloc_event(addr) {
+            e.saved_by = Some(op.clone());
+        }
         self.saved_by.insert(addr, op);
     }
 

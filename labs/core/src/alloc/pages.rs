@@ -531,6 +531,14 @@ impl State {
         Ok(())
     }
 
+    /// Lowers the high-water mark to what is reserved now (for `empty_cache`, which
+    /// starts afresh): a later workload then grows, and recycles idle memory, as it
+    /// would on a new allocator, rather than growing freely up to the most an earlier
+    /// workload reserved, which would make its peak depend on what ran before it.
+    pub(super) fn lower_high_water(&mut self) {
+        self.pages.high_water = self.stats.reserved.current;
+    }
+
     /// Unmaps every idle mapping of segment `s` (for `empty_cache`), synchronising
     /// first when one may still be used by queued work.
     pub(super) fn unmap_idle(&mut self, be: &dyn Backend, s: u32) -> Result<()> {

@@ -175,6 +175,14 @@ pub struct TraceEvent {
     pub time_us: i64,
     #[serde(default, skip_serializing_if = "<[Frame]>::is_empty")]
     pub frames: Frames,
+    /// Of an `alloc`, in the labs' snapshots: what the block held (its allocation
+    /// category as last set while it was live). PyTorch's traces have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    /// Of an `alloc`, in the labs' snapshots: the autograd op that saved the block
+    /// for backward, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_by: Option<String>,
 }
 
 /// The configuration the allocator ran with. The settings every allocator has are

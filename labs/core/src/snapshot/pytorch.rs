@@ -244,6 +244,8 @@ fn event(v: Value, device: i64, at: &str) -> Result<TraceEvent, SnapshotError> {
         stream: opt_u64(d, "stream", at)?.unwrap_or(0),
         time_us: opt_i64(d, "time_us", at)?.unwrap_or(0),
         frames: frames(d, at)?,
+        category: None,
+        saved_by: None,
     })
 }
 

@@ -94,6 +94,16 @@ pub struct TrainArgs {
     /// areas, the cache on top), into this SVG file.
     #[arg(long, value_name = "FILE")]
     pub timeline: Option<std::path::PathBuf>,
+    /// Record the allocator's history over the whole run, from before the model is
+    /// built, and write a memory snapshot (JSON: segments, blocks, the trace with
+    /// each allocation's category) to FILE at the end, for `lab-03 summary`, `plot`
+    /// and `compare`. With --nproc, one file per rank: FILE.rank0, FILE.rank1, ….
+    #[arg(long, value_name = "FILE")]
+    pub snapshot: Option<std::path::PathBuf>,
+    /// With --snapshot, record each allocation's call site too: a backtrace per
+    /// allocation and free, which slows the run (and its step times) noticeably.
+    #[arg(long, requires = "snapshot")]
+    pub snapshot_stacks: bool,
 }
 
 impl TrainArgs {

@@ -10,7 +10,8 @@
 //! - [`step`]: one optimizer step with accumulation, checkpoint, offload and AMP;
 //! - [`measure`]: peaks, their split by category, step times;
 //! - [`report`]: the [`TrainReport`], as JSON or tables;
-//! - [`data_parallel`]: the same run on several devices, DDP or ZeRO-1, one rank each.
+//! - [`data_parallel`]: the same run on several devices, DDP or ZeRO-1, one rank each;
+//! - [`snapshot`]: the allocator's history over a run, written as a memory snapshot.
 
 pub mod args;
 pub mod config;
@@ -18,6 +19,7 @@ pub mod data_parallel;
 pub mod measure;
 pub mod model;
 pub mod report;
+pub mod snapshot;
 pub mod step;
 
 pub use args::{parse_flags, TrainArgs};
