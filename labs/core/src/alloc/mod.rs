@@ -7,6 +7,7 @@ mod caching;
 mod category;
 mod config;
 mod deferred;
+mod epochs;
 mod export;
 mod fit;
 mod history;
