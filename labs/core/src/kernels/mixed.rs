@@ -21,7 +21,10 @@ use crate::error::{Error, Result};
 
 const MIXED_CU: &str = include_str!("../../../../kernels/mixed.cu");
 
-/// How the operands of a [`MixedBinary`] lie over its `n` dense output elements.
+/// How the operands of a [`MixedBinary`] lie over its `n` dense output elements. The
+/// strided form carries its two layouts by value, as `Kernel::BinaryStrided` does: a
+/// launch record is built once per launch, and the layouts go to the GPU by value.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum MixedForm {
     /// Both dense, of the output's shape.
@@ -87,7 +90,7 @@ impl MixedBinary {
             )));
         }
         if let MixedForm::Rows { cols, .. } = self.form {
-            if self.n > 0 && (cols == 0 || self.n % cols != 0) {
+            if self.n > 0 && (cols == 0 || !self.n.is_multiple_of(cols)) {
                 return Err(Error::InvalidArgument(format!(
                     "a broadcast row of {cols} elements over {} elements",
                     self.n
