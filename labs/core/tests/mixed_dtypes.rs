@@ -343,3 +343,21 @@ fn a_mixed_add_allocates_only_its_output_and_the_dry_run_predicts_it() {
     let dry = Device::new_dry(1 << 30);
     assert_eq!(residual_add_memory(&dry, rows, cols), (forward_peak, after));
 }
+
+#[test]
+fn the_float32_operands_gradient_matches_finite_differences() {
+    let _serial = serial();
+    let d = test_device();
+    // A bfloat16 operand that needs no gradient, as a row and as a full tensor; the
+    // float32 leaf full, then a row summed back over the rows.
+    let row = tensor(&values(8, 40, 0.5, 2.0), &[8], DType::BF16, &d);
+    let full = tensor(&values(32, 41, 0.5, 2.0), &[4, 8], DType::BF16, &d);
+    for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div] {
+        let name = format!("{} f32 [4, 8] bf16 [8]", op.name());
+        let input = (values(32, 42, -2.0, 2.0), vec![4, 8]);
+        gradcheck::check_gradients(&name, &[input], |ts| ts[0].binary(op, &row).unwrap());
+        let name = format!("{} bf16 [4, 8] f32 [8]", op.name());
+        let input = (values(8, 43, 0.5, 2.0), vec![8]);
+        gradcheck::check_gradients(&name, &[input], |ts| full.binary(op, &ts[0]).unwrap());
+    }
+}
