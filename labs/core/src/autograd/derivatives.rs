@@ -68,6 +68,25 @@ pub(super) fn input_grads(op: &GradOp, grad: &Tensor, saved: &[Tensor]) -> Resul
             });
             vec![ga?, gb?]
         }
+        GradOp::MixedBinary {
+            op,
+            a,
+            b,
+            dtypes,
+            needs,
+        } => {
+            let grads = binary(*op, grad, saved)?;
+            let [ga, gb] = [(0, a), (1, b)].map(|(i, shape)| {
+                // Summed in float32 first, then cast: fewer elements to cast, and
+                // PyTorch's order (`validate_outputs` sums to the shape, then casts).
+                if needs[i] {
+                    grads[i].sum_to_shape(shape)?.to_dtype(dtypes[i])
+                } else {
+                    Ok(grads[i].clone())
+                }
+            });
+            vec![ga?, gb?]
+        }
         GradOp::Where { a, b, needs } => {
             let cond = saved_at(saved, 0, "where")?;
             let zero = Tensor::zeros(&[], grad.dtype(), grad.device())?;

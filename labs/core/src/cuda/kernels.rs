@@ -11,7 +11,7 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 
 use crate::error::{Error, Result};
 use crate::kernels::rows::Param;
-use crate::kernels::{Kernel, Module, Strided, TILE};
+use crate::kernels::{Kernel, MixedBinary, MixedForm, Module, Strided, TILE};
 
 /// A loaded function; raw driver handles are plain pointers valid in any thread.
 #[derive(Clone, Copy)]
@@ -246,6 +246,7 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
             U64(cols as u64),
             U32(row_first as u32),
         ],
+        Kernel::MixedBinary(m) => mixed_args(&m),
         Kernel::Compare {
             a,
             a_layout,
@@ -288,6 +289,34 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
         Kernel::AttentionChunk(ref k) => row_args(k.params()),
         // `function` refuses it before arguments are built: cuBLAS runs it (blas.rs).
         Kernel::Gemm(_) => unreachable!("a gemm is not launched as a module"),
+    }
+}
+
+/// The arguments of `DEFINE_MIXED`, `DEFINE_MIXED_ROWS` and `DEFINE_MIXED_STRIDED` in
+/// `kernels/mixed.cu`.
+fn mixed_args(m: &MixedBinary) -> Vec<Arg> {
+    use Arg::*;
+    let (a, b, out, n) = (U64(m.a), U64(m.b), U64(m.out), U64(m.n as u64));
+    match m.form {
+        MixedForm::Dense => vec![a, b, out, F32(m.alpha), n],
+        MixedForm::Rows { cols, row_first } => vec![
+            a,
+            b,
+            out,
+            F32(m.alpha),
+            n,
+            U64(cols as u64),
+            U32(row_first as u32),
+        ],
+        MixedForm::Strided { a_layout, b_layout } => vec![
+            a,
+            Strided(a_layout),
+            b,
+            Strided(b_layout),
+            out,
+            F32(m.alpha),
+            n,
+        ],
     }
 }
 
@@ -395,6 +424,7 @@ impl ModuleCache {
                     Kernel::Unary { dtype, .. }
                     | Kernel::Binary { dtype, .. }
                     | Kernel::BinaryRows { dtype, .. } => n.div_ceil((16 / dtype.size()) as u64),
+                    Kernel::MixedBinary(ref m) => m.threads() as u64,
                     _ => n,
                 };
                 let grid = (blocks(threads, multiprocessors), 1, 1);

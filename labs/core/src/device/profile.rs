@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::backend::Event;
 use crate::error::Result;
-use crate::kernels::Kernel;
+use crate::kernels::{Kernel, MixedForm};
 
 /// The environment variable that turns the profiler on for the whole process.
 pub const ENV_PROFILE: &str = "LABS_PROFILE";
@@ -109,6 +109,22 @@ pub fn label(kernel: &Kernel) -> String {
             if g.bias.is_some() { " bias" } else { "" }
         );
     }
+    // Which conversion, and which pair of dtypes: the casts a mixed-precision step
+    // launches are the question.
+    if let Kernel::Cast { from, to, .. } = kernel {
+        return format!("Cast {from:?}->{to:?}");
+    }
+    if let Kernel::MixedBinary(m) = kernel {
+        let form = match m.form {
+            MixedForm::Dense => "",
+            MixedForm::Rows { .. } => " rows",
+            MixedForm::Strided { .. } => " strided",
+        };
+        return format!(
+            "MixedBinary {:?} {:?} {:?}{form}",
+            m.op, m.a_dtype, m.b_dtype
+        );
+    }
     let text = format!("{kernel:?}");
     let family: String = text
         .chars()
@@ -164,5 +180,28 @@ mod tests {
             alpha: 0.0,
         };
         assert_eq!(label(&k), "Unary Exp BF16");
+        let cast = Kernel::Cast {
+            from: DType::BF16,
+            to: DType::F32,
+            x: 0,
+            out: 0,
+            n: 4,
+        };
+        assert_eq!(label(&cast), "Cast BF16->F32");
+        let mixed = Kernel::MixedBinary(crate::kernels::MixedBinary {
+            op: crate::kernels::BinaryOp::Add,
+            a_dtype: DType::F32,
+            b_dtype: DType::BF16,
+            a: 0,
+            b: 0,
+            out: 0,
+            n: 4,
+            alpha: 0.0,
+            form: MixedForm::Rows {
+                cols: 2,
+                row_first: false,
+            },
+        });
+        assert_eq!(label(&mixed), "MixedBinary Add F32 BF16 rows");
     }
 }

@@ -88,6 +88,7 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
                 I => { let f = int_twin(op.int_cpu(), op.name(), dtype)?;
                        binary_rows::<I>([a, b, out], shape, |x, y| f(x, y, alpha), memory) })
         }
+        Kernel::MixedBinary(ref m) => super::mixed_cpu::run(m, memory),
         Kernel::Compare {
             op,
             dtype,
@@ -512,7 +513,7 @@ fn binary_rows<E: Num>(
 
 /// The memory a strided view of `n` elements of `width` bytes at `ptr` touches:
 /// `(start address, element count, offset of the first element from the start)`.
-fn strided_range(
+pub(super) fn strided_range(
     ptr: DevicePtr,
     layout: &Strided,
     n: usize,
@@ -529,7 +530,7 @@ fn strided_range(
 }
 
 /// Element `i` of a strided view, from the start of its range.
-fn strided_get<E: Copy>(raw: &Raw<E>, layout: &Strided, shift: i64, i: usize) -> E {
+pub(super) fn strided_get<E: Copy>(raw: &Raw<E>, layout: &Strided, shift: i64, i: usize) -> E {
     raw.get((layout.offset(i as u64) + shift) as usize)
 }
 

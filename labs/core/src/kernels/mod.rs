@@ -14,6 +14,9 @@
 //! The matrix product, [`Gemm`], is a launch like the others but a library's: cuBLAS on
 //! `cuda` (cuBLASLt for a product with a bias), a CPU GEMM crate on `sim` and `cpu`.
 //!
+//! Binary ops on operands of two different float dtypes (`f32 + bf16`) read each in its
+//! own dtype: [`MixedBinary`], `kernels/mixed.cu`, twins in `mixed_cpu.rs`.
+//!
 //! Attention has two sets: the fused kernels ([`AttentionKernel`], `kernels/attention.cu`,
 //! twins in `attention_cpu.rs`), and the row kernels that chunked attention runs between
 //! its matrix products ([`AttentionChunkKernel`], `kernels/attention_chunk.cu`, twins in
@@ -29,6 +32,8 @@ pub mod cpu;
 mod cpu_rows;
 mod gemm;
 mod gemm_cpu;
+mod mixed;
+mod mixed_cpu;
 pub mod ops;
 mod optim;
 mod optim_cpu;
@@ -44,6 +49,7 @@ pub use attention::{
 };
 pub use attention_chunk::{AttentionChunkKernel, ScoreChunk};
 pub use gemm::{Gemm, Operand};
+pub use mixed::{MixedBinary, MixedForm};
 pub use ops::{BinaryOp, CompareOp, UnaryOp};
 pub use optim::{AdamStep, SgdStep};
 pub use rows::RowKernel;
@@ -161,6 +167,9 @@ pub enum Kernel {
         row_first: bool,
         alpha: f32,
     },
+    /// A binary op on operands of two different float dtypes, each read in its own
+    /// dtype, into float32 (see [`MixedBinary`]): no cast kernel before it.
+    MixedBinary(MixedBinary),
     /// `out[i] = op(a[i], b[i]) ? 1 : 0` into `n` dense uint8 elements, operands strided
     /// as in `BinaryStrided`, of one dtype (any).
     Compare {
@@ -276,6 +285,7 @@ impl Kernel {
                     rows.saturating_mul(32)
                 }
             }
+            Kernel::MixedBinary(m) => m.n,
             Kernel::Gemm(g) => g.m * g.n * g.batch,
             Kernel::SgdStep(s) => s.n,
             Kernel::AdamStep(s) => s.n,

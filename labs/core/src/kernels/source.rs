@@ -3,7 +3,8 @@
 //! `kernels/strided.cu`, the family templates of `kernels/elementwise.cu`, then one
 //! `DEFINE_*` line per op declared in [`super::ops`] that has an expression for the
 //! dtype (float-only ops have none for the integer dtypes). Casts are one module of
-//! every pair of dtypes. The other kernels are fixed sources.
+//! every pair of dtypes; the mixed-dtype binary ops one module per pair of float dtypes
+//! (`mixed.rs`). The other kernels are fixed sources.
 //!
 //! Functions are found by name (`add_f32`, `add_strided_i64`, `cast_f32_u8`): a launch
 //! of an op with no kernel for its dtype is an error naming both.
@@ -64,6 +65,11 @@ pub fn suffix(dtype: DType) -> Option<&'static str> {
     Some(name(dtype))
 }
 
+/// The dtype's name in kernel and module names (`f32`, `bf16`).
+pub(super) fn dtype_name(dtype: DType) -> &'static str {
+    name(dtype)
+}
+
 fn name(dtype: DType) -> &'static str {
     match dtype {
         DType::F32 => "f32",
@@ -89,8 +95,14 @@ fn section(source: &'static str, name: &str) -> &'static str {
     &source[start..start + len]
 }
 
-fn dtype_section(suffix: &str) -> &'static str {
+/// A dtype's section of `kernels/dtypes.cu` (`f32`, `bf16`, ...).
+pub(super) fn dtype_section(suffix: &str) -> &'static str {
     section(DTYPES_CU, suffix)
+}
+
+/// The layout part of `kernels/strided.cu` (`struct Strided`, `strided_offset`).
+pub(super) fn layout_section() -> &'static str {
+    section(STRIDED_CU, "layout")
 }
 
 /// The generated lines of one dtype's module of a family: `(macro, function, expression)`.
@@ -372,6 +384,7 @@ fn registry() -> &'static Registry {
         for dtype in ALL_DTYPES {
             modules.push(binary_module(dtype));
         }
+        modules.extend(super::mixed::modules());
         for dtype in ALL_DTYPES {
             modules.push(compare_module(dtype));
         }
@@ -464,6 +477,10 @@ fn lookup(kernel: &Kernel, tiled: bool) -> Result<(&'static Module, &'static str
             op.name(),
             dtype,
         ),
+        Kernel::MixedBinary(ref m) => {
+            m.validate()?;
+            (m.function_name(), m.op.name(), m.a_dtype)
+        }
         Kernel::Compare { op, dtype, .. } => {
             (format!("{}_{}", op.name(), name(dtype)), op.name(), dtype)
         }
@@ -559,6 +576,9 @@ mod tests {
                     || m.source.contains(&format!("DEFINE_COMPARE({f}, "))
                     || m.source.contains(&format!("DEFINE_WHERE({f})"))
                     || m.source.contains(&format!("DEFINE_CAST({f}, "))
+                    || m.source.contains(&format!("DEFINE_MIXED({f}, "))
+                    || m.source.contains(&format!("DEFINE_MIXED_ROWS({f}, "))
+                    || m.source.contains(&format!("DEFINE_MIXED_STRIDED({f}, "))
                     || m.source.contains(&format!("DEFINE_STRIDED_COPY({f}, "))
                     || m.source.contains(&format!("DEFINE_STRIDED_SCATTER({f}, "))
                     || m.source

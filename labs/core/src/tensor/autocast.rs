@@ -10,7 +10,8 @@
 //! - [`FP32_OPS`] run in float32 (`softmax`, `log_softmax`, `layer_norm`, the losses,
 //!   `sum`, `exp`, `log`, `rsqrt`, `pow`);
 //! - every other op runs in the dtype of its inputs, and binary ops on mixed inputs
-//!   promote to the widest (type promotion does that already, region or not).
+//!   promote to the widest (type promotion does that already, region or not; two float
+//!   dtypes are read each in its own by one kernel, with no cast: `mixed.rs`).
 //!
 //! An op consults the region in one place, [`autocast_args`], with its name: the
 //! function returns its inputs cast as the op's policy says ([`cast_policy`]), or `None`

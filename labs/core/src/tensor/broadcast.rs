@@ -1,6 +1,8 @@
 //! Binary ops with PyTorch's broadcasting and type promotion. Shapes are aligned from
 //! the right and a size-1 dimension stretches to the other operand's size; operands
-//! are cast to the promoted dtype (`torch.result_type`), then one kernel runs. A
+//! are cast to the promoted dtype (`torch.result_type`), then one kernel runs, except
+//! two float operands of different dtypes, which one kernel reads each in its own
+//! dtype (`mixed.rs`). A
 //! broadcast operand is never materialised: the strided kernel reads it through a
 //! layout whose stretched dimensions have stride 0. When both operands are already
 //! dense and of the output's shape, the dense (vectorised) kernel runs instead, and
@@ -45,7 +47,7 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Ve
 /// `[b, t, c] + [t, c]`): flattened, a row of `cols` elements broadcast over
 /// `[numel / cols, cols]`. `Some((true, cols))` when the row is `a`, `Some((false,
 /// cols))` when it is `b`, `None` otherwise (the strided kernel runs).
-fn row_broadcast(a: &Tensor, b: &Tensor, shape: &[usize]) -> Option<(bool, usize)> {
+pub(super) fn row_broadcast(a: &Tensor, b: &Tensor, shape: &[usize]) -> Option<(bool, usize)> {
     let dense = |t: &Tensor| t.is_contiguous() && t.shape() == shape;
     // Leading dimensions of size 1 aside, the trailing dimensions of `shape`.
     let row = |t: &Tensor| {
@@ -88,6 +90,10 @@ impl Tensor {
         let mut dtype = result_type(&[self, other], &[]);
         if !is_floating_point(dtype) && op.int_cuda().is_none() {
             dtype = DType::F32;
+        }
+        if super::mixed::reads_each_in_its_dtype(self, other, dtype) {
+            let shape = broadcast_shapes(op.name(), self.shape(), other.shape())?;
+            return self.mixed_binary(op, other, &shape, alpha);
         }
         let (a, b) = (self.to_dtype(dtype)?, other.to_dtype(dtype)?);
         let shape = broadcast_shapes(op.name(), a.shape(), b.shape())?;

@@ -64,6 +64,17 @@ pub enum GradOp {
         b: Vec<usize>,
         needs: [bool; 2],
     },
+    /// A binary op on float operands of two different dtypes, each read in its own
+    /// (`tensor/mixed.rs`), of shapes `a` and `b`: each input's gradient is computed in
+    /// float32, summed back to its shape and cast to its dtype (`dtypes`); `needs` as
+    /// for `BroadcastBinary`.
+    MixedBinary {
+        op: BinaryOp,
+        a: Vec<usize>,
+        b: Vec<usize>,
+        dtypes: [DType; 2],
+        needs: [bool; 2],
+    },
     /// `where(cond, a, b)` with operands of shapes `a` and `b` (the condition saved);
     /// `needs` as for `BroadcastBinary`.
     Where {
@@ -140,7 +151,9 @@ impl GradOp {
             GradOp::Matmul => "MmBackward".into(),
             GradOp::Linear { .. } => "AddmmBackward".into(),
             GradOp::Cast { .. } => "ToCopyBackward".into(),
-            GradOp::BroadcastBinary { op, .. } => format!("{}Backward", capitalised(op.name())),
+            GradOp::BroadcastBinary { op, .. } | GradOp::MixedBinary { op, .. } => {
+                format!("{}Backward", capitalised(op.name()))
+            }
             GradOp::Where { .. } => "WhereBackward".into(),
             GradOp::Softmax { log: false, .. } => "SoftmaxBackward".into(),
             GradOp::Softmax { log: true, .. } => "LogSoftmaxBackward".into(),

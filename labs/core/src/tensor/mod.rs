@@ -18,6 +18,7 @@ mod index;
 mod layout;
 mod loss;
 mod matmul;
+mod mixed;
 mod norm;
 mod ops;
 mod pointwise;

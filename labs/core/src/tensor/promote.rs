@@ -1,5 +1,7 @@
 //! Type promotion, as PyTorch's `torch.result_type`: which dtype an op on operands of
-//! different dtypes computes in. Operands are cast to it before the kernel runs.
+//! different dtypes computes in. Operands are cast to it before the kernel runs, except
+//! two float operands of different dtypes, which one kernel reads each in its own dtype
+//! (`mixed.rs`).
 //!
 //! PyTorch ranks operands in three tiers: tensors with dimensions, zero-dimensional
 //! tensors, and Python scalars ("wrapped numbers"). A lower tier changes the result
