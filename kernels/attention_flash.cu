@@ -9,9 +9,10 @@
 // FL_A, and the operations the kernels use: fl_load_a, fl_store, fl_scores and
 // fl_accumulate. Needs sm_80 (mma.sync, ldmatrix).
 //
-// The products run as warp-wide mma.sync instructions (float accumulators). A block of 8 warps owns 128 rows of one batch-head (16 rows a warp,
-// held in registers as the instruction's A operand) and streams the other operand
-// through shared memory 64 rows at a time:
+// The products run as warp-wide mma.sync instructions (float accumulators). A block of
+// 8 warps owns 128 rows of one batch-head (16 rows a warp, held in registers as the
+// instruction's A operand) and streams the other operand through shared memory 64 rows
+// at a time, the next tile loading (cp.async) while this one computes:
 //
 // - forward: 128 query rows; key and value tiles stream; per tile S = Q Kᵀ, the online
 //   softmax of FlashAttention (running max and sum, the accumulator rescaled when the
@@ -69,6 +70,12 @@ __device__ __forceinline__ unsigned long long fl_base(unsigned long long bh,
     return (bh / heads) * sb + (bh % heads) * sh;
 }
 
+__device__ __forceinline__ unsigned fl_shared_address(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned)a;
+}
+
 // END common
 
 // BEGIN half
@@ -76,6 +83,7 @@ __device__ __forceinline__ unsigned long long fl_base(unsigned long long bh,
 // contracted dimension.
 #define FL_ELEM unsigned short
 #define FL_PAD 8  // elements of padding per shared row: 16 bytes
+#define FL_STAGES 2  // streamed tiles in flight: the next loads while this one computes
 #define FL_A(name) unsigned name[D / 16][4]  // a warp's A operand, packed pairs
 
 // Two floats rounded to the 16-bit type and packed, `lo` in the low half (the lower
@@ -92,12 +100,6 @@ __device__ __forceinline__ void fl_mma(float* c, const unsigned* a, unsigned b0,
         ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ unsigned fl_shared_address(const void* p) {
-    unsigned long long a;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-    return (unsigned)a;
 }
 
 // Four 8x8 matrices from shared memory; lane L gives the address of row L % 8 of
@@ -222,6 +224,7 @@ __device__ __forceinline__ void fl_accumulate(float (*acc)[4], float (*p)[4],
 // floats per shared row keeps both access patterns free of bank conflicts.
 #define FL_ELEM float
 #define FL_PAD 4
+#define FL_STAGES 1  // two stages of float tiles would pass 48 KiB of shared memory
 #define FL_A(name) float name[D / 8][4]  // a warp's A operand, as floats
 
 __device__ __forceinline__ void fl_split(float x, unsigned& big, unsigned& small) {
@@ -331,18 +334,53 @@ __device__ __forceinline__ void fl_accumulate(float (*acc)[4], float (*p)[4],
 
 // BEGIN kernels
 // Rows [t0, t0 + FL_TILE) of a [T, D] operand into a shared tile, 16 bytes a thread at a
-// time; rows past t are zero (so that masked products read no garbage).
+// time; rows past t are zero (so that masked products read no garbage). With two
+// stages the copy is asynchronous (cp.async, zero-filled past t), so that it overlaps
+// the products on the tile before; `fl_tile_ready` waits for it.
 template <int D>
-__device__ __forceinline__ void fl_load_tile(FL_ELEM (*tile)[D + FL_PAD], const FL_ELEM* base,
-                                             unsigned long long st, unsigned long long t0,
-                                             unsigned long long t) {
+__device__ __forceinline__ void fl_fetch_tile(FL_ELEM (*tile)[D + FL_PAD], const FL_ELEM* base,
+                                              unsigned long long st, unsigned long long t0,
+                                              unsigned long long t) {
     const int per = 16 / (int)sizeof(FL_ELEM), vecs = D / per;
     for (int e = threadIdx.x; e < FL_TILE * vecs; e += blockDim.x) {
         int r = e / vecs, c = (e % vecs) * per;
+        bool live = t0 + r < t;
+        const FL_ELEM* src = live ? base + (t0 + r) * st + c : base;
+#if FL_STAGES > 1
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                     :
+                     : "r"(fl_shared_address(&tile[r][c])), "l"(src), "r"(live ? 16 : 0));
+#else
         uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (t0 + r < t) v = *(const uint4*)(base + (t0 + r) * st + c);
+        if (live) v = *(const uint4*)src;
         *(uint4*)&tile[r][c] = v;
+#endif
     }
+}
+
+// Makes streamed tile `it` of `count` ready in stage it % FL_STAGES for the whole
+// block, `fetch(i)` starting the copy of tile i into its stage: with two stages tile
+// it + 1 is started first, so that it loads while tile it computes. Every iteration
+// ends with __syncthreads (no warp still reads the stage the next fetch overwrites).
+template <typename Fetch>
+__device__ __forceinline__ void fl_tile_ready(Fetch fetch, unsigned long long it,
+                                              unsigned long long count) {
+#if FL_STAGES > 1
+    if (it == 0) {
+        fetch(0);
+        asm volatile("cp.async.commit_group;");
+    }
+    if (it + 1 < count) {
+        fetch(it + 1);
+        asm volatile("cp.async.commit_group;");
+        asm volatile("cp.async.wait_group 1;");
+    } else {
+        asm volatile("cp.async.wait_group 0;");
+    }
+#else
+    fetch(it);
+#endif
+    __syncthreads();
 }
 
 template <int D>
@@ -354,8 +392,8 @@ __device__ __forceinline__ void fl_forward(
     FL_ELEM* out, unsigned long long o_sb, unsigned long long o_sh,
     unsigned long long o_st, float* lse, unsigned long long bh, unsigned long long heads,
     unsigned long long tq, unsigned long long tk, float scale, unsigned int causal) {
-    __shared__ __align__(16) FL_ELEM ks[FL_TILE][D + FL_PAD];
-    __shared__ __align__(16) FL_ELEM vs[FL_TILE][D + FL_PAD];
+    __shared__ __align__(16) FL_ELEM ks[FL_STAGES][FL_TILE][D + FL_PAD];
+    __shared__ __align__(16) FL_ELEM vs[FL_STAGES][FL_TILE][D + FL_PAD];
     const float log2e = 1.4426950408889634f, scale2 = scale * log2e;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
     unsigned long long tiles = (tq + FL_ROWS - 1) / FL_ROWS;
@@ -373,57 +411,64 @@ __device__ __forceinline__ void fl_forward(
         float m[2] = {fl_neg_inf(), fl_neg_inf()}, l[2] = {0.0f, 0.0f};
         unsigned long long key_end =
             causal ? fl_min(tk, fl_min(row0 + FL_ROWS, tq)) : tk;
-        for (unsigned long long j0 = 0; j0 < key_end; j0 += FL_TILE) {
-            __syncthreads();  // the previous tiles are no longer read
-            fl_load_tile<D>(ks, kb, k_st, j0, tk);
-            fl_load_tile<D>(vs, vb, v_st, j0, tk);
-            __syncthreads();
-            if (causal && j0 > r0 + 15) continue;  // every key of the tile is hidden
-            float s[8][4];
-            fl_scores<D>(s, qa, ks);
-            bool edge = j0 + FL_TILE > tk || (causal && j0 + FL_TILE - 1 > r0);
-            float tile_max[2] = {fl_neg_inf(), fl_neg_inf()};
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float x = s[nt][e] * scale2;
-                    if (edge) {
-                        unsigned long long col = j0 + nt * 8 + c + (e & 1);
-                        unsigned long long row = r0 + g + (e >> 1) * 8;
-                        if (col >= tk || (causal && col > row)) x = fl_neg_inf();
+        unsigned long long count = (key_end + FL_TILE - 1) / FL_TILE;
+        auto fetch = [&](unsigned long long i) {
+            fl_fetch_tile<D>(ks[i % FL_STAGES], kb, k_st, i * FL_TILE, tk);
+            fl_fetch_tile<D>(vs[i % FL_STAGES], vb, v_st, i * FL_TILE, tk);
+        };
+        for (unsigned long long it = 0; it < count; it++) {
+            fl_tile_ready(fetch, it, count);
+            unsigned long long j0 = it * FL_TILE;
+            int stage = (int)(it % FL_STAGES);
+            // Under the mask a warp may see no key of the tile.
+            if (!causal || j0 <= r0 + 15) {
+                float s[8][4];
+                fl_scores<D>(s, qa, ks[stage]);
+                bool edge = j0 + FL_TILE > tk || (causal && j0 + FL_TILE - 1 > r0);
+                float tile_max[2] = {fl_neg_inf(), fl_neg_inf()};
+    #pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+    #pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float x = s[nt][e] * scale2;
+                        if (edge) {
+                            unsigned long long col = j0 + nt * 8 + c + (e & 1);
+                            unsigned long long row = r0 + g + (e >> 1) * 8;
+                            if (col >= tk || (causal && col > row)) x = fl_neg_inf();
+                        }
+                        s[nt][e] = x;
+                        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
                     }
-                    s[nt][e] = x;
-                    tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
                 }
-            }
-            float base[2], correction[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float m_new = fmaxf(m[h], fl_quad_max(tile_max[h]));
-                // A row with no visible key yet keeps m = -inf: nothing to rescale.
-                base[h] = m_new == fl_neg_inf() ? 0.0f : m_new;
-                correction[h] = exp2f(m[h] - base[h]);
-                m[h] = m_new;
-                l[h] *= correction[h];
-            }
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float p = exp2f(s[nt][e] - base[e >> 1]);
-                    s[nt][e] = p;
-                    l[e >> 1] += p;
+                float base[2], correction[2];
+    #pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float m_new = fmaxf(m[h], fl_quad_max(tile_max[h]));
+                    // A row with no visible key yet keeps m = -inf: nothing to rescale.
+                    base[h] = m_new == fl_neg_inf() ? 0.0f : m_new;
+                    correction[h] = exp2f(m[h] - base[h]);
+                    m[h] = m_new;
+                    l[h] *= correction[h];
                 }
+    #pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+    #pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float p = exp2f(s[nt][e] - base[e >> 1]);
+                        s[nt][e] = p;
+                        l[e >> 1] += p;
+                    }
+                }
+    #pragma unroll
+                for (int nt = 0; nt < D / 8; nt++) {
+                    acc[nt][0] *= correction[0];
+                    acc[nt][1] *= correction[0];
+                    acc[nt][2] *= correction[1];
+                    acc[nt][3] *= correction[1];
+                }
+                fl_accumulate<D>(acc, s, vs[stage]);
             }
-#pragma unroll
-            for (int nt = 0; nt < D / 8; nt++) {
-                acc[nt][0] *= correction[0];
-                acc[nt][1] *= correction[0];
-                acc[nt][2] *= correction[1];
-                acc[nt][3] *= correction[1];
-            }
-            fl_accumulate<D>(acc, s, vs);
+            __syncthreads();
         }
         float inv[2];
 #pragma unroll
@@ -453,8 +498,8 @@ __device__ __forceinline__ void fl_backward_dq(
     unsigned long long dq_sb, unsigned long long dq_sh, unsigned long long dq_st,
     unsigned long long bh, unsigned long long heads, unsigned long long tq,
     unsigned long long tk, float scale, unsigned int causal) {
-    __shared__ __align__(16) FL_ELEM ks[FL_TILE][D + FL_PAD];
-    __shared__ __align__(16) FL_ELEM vs[FL_TILE][D + FL_PAD];
+    __shared__ __align__(16) FL_ELEM ks[FL_STAGES][FL_TILE][D + FL_PAD];
+    __shared__ __align__(16) FL_ELEM vs[FL_STAGES][FL_TILE][D + FL_PAD];
     const float log2e = 1.4426950408889634f, scale2 = scale * log2e;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
     unsigned long long tiles = (tq + FL_ROWS - 1) / FL_ROWS;
@@ -479,30 +524,36 @@ __device__ __forceinline__ void fl_backward_dq(
         for (int nt = 0; nt < D / 8; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
         unsigned long long key_end =
             causal ? fl_min(tk, fl_min(row0 + FL_ROWS, tq)) : tk;
-        for (unsigned long long j0 = 0; j0 < key_end; j0 += FL_TILE) {
-            __syncthreads();
-            fl_load_tile<D>(ks, kb, k_st, j0, tk);
-            fl_load_tile<D>(vs, vb, v_st, j0, tk);
-            __syncthreads();
-            if (causal && j0 > r0 + 15) continue;
-            float p[8][4], dp[8][4];
-            fl_scores<D>(p, qa, ks);
-            fl_scores<D>(dp, ga, vs);
-            bool edge = j0 + FL_TILE > tk || (causal && j0 + FL_TILE - 1 > r0);
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float x = exp2f(p[nt][e] * scale2 - lse2[e >> 1]);
-                    if (edge) {
-                        unsigned long long col = j0 + nt * 8 + c + (e & 1);
-                        unsigned long long row = r0 + g + (e >> 1) * 8;
-                        if (col >= tk || (causal && col > row)) x = 0.0f;
+        unsigned long long count = (key_end + FL_TILE - 1) / FL_TILE;
+        auto fetch = [&](unsigned long long i) {
+            fl_fetch_tile<D>(ks[i % FL_STAGES], kb, k_st, i * FL_TILE, tk);
+            fl_fetch_tile<D>(vs[i % FL_STAGES], vb, v_st, i * FL_TILE, tk);
+        };
+        for (unsigned long long it = 0; it < count; it++) {
+            fl_tile_ready(fetch, it, count);
+            unsigned long long j0 = it * FL_TILE;
+            int stage = (int)(it % FL_STAGES);
+            if (!causal || j0 <= r0 + 15) {
+                float p[8][4], dp[8][4];
+                fl_scores<D>(p, qa, ks[stage]);
+                fl_scores<D>(dp, ga, vs[stage]);
+                bool edge = j0 + FL_TILE > tk || (causal && j0 + FL_TILE - 1 > r0);
+    #pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+    #pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float x = exp2f(p[nt][e] * scale2 - lse2[e >> 1]);
+                        if (edge) {
+                            unsigned long long col = j0 + nt * 8 + c + (e & 1);
+                            unsigned long long row = r0 + g + (e >> 1) * 8;
+                            if (col >= tk || (causal && col > row)) x = 0.0f;
+                        }
+                        p[nt][e] = x * (dp[nt][e] - dl[e >> 1]);  // dS
                     }
-                    p[nt][e] = x * (dp[nt][e] - dl[e >> 1]);  // dS
                 }
+                fl_accumulate<D>(acc, p, ks[stage]);
             }
-            fl_accumulate<D>(acc, p, ks);
+            __syncthreads();
         }
         fl_store<D>(acc, dq + fl_base(b, heads, dq_sb, dq_sh), dq_st, r0, tq, scale, scale);
     }
@@ -520,9 +571,9 @@ __device__ __forceinline__ void fl_backward_dkdv(
     FL_ELEM* dv, unsigned long long dv_sb, unsigned long long dv_sh,
     unsigned long long dv_st, unsigned long long bh, unsigned long long heads,
     unsigned long long tq, unsigned long long tk, float scale, unsigned int causal) {
-    __shared__ __align__(16) FL_ELEM qs[FL_TILE][D + FL_PAD];
-    __shared__ __align__(16) FL_ELEM gs[FL_TILE][D + FL_PAD];
-    __shared__ float lse_s[FL_TILE], delta_s[FL_TILE];
+    __shared__ __align__(16) FL_ELEM qs[FL_STAGES][FL_TILE][D + FL_PAD];
+    __shared__ __align__(16) FL_ELEM gs[FL_STAGES][FL_TILE][D + FL_PAD];
+    __shared__ float lse_s[FL_STAGES][FL_TILE], delta_s[FL_STAGES][FL_TILE];
     const float log2e = 1.4426950408889634f, scale2 = scale * log2e;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
     unsigned long long tiles = (tk + FL_ROWS - 1) / FL_ROWS;
@@ -544,39 +595,48 @@ __device__ __forceinline__ void fl_backward_dkdv(
         }
         // Queries before the block's first key see none of its keys under the mask.
         unsigned long long i_begin = causal ? (row0 / FL_TILE) * FL_TILE : 0;
-        for (unsigned long long i0 = i_begin; i0 < tq; i0 += FL_TILE) {
-            __syncthreads();
-            fl_load_tile<D>(qs, qb, q_st, i0, tq);
-            fl_load_tile<D>(gs, gb, g_st, i0, tq);
+        unsigned long long count = i_begin < tq ? (tq - i_begin + FL_TILE - 1) / FL_TILE : 0;
+        auto fetch = [&](unsigned long long i) {
+            unsigned long long i0 = i_begin + i * FL_TILE;
+            int stage = (int)(i % FL_STAGES);
+            fl_fetch_tile<D>(qs[stage], qb, q_st, i0, tq);
+            fl_fetch_tile<D>(gs[stage], gb, g_st, i0, tq);
             for (int r = threadIdx.x; r < FL_TILE; r += blockDim.x) {
                 bool live = i0 + r < tq;
-                lse_s[r] = live ? lse[b * tq + i0 + r] * log2e : 0.0f;
-                delta_s[r] = live ? delta[b * tq + i0 + r] : 0.0f;
+                lse_s[stage][r] = live ? lse[b * tq + i0 + r] * log2e : 0.0f;
+                delta_s[stage][r] = live ? delta[b * tq + i0 + r] : 0.0f;
+            }
+        };
+        for (unsigned long long it = 0; it < count; it++) {
+            fl_tile_ready(fetch, it, count);
+            unsigned long long i0 = i_begin + it * FL_TILE;
+            int stage = (int)(it % FL_STAGES);
+            // Under the mask every query of the tile may precede the warp's keys.
+            if (!causal || i0 + FL_TILE - 1 >= r0) {
+                // Pᵀ and dPᵀ: rows are this warp's keys, columns the tile's queries.
+                float p[8][4], dp[8][4];
+                fl_scores<D>(p, ka, qs[stage]);
+                fl_scores<D>(dp, va, gs[stage]);
+                bool edge = i0 + FL_TILE > tq || r0 + 16 > tk || (causal && r0 + 15 > i0);
+    #pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+    #pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int col = nt * 8 + c + (e & 1);
+                        float x = exp2f(p[nt][e] * scale2 - lse_s[stage][col]);
+                        if (edge) {
+                            unsigned long long query = i0 + col;
+                            unsigned long long key = r0 + g + (e >> 1) * 8;
+                            if (query >= tq || key >= tk || (causal && key > query)) x = 0.0f;
+                        }
+                        p[nt][e] = x;
+                        dp[nt][e] = x * (dp[nt][e] - delta_s[stage][col]);  // dSᵀ
+                    }
+                }
+                fl_accumulate<D>(dv_acc, p, gs[stage]);
+                fl_accumulate<D>(dk_acc, dp, qs[stage]);
             }
             __syncthreads();
-            if (causal && i0 + FL_TILE - 1 < r0) continue;  // every query precedes the keys
-            // Pᵀ and dPᵀ: rows are this warp's keys, columns the tile's queries.
-            float p[8][4], dp[8][4];
-            fl_scores<D>(p, ka, qs);
-            fl_scores<D>(dp, va, gs);
-            bool edge = i0 + FL_TILE > tq || r0 + 16 > tk || (causal && r0 + 15 > i0);
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int col = nt * 8 + c + (e & 1);
-                    float x = exp2f(p[nt][e] * scale2 - lse_s[col]);
-                    if (edge) {
-                        unsigned long long query = i0 + col;
-                        unsigned long long key = r0 + g + (e >> 1) * 8;
-                        if (query >= tq || key >= tk || (causal && key > query)) x = 0.0f;
-                    }
-                    p[nt][e] = x;
-                    dp[nt][e] = x * (dp[nt][e] - delta_s[col]);  // dSᵀ
-                }
-            }
-            fl_accumulate<D>(dv_acc, p, gs);
-            fl_accumulate<D>(dk_acc, dp, qs);
         }
         fl_store<D>(dk_acc, dk + fl_base(b, heads, dk_sb, dk_sh), dk_st, r0, tk, scale, scale);
         fl_store<D>(dv_acc, dv + fl_base(b, heads, dv_sb, dv_sh), dv_st, r0, tk, 1.0f, 1.0f);
