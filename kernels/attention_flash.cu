@@ -11,8 +11,8 @@
 //
 // The products run as warp-wide mma.sync instructions (float accumulators). A block of
 // 8 warps owns 128 rows of one batch-head (16 rows a warp, held in registers as the
-// instruction's A operand) and streams the other operand through shared memory 64 rows
-// at a time, the next tile loading (cp.async) while this one computes:
+// instruction's A operand) and streams the other operand through shared memory
+// FL_TILE rows at a time (64 for half types, 32 for float32), the next tile loading (cp.async) while this one computes:
 //
 // - forward: 128 query rows; key and value tiles stream; per tile S = Q Kᵀ, the online
 //   softmax of FlashAttention (running max and sum, the accumulator rescaled when the
@@ -39,7 +39,6 @@
 
 // BEGIN common
 #define FL_ROWS 128   // rows a block owns: 16 per warp, 8 warps (the launcher's 256 threads)
-#define FL_TILE 64    // rows of each streamed tile
 
 #define FL_STR2(x) #x
 #define FL_STR(x) FL_STR2(x)
@@ -83,6 +82,7 @@ __device__ __forceinline__ unsigned fl_shared_address(const void* p) {
 // contracted dimension.
 #define FL_ELEM unsigned short
 #define FL_PAD 8  // elements of padding per shared row: 16 bytes
+#define FL_TILE 64    // rows of each streamed tile
 #define FL_STAGES 2  // streamed tiles in flight: the next loads while this one computes
 #define FL_A(name) unsigned name[D / 16][4]  // a warp's A operand, packed pairs
 
@@ -170,17 +170,17 @@ __device__ __forceinline__ void fl_store(float (*acc)[4], unsigned short* base,
     }
 }
 
-// S (16 rows x 64 columns, eight 8-column tiles) = A Bᵀ-like product of a warp's A
+// S (16 rows x FL_TILE columns, 8-column tiles) = A Bᵀ-like product of a warp's A
 // operand (D / 16 steps) with a shared tile whose rows are the columns of S.
 template <int D>
 __device__ __forceinline__ void fl_scores(float (*s)[4], unsigned (*a)[4],
                                           unsigned short (*tile)[D + FL_PAD]) {
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    for (int nt = 0; nt < FL_TILE / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < D / 16; ks++) {
 #pragma unroll
-        for (int np = 0; np < 4; np++) {
+        for (int np = 0; np < FL_TILE / 16; np++) {
             unsigned b[4];
             fl_ld_b_rows<D + FL_PAD>(b, tile, np * 16, ks * 16);
             fl_mma(s[2 * np], a[ks], b[0], b[1]);
@@ -189,13 +189,13 @@ __device__ __forceinline__ void fl_scores(float (*s)[4], unsigned (*a)[4],
     }
 }
 
-// acc (16 rows x D) += P (16 rows x 64, the accumulators of fl_scores, rounded) times a
-// shared tile of 64 rows x D.
+// acc (16 rows x D) += P (16 rows x FL_TILE, the accumulators of fl_scores, rounded)
+// times a shared tile of FL_TILE rows x D.
 template <int D>
 __device__ __forceinline__ void fl_accumulate(float (*acc)[4], float (*p)[4],
                                               unsigned short (*tile)[D + FL_PAD]) {
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
+    for (int kk = 0; kk < FL_TILE / 16; kk++) {
         unsigned a[4] = {fl_pack(p[2 * kk][0], p[2 * kk][1]), fl_pack(p[2 * kk][2], p[2 * kk][3]),
                          fl_pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                          fl_pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
@@ -224,7 +224,10 @@ __device__ __forceinline__ void fl_accumulate(float (*acc)[4], float (*p)[4],
 // floats per shared row keeps both access patterns free of bank conflicts.
 #define FL_ELEM float
 #define FL_PAD 4
-#define FL_STAGES 1  // two stages of float tiles would pass 48 KiB of shared memory
+// Tiles of 32 rows, so that two stages of float rows fit the 48 KiB of static shared
+// memory (two of 64 would not).
+#define FL_TILE 32
+#define FL_STAGES 2
 #define FL_A(name) float name[D / 8][4]  // a warp's A operand, as floats
 
 __device__ __forceinline__ void fl_split(float x, unsigned& big, unsigned& small) {
@@ -294,33 +297,33 @@ __device__ __forceinline__ void fl_store(float (*acc)[4], float* base, unsigned 
     }
 }
 
-// S (16 rows x 64 columns) = a warp's A operand times the transpose of a shared tile
+// S (16 rows x FL_TILE columns) = a warp's A operand times the transpose of a shared tile
 // whose rows are the columns of S.
 template <int D>
 __device__ __forceinline__ void fl_scores(float (*s)[4], float (*a)[4],
                                           float (*tile)[D + FL_PAD]) {
     int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    for (int nt = 0; nt < FL_TILE / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < D / 8; ks++) {
         unsigned big[4], small[4];
         fl_split4(a[ks], big, small);
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++)
+        for (int nt = 0; nt < FL_TILE / 8; nt++)
             fl_mma3(s[nt], big, small, tile[nt * 8 + g][ks * 8 + c],
                     tile[nt * 8 + g][ks * 8 + c + 4]);
     }
 }
 
-// acc (16 rows x D) += P (16 rows x 64, fl_scores' accumulators) times a shared tile of
-// 64 rows x D, each 8-key step in the order of the accumulators' columns.
+// acc (16 rows x D) += P (16 rows x FL_TILE, fl_scores' accumulators) times a shared
+// tile of FL_TILE rows x D, each 8-key step in the order of the accumulators' columns.
 template <int D>
 __device__ __forceinline__ void fl_accumulate(float (*acc)[4], float (*p)[4],
                                               float (*tile)[D + FL_PAD]) {
     int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
 #pragma unroll
-    for (int kk = 0; kk < 8; kk++) {
+    for (int kk = 0; kk < FL_TILE / 8; kk++) {
         float a[4] = {p[kk][0], p[kk][2], p[kk][1], p[kk][3]};
         unsigned big[4], small[4];
         fl_split4(a, big, small);
@@ -422,12 +425,12 @@ __device__ __forceinline__ void fl_forward(
             int stage = (int)(it % FL_STAGES);
             // Under the mask a warp may see no key of the tile.
             if (!causal || j0 <= r0 + 15) {
-                float s[8][4];
+                float s[FL_TILE / 8][4];
                 fl_scores<D>(s, qa, ks[stage]);
                 bool edge = j0 + FL_TILE > tk || (causal && j0 + FL_TILE - 1 > r0);
                 float tile_max[2] = {fl_neg_inf(), fl_neg_inf()};
     #pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
+                for (int nt = 0; nt < FL_TILE / 8; nt++) {
     #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         float x = s[nt][e] * scale2;
@@ -451,7 +454,7 @@ __device__ __forceinline__ void fl_forward(
                     l[h] *= correction[h];
                 }
     #pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
+                for (int nt = 0; nt < FL_TILE / 8; nt++) {
     #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         float p = exp2f(s[nt][e] - base[e >> 1]);
@@ -534,12 +537,12 @@ __device__ __forceinline__ void fl_backward_dq(
             unsigned long long j0 = it * FL_TILE;
             int stage = (int)(it % FL_STAGES);
             if (!causal || j0 <= r0 + 15) {
-                float p[8][4], dp[8][4];
+                float p[FL_TILE / 8][4], dp[FL_TILE / 8][4];
                 fl_scores<D>(p, qa, ks[stage]);
                 fl_scores<D>(dp, ga, vs[stage]);
                 bool edge = j0 + FL_TILE > tk || (causal && j0 + FL_TILE - 1 > r0);
     #pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
+                for (int nt = 0; nt < FL_TILE / 8; nt++) {
     #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         float x = exp2f(p[nt][e] * scale2 - lse2[e >> 1]);
@@ -614,12 +617,12 @@ __device__ __forceinline__ void fl_backward_dkdv(
             // Under the mask every query of the tile may precede the warp's keys.
             if (!causal || i0 + FL_TILE - 1 >= r0) {
                 // Pᵀ and dPᵀ: rows are this warp's keys, columns the tile's queries.
-                float p[8][4], dp[8][4];
+                float p[FL_TILE / 8][4], dp[FL_TILE / 8][4];
                 fl_scores<D>(p, ka, qs[stage]);
                 fl_scores<D>(dp, va, gs[stage]);
                 bool edge = i0 + FL_TILE > tq || r0 + 16 > tk || (causal && r0 + 15 > i0);
     #pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
+                for (int nt = 0; nt < FL_TILE / 8; nt++) {
     #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         int col = nt * 8 + c + (e & 1);
