@@ -106,8 +106,8 @@ impl HeadsOperand {
     /// Whether every row starts on a 16-byte boundary (elements of `size` bytes): the
     /// address and each stride a whole number of 16 bytes.
     pub fn rows_aligned(&self, size: usize) -> bool {
-        let bytes = |elements: usize| elements * size % 16 == 0;
-        self.ptr % 16 == 0 && bytes(self.batch) && bytes(self.head) && bytes(self.seq)
+        let bytes = |elements: usize| (elements * size).is_multiple_of(16);
+        self.ptr.is_multiple_of(16) && bytes(self.batch) && bytes(self.head) && bytes(self.seq)
     }
 
     fn params(&self) -> [Param; 4] {
