@@ -6,14 +6,18 @@
 
 use crate::device_id::DevicePtr;
 use crate::dtype::DType;
+use crate::error::{Error, Result};
 
 /// One launch of a row kernel; pointers are device addresses. Optional pointers are
 /// passed to the GPU as 0.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RowKernel {
     /// `out` = softmax (or, with `log`, log_softmax) of each row of `x`, max-subtracted.
+    /// `x` is `dtype`, `out` is `y_dtype`: `dtype` itself, or float32 for a half
+    /// `dtype` (PyTorch's `half_to_float`: the half input read, float32 written).
     Softmax {
         dtype: DType,
+        y_dtype: DType,
         x: DevicePtr,
         out: DevicePtr,
         rows: usize,
@@ -21,9 +25,11 @@ pub enum RowKernel {
         log: bool,
     },
     /// From the saved output `y` and the output's gradient: `y * (g - sum(g * y))`, or
-    /// with `log`, `g - exp(y) * sum(g)`.
+    /// with `log`, `g - exp(y) * sum(g)`. `y` and `grad` are `y_dtype` (the forward's
+    /// output dtype), `out` is `dtype` (the forward's input dtype).
     SoftmaxBackward {
         dtype: DType,
+        y_dtype: DType,
         y: DevicePtr,
         grad: DevicePtr,
         out: DevicePtr,
@@ -204,7 +210,7 @@ pub enum RowKernel {
 
 /// The functions of each dtype's row module, in module order (the CUDA function is
 /// `{name}_{dtype}`).
-pub const ROW_FUNCTIONS: [&str; 17] = [
+pub const ROW_FUNCTIONS: [&str; 19] = [
     "softmax_rows",
     "softmax_backward",
     "layer_norm",
@@ -222,6 +228,8 @@ pub const ROW_FUNCTIONS: [&str; 17] = [
     "sum_partials",
     "sum_finish",
     "layer_norm_param_finish",
+    "softmax_rows_to_f32",
+    "softmax_backward_from_f32",
 ];
 
 /// One kernel argument as the CUDA launch passes it.
@@ -269,6 +277,8 @@ impl RowKernel {
     pub fn index(&self) -> usize {
         use RowKernel::*;
         match self {
+            Softmax { dtype, y_dtype, .. } if dtype != y_dtype => 17,
+            SoftmaxBackward { dtype, y_dtype, .. } if dtype != y_dtype => 18,
             Softmax { .. } => 0,
             SoftmaxBackward { .. } => 1,
             LayerNorm { .. } => 2,
@@ -291,6 +301,26 @@ impl RowKernel {
 
     pub fn name(&self) -> &'static str {
         ROW_FUNCTIONS[self.index()]
+    }
+
+    /// An error unless the kernel's dtypes pair as a kernel exists for: a softmax's
+    /// output (and its backward's saved output and gradient) is the input's dtype, or
+    /// float32 for a half-precision input.
+    pub fn check_dtypes(&self) -> Result<()> {
+        use RowKernel::*;
+        let (Softmax { dtype, y_dtype, .. } | SoftmaxBackward { dtype, y_dtype, .. }) = *self
+        else {
+            return Ok(());
+        };
+        let half = matches!(dtype, DType::F16 | DType::BF16);
+        if y_dtype == dtype || (half && y_dtype == DType::F32) {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "{}: no kernel from {dtype} to {y_dtype} (the output is the input's dtype, or \
+             float32 for a half-precision input)",
+            self.name()
+        )))
     }
 
     /// Threads the launch needs (sets the grid; the kernels' loops cover any grid).
@@ -628,6 +658,7 @@ mod tests {
         let softmax = |dtype| {
             Kernel::Rows(RowKernel::Softmax {
                 dtype,
+                y_dtype: dtype,
                 x: 0,
                 out: 0,
                 rows: 1,
