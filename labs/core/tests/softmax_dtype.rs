@@ -69,9 +69,24 @@ fn make(data: &[f32], shape: &[usize], dtype: DType, device: &Device) -> Tensor 
 /// The elements' bits, whatever the float dtype (exact comparisons).
 fn bits(t: &Tensor) -> Vec<u32> {
     match t.dtype() {
-        DType::F32 => t.to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect(),
-        DType::F16 => t.to_vec::<f16>().unwrap().iter().map(|v| v.to_bits().into()).collect(),
-        DType::BF16 => t.to_vec::<bf16>().unwrap().iter().map(|v| v.to_bits().into()).collect(),
+        DType::F32 => t
+            .to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect(),
+        DType::F16 => t
+            .to_vec::<f16>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits().into())
+            .collect(),
+        DType::BF16 => t
+            .to_vec::<bf16>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits().into())
+            .collect(),
         other => panic!("no float dtype {other}"),
     }
 }
@@ -83,7 +98,13 @@ fn reference(x: &[f64], cols: usize, log: bool) -> Vec<f64> {
             let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
             row.iter()
-                .map(move |v| if log { v - m - s.ln() } else { (v - m).exp() / s })
+                .map(move |v| {
+                    if log {
+                        v - m - s.ln()
+                    } else {
+                        (v - m).exp() / s
+                    }
+                })
                 .collect::<Vec<_>>()
         })
         .collect()
@@ -113,12 +134,19 @@ fn a_half_input_written_in_float32_is_exactly_cast_then_op() {
                 };
                 assert_eq!(fused.dtype(), DType::F32);
                 assert_eq!(fused.shape(), &[rows, cols]);
-                assert_eq!(bits(&fused), bits(&cast_then_op), "{dtype} log {log} dim {dim}");
+                assert_eq!(
+                    bits(&fused),
+                    bits(&cast_then_op),
+                    "{dtype} log {log} dim {dim}"
+                );
                 if dim == 1 {
                     let want = reference(&widened, cols, log);
                     let got = fused.to_vec::<f32>().unwrap();
                     for (g, w) in got.iter().zip(&want) {
-                        assert!((*g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()), "{g} vs {w}");
+                        assert!(
+                            (*g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                            "{g} vs {w}"
+                        );
                     }
                 }
             }
@@ -212,10 +240,17 @@ fn autocast_runs_log_softmax_of_half_logits_in_float32_without_a_cast() {
         let p = reference(&bits_to_f64(&x), cols, false);
         for r in 0..rows {
             for c in 0..cols {
-                let onehot = if c as i64 == r as i64 * 7 % cols as i64 { 1.0 } else { 0.0 };
+                let onehot = if c as i64 == r as i64 * 7 % cols as i64 {
+                    1.0
+                } else {
+                    0.0
+                };
                 let want = (p[r * cols + c] - onehot) / rows as f64;
                 let got = g[r * cols + c];
-                assert!((got - want).abs() <= 1e-2 * want.abs() + 1e-6, "{got} vs {want}");
+                assert!(
+                    (got - want).abs() <= 1e-2 * want.abs() + 1e-6,
+                    "{got} vs {want}"
+                );
             }
         }
         // softmax is on the same list; a float32 input is left as it is.
@@ -281,7 +316,11 @@ fn gpt2_step_peak(device: &Device, cast_first: bool) -> u64 {
     alloc.reset_peak_stats();
     let loss = {
         let _region = autocast(DType::BF16).unwrap();
-        let logits = model.forward(&idx).unwrap().reshape(&[b * t, 4096]).unwrap();
+        let logits = model
+            .forward(&idx)
+            .unwrap()
+            .reshape(&[b * t, 4096])
+            .unwrap();
         assert_eq!(logits.dtype(), DType::BF16);
         let logits = if cast_first {
             logits.to_dtype(DType::F32).unwrap()
@@ -303,8 +342,16 @@ fn a_bf16_gpt2_step_peaks_lower_by_the_float32_gradient_and_dry_matches_sim() {
     let sim = Device::new_sim(4 << 30);
     let dry = Device::new_dry(4 << 30);
     let (before, after) = (gpt2_step_peak(&dry, true), gpt2_step_peak(&dry, false));
-    assert_eq!(gpt2_step_peak(&sim, false), after, "sim and dry allocate alike");
-    assert_eq!(gpt2_step_peak(&sim, true), before, "sim and dry allocate alike");
+    assert_eq!(
+        gpt2_step_peak(&sim, false),
+        after,
+        "sim and dry allocate alike"
+    );
+    assert_eq!(
+        gpt2_step_peak(&sim, true),
+        before,
+        "sim and dry allocate alike"
+    );
     eprintln!(
         "small GPT-2 bf16 step: peak {before} bytes ({:.2} MiB) before, {after} bytes \
          ({:.2} MiB) after",

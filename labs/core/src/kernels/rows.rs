@@ -687,6 +687,56 @@ mod tests {
     }
 
     #[test]
+    fn half_in_float_out_softmax_has_its_own_functions_and_refuses_other_pairs() {
+        use crate::kernels::Kernel;
+        let forward = |dtype, y_dtype| RowKernel::Softmax {
+            dtype,
+            y_dtype,
+            x: 0,
+            out: 0,
+            rows: 1,
+            cols: 1,
+            log: true,
+        };
+        let backward = |dtype, y_dtype| RowKernel::SoftmaxBackward {
+            dtype,
+            y_dtype,
+            y: 0,
+            grad: 0,
+            out: 0,
+            rows: 1,
+            cols: 1,
+            log: true,
+        };
+        let f = Kernel::Rows(forward(DType::BF16, DType::F32))
+            .function()
+            .unwrap();
+        assert_eq!(
+            (f.0.name.as_str(), f.1),
+            ("rows_bf16", "softmax_rows_to_f32_bf16")
+        );
+        let b = Kernel::Rows(backward(DType::F16, DType::F32))
+            .function()
+            .unwrap();
+        assert_eq!(b.1, "softmax_backward_from_f32_f16");
+        assert!(b
+            .0
+            .source
+            .contains("void softmax_backward_from_f32_f16(const float*"));
+        assert_eq!(forward(DType::F16, DType::F16).name(), "softmax_rows");
+        assert_eq!(backward(DType::F32, DType::F32).name(), "softmax_backward");
+        for (dtype, y_dtype) in [
+            (DType::F32, DType::BF16),
+            (DType::BF16, DType::F16),
+            (DType::F16, DType::I32),
+        ] {
+            let err = forward(dtype, y_dtype).check_dtypes().unwrap_err();
+            assert!(err.to_string().contains("no kernel from"), "{err}");
+            assert!(Kernel::Rows(backward(dtype, y_dtype)).function().is_err());
+        }
+    }
+
+    #[test]
     fn every_kernel_has_its_function_and_index() {
         let k = RowKernel::NarrowF32 {
             dtype: DType::F16,
