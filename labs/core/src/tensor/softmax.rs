@@ -1,7 +1,11 @@
 //! `softmax` and `log_softmax` over any dimension: the dimension is moved last and the
 //! tensor made dense (a copy only when it is not already so), then one warp per row
 //! runs the max-subtracted kernel of `kernels/rows.cu`. Backward reads the saved
-//! output, as PyTorch's does.
+//! output, as PyTorch's does. A half-precision input asked for a float32 output (the
+//! `dtype=` argument, which autocast sets) is read as it is by a kernel that writes
+//! float32, and the backward writes the gradient in the input's dtype: neither a
+//! float32 copy of the input nor a float32 gradient to cast, as PyTorch's
+//! `_softmax(x, dim, half_to_float=True)` and `_softmax_backward_data(.., input_dtype)`.
 
 use super::graph::GradOp;
 use super::promote::is_floating_point;
