@@ -59,16 +59,43 @@ __device__ __forceinline__ void warp_online(float& m, float& s) {
     }
 }
 
+// How the softmax kernels load and store the float32 side of a row: RowIo<false> is
+// the module's ELEM (widened and narrowed), RowIo<true> is float as it is. The kernels
+// that read half precision and write float32 (PyTorch's half_to_float, the autocast
+// path of softmax and log_softmax) and their backward, which reads the float32 output
+// and gradient and writes the input's dtype, are the same bodies with RowIo<true>.
+template <bool WIDE> struct RowIo;
+template <> struct RowIo<false> {
+    typedef ELEM T;
+    static __device__ __forceinline__ float load(const ELEM* p, unsigned long long i) {
+        return to_float(p[i]);
+    }
+    static __device__ __forceinline__ void store(ELEM* p, unsigned long long i, float v) {
+        p[i] = from_float(v);
+    }
+};
+template <> struct RowIo<true> {
+    typedef float T;
+    static __device__ __forceinline__ float load(const float* p, unsigned long long i) {
+        return p[i];
+    }
+    static __device__ __forceinline__ void store(float* p, unsigned long long i, float v) {
+        p[i] = v;
+    }
+};
+
 // softmax (log_ = 0) or log_softmax (log_ = 1) of each row, max-subtracted: one read
 // of the row for its maximum and sum together (online), one more to write the output
 // (a 50257-wide row of logits is read twice, not three times). Four independent loads
-// per lane are in flight in each pass.
-extern "C" __global__ void softmax_rows_DT(const ELEM* __restrict__ x, ELEM* __restrict__ y,
-                                           unsigned long long rows, unsigned long long cols,
-                                           unsigned int log_) {
+// per lane are in flight in each pass. The input is ELEM; the output is Y's type.
+template <typename Y>
+__device__ __forceinline__ void softmax_rows_body(const ELEM* __restrict__ x,
+                                                  typename Y::T* __restrict__ y,
+                                                  unsigned long long rows,
+                                                  unsigned long long cols, unsigned int log_) {
     WARP_ROW_LOOP(r, rows) {
         const ELEM* xr = x + r * cols;
-        ELEM* yr = y + r * cols;
+        typename Y::T* yr = y + r * cols;
         float m = neg_inf();
         float s = 0.0f;
         unsigned long long c = lane;
@@ -95,27 +122,43 @@ extern "C" __global__ void softmax_rows_DT(const ELEM* __restrict__ x, ELEM* __r
             float v2 = to_float(xr[c + 64]);
             float v3 = to_float(xr[c + 96]);
             if (log_) {
-                yr[c] = from_float(v0 - m - ls);
-                yr[c + 32] = from_float(v1 - m - ls);
-                yr[c + 64] = from_float(v2 - m - ls);
-                yr[c + 96] = from_float(v3 - m - ls);
+                Y::store(yr, c, v0 - m - ls);
+                Y::store(yr, c + 32, v1 - m - ls);
+                Y::store(yr, c + 64, v2 - m - ls);
+                Y::store(yr, c + 96, v3 - m - ls);
             } else {
-                yr[c] = from_float(expf(v0 - m) * inv);
-                yr[c + 32] = from_float(expf(v1 - m) * inv);
-                yr[c + 64] = from_float(expf(v2 - m) * inv);
-                yr[c + 96] = from_float(expf(v3 - m) * inv);
+                Y::store(yr, c, expf(v0 - m) * inv);
+                Y::store(yr, c + 32, expf(v1 - m) * inv);
+                Y::store(yr, c + 64, expf(v2 - m) * inv);
+                Y::store(yr, c + 96, expf(v3 - m) * inv);
             }
         }
         for (; c < cols; c += 32) {
             float v = to_float(xr[c]);
-            yr[c] = from_float(log_ ? v - m - ls : expf(v - m) * inv);
+            Y::store(yr, c, log_ ? v - m - ls : expf(v - m) * inv);
         }
     }
 }
 
+extern "C" __global__ void softmax_rows_DT(const ELEM* __restrict__ x, ELEM* __restrict__ y,
+                                           unsigned long long rows, unsigned long long cols,
+                                           unsigned int log_) {
+    softmax_rows_body<RowIo<false> >(x, y, rows, cols, log_);
+}
+
+// The same rows written in float32 (softmax(x, dtype=float32) of a half x, no float32
+// copy of x).
+extern "C" __global__ void softmax_rows_to_f32_DT(const ELEM* __restrict__ x,
+                                                  float* __restrict__ y,
+                                                  unsigned long long rows,
+                                                  unsigned long long cols, unsigned int log_) {
+    softmax_rows_body<RowIo<true> >(x, y, rows, cols, log_);
+}
+
 // From the saved output y: dx = y * (g - sum(g * y)), or for log_softmax
 // dx = g - exp(y) * sum(g). One pass for the sum, one that reads y and g and writes
-// dx; four independent loads per lane in flight in each.
+// dx; four independent loads per lane in flight in each. y and g are Y's type, dx is
+// ELEM.
 __device__ __forceinline__ float softmax_grad_term(float y, float g, unsigned int log_) {
     return log_ ? g : g * y;
 }
@@ -124,43 +167,64 @@ __device__ __forceinline__ float softmax_grad(float y, float g, float s, unsigne
     return log_ ? g - expf(y) * s : y * (g - s);
 }
 
-extern "C" __global__ void softmax_backward_DT(const ELEM* __restrict__ y,
-                                               const ELEM* __restrict__ g,
-                                               ELEM* __restrict__ dx,
-                                               unsigned long long rows,
-                                               unsigned long long cols, unsigned int log_) {
+template <typename Y>
+__device__ __forceinline__ void softmax_backward_body(const typename Y::T* __restrict__ y,
+                                                      const typename Y::T* __restrict__ g,
+                                                      ELEM* __restrict__ dx,
+                                                      unsigned long long rows,
+                                                      unsigned long long cols,
+                                                      unsigned int log_) {
     WARP_ROW_LOOP(r, rows) {
-        const ELEM* yr = y + r * cols;
-        const ELEM* gr = g + r * cols;
+        const typename Y::T* yr = y + r * cols;
+        const typename Y::T* gr = g + r * cols;
         ELEM* dr = dx + r * cols;
         float s = 0.0f;
         unsigned long long c = lane;
         if (log_) {
             float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
             for (; c + 96 < cols; c += 128) {
-                s0 += to_float(gr[c]);
-                s1 += to_float(gr[c + 32]);
-                s2 += to_float(gr[c + 64]);
-                s3 += to_float(gr[c + 96]);
+                s0 += Y::load(gr, c);
+                s1 += Y::load(gr, c + 32);
+                s2 += Y::load(gr, c + 64);
+                s3 += Y::load(gr, c + 96);
             }
             s = (s0 + s1) + (s2 + s3);
         }
-        for (; c < cols; c += 32) s += softmax_grad_term(to_float(yr[c]), to_float(gr[c]), log_);
+        for (; c < cols; c += 32) s += softmax_grad_term(Y::load(yr, c), Y::load(gr, c), log_);
         s = warp_sum(s);
         c = lane;
         for (; c + 96 < cols; c += 128) {
-            float y0 = to_float(yr[c]), g0 = to_float(gr[c]);
-            float y1 = to_float(yr[c + 32]), g1 = to_float(gr[c + 32]);
-            float y2 = to_float(yr[c + 64]), g2 = to_float(gr[c + 64]);
-            float y3 = to_float(yr[c + 96]), g3 = to_float(gr[c + 96]);
+            float y0 = Y::load(yr, c), g0 = Y::load(gr, c);
+            float y1 = Y::load(yr, c + 32), g1 = Y::load(gr, c + 32);
+            float y2 = Y::load(yr, c + 64), g2 = Y::load(gr, c + 64);
+            float y3 = Y::load(yr, c + 96), g3 = Y::load(gr, c + 96);
             dr[c] = from_float(softmax_grad(y0, g0, s, log_));
             dr[c + 32] = from_float(softmax_grad(y1, g1, s, log_));
             dr[c + 64] = from_float(softmax_grad(y2, g2, s, log_));
             dr[c + 96] = from_float(softmax_grad(y3, g3, s, log_));
         }
         for (; c < cols; c += 32)
-            dr[c] = from_float(softmax_grad(to_float(yr[c]), to_float(gr[c]), s, log_));
+            dr[c] = from_float(softmax_grad(Y::load(yr, c), Y::load(gr, c), s, log_));
     }
+}
+
+extern "C" __global__ void softmax_backward_DT(const ELEM* __restrict__ y,
+                                               const ELEM* __restrict__ g,
+                                               ELEM* __restrict__ dx,
+                                               unsigned long long rows,
+                                               unsigned long long cols, unsigned int log_) {
+    softmax_backward_body<RowIo<false> >(y, g, dx, rows, cols, log_);
+}
+
+// The backward of softmax_rows_to_f32: the float32 output and gradient in, the
+// gradient written once in the input's dtype (no float32 gradient, no cast).
+extern "C" __global__ void softmax_backward_from_f32_DT(const float* __restrict__ y,
+                                                        const float* __restrict__ g,
+                                                        ELEM* __restrict__ dx,
+                                                        unsigned long long rows,
+                                                        unsigned long long cols,
+                                                        unsigned int log_) {
+    softmax_backward_body<RowIo<true> >(y, g, dx, rows, cols, log_);
 }
 
 // y = (x - mean) * rstd * w + b per row (w, b may be null); mean and rstd (float) per row,

@@ -115,15 +115,12 @@ fn regions_nest_and_the_innermost_decides() {
 fn the_policy_table_follows_pytorch_lists() {
     assert_eq!(cast_policy("matmul"), CastPolicy::LowerPrecision);
     assert_eq!(cast_policy("linear"), CastPolicy::LowerPrecision);
-    for op in [
-        "softmax",
-        "log_softmax",
-        "layer_norm",
-        "nll_loss",
-        "mse_loss",
-        "sum",
-    ] {
+    for op in ["layer_norm", "nll_loss", "mse_loss"] {
         assert_eq!(cast_policy(op), CastPolicy::Fp32, "{op}");
+    }
+    // PyTorch's fp32_set_opt_dtype list: float32 through the op's output dtype.
+    for op in ["softmax", "log_softmax", "sum"] {
+        assert_eq!(cast_policy(op), CastPolicy::Fp32SetOptDtype, "{op}");
     }
     for op in ["exp", "log", "rsqrt", "pow"] {
         assert_eq!(cast_policy(op), CastPolicy::Fp32, "{op}");

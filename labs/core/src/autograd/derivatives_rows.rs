@@ -11,7 +11,17 @@ pub(super) fn input_grads(op: &GradOp, grad: &Tensor, saved: &[Tensor]) -> Resul
     let name = op.name();
     let s = |i| saved_at(saved, i, &name);
     Ok(match op {
-        GradOp::Softmax { dim, log } => vec![Tensor::softmax_backward(s(0)?, grad, *dim, *log)?],
+        GradOp::Softmax {
+            dim,
+            log,
+            input_dtype,
+        } => vec![Tensor::softmax_backward(
+            s(0)?,
+            grad,
+            *dim,
+            *log,
+            *input_dtype,
+        )?],
         GradOp::LayerNorm {
             normalized_shape,
             has_weight,

@@ -12,6 +12,9 @@ use crate::error::{Error, Result};
 
 /// Runs the twin of a row kernel.
 pub(super) fn run(kernel: &RowKernel, memory: &dyn HostAccess) -> Result<()> {
+    if let RowKernel::Softmax { .. } | RowKernel::SoftmaxBackward { .. } = kernel {
+        return super::cpu_softmax::run(kernel, memory);
+    }
     match float(kernel.dtype(), kernel.name())? {
         Float::F32 => run_typed::<f32>(kernel, memory),
         Float::F16 => run_typed::<f16>(kernel, memory),
@@ -55,7 +58,7 @@ pub(super) fn strided_scatter(
 }
 
 /// Views of the ranges `ranges` asked for, as typed slices: `(ptr, elements, width)`.
-fn with<const K: usize>(
+pub(super) fn with<const K: usize>(
     memory: &dyn HostAccess,
     ranges: [(DevicePtr, usize, usize); K],
     mut f: impl FnMut([*mut u8; K]),
@@ -80,73 +83,8 @@ fn run_typed<E: FloatElement>(kernel: &RowKernel, memory: &dyn HostAccess) -> Re
     let e = std::mem::size_of::<E>();
     // SAFETY (every `Raw::new` below): each pointer is valid for the range asked for it.
     match *kernel {
-        RowKernel::Softmax {
-            x,
-            out,
-            rows,
-            cols,
-            log,
-            ..
-        } => with(memory, [(x, rows * cols, e), (out, rows * cols, e)], |p| {
-            let (x, y) = unsafe {
-                (
-                    Raw::<E>::new(p[0], rows * cols),
-                    Raw::<E>::new(p[1], rows * cols),
-                )
-            };
-            for r in 0..rows {
-                let at = |c: usize| x.get(r * cols + c).widen();
-                let m = (0..cols).fold(f32::NEG_INFINITY, |m, c| m.max(at(c)));
-                let s: f32 = (0..cols).map(|c| (at(c) - m).exp()).sum();
-                if log {
-                    let ls = s.ln();
-                    for c in 0..cols {
-                        y.set(r * cols + c, E::narrow(at(c) - m - ls));
-                    }
-                } else {
-                    let inv = 1.0 / s;
-                    for c in 0..cols {
-                        y.set(r * cols + c, E::narrow((at(c) - m).exp() * inv));
-                    }
-                }
-            }
-        }),
-        RowKernel::SoftmaxBackward {
-            y,
-            grad,
-            out,
-            rows,
-            cols,
-            log,
-            ..
-        } => {
-            let n = rows * cols;
-            with(memory, [(y, n, e), (grad, n, e), (out, n, e)], |p| {
-                let (y, g, dx) = unsafe {
-                    (
-                        Raw::<E>::new(p[0], n),
-                        Raw::<E>::new(p[1], n),
-                        Raw::<E>::new(p[2], n),
-                    )
-                };
-                for r in 0..rows {
-                    let (yv, gv) = (
-                        |c| y.get(r * cols + c).widen(),
-                        |c| g.get(r * cols + c).widen(),
-                    );
-                    let s: f32 = (0..cols)
-                        .map(|c| if log { gv(c) } else { gv(c) * yv(c) })
-                        .sum();
-                    for c in 0..cols {
-                        let v = if log {
-                            gv(c) - yv(c).exp() * s
-                        } else {
-                            yv(c) * (gv(c) - s)
-                        };
-                        dx.set(r * cols + c, E::narrow(v));
-                    }
-                }
-            })
+        RowKernel::Softmax { .. } | RowKernel::SoftmaxBackward { .. } => {
+            unreachable!("softmax twins are in cpu_softmax.rs")
         }
         RowKernel::LayerNorm {
             x,

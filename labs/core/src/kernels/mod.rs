@@ -30,6 +30,7 @@ mod attention_chunk_cpu;
 mod attention_cpu;
 pub mod cpu;
 mod cpu_rows;
+mod cpu_softmax;
 mod gemm;
 mod gemm_cpu;
 mod mixed;

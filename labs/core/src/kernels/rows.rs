@@ -6,14 +6,18 @@
 
 use crate::device_id::DevicePtr;
 use crate::dtype::DType;
+use crate::error::{Error, Result};
 
 /// One launch of a row kernel; pointers are device addresses. Optional pointers are
 /// passed to the GPU as 0.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RowKernel {
     /// `out` = softmax (or, with `log`, log_softmax) of each row of `x`, max-subtracted.
+    /// `x` is `dtype`, `out` is `y_dtype`: `dtype` itself, or float32 for a half
+    /// `dtype` (PyTorch's `half_to_float`: the half input read, float32 written).
     Softmax {
         dtype: DType,
+        y_dtype: DType,
         x: DevicePtr,
         out: DevicePtr,
         rows: usize,
@@ -21,9 +25,11 @@ pub enum RowKernel {
         log: bool,
     },
     /// From the saved output `y` and the output's gradient: `y * (g - sum(g * y))`, or
-    /// with `log`, `g - exp(y) * sum(g)`.
+    /// with `log`, `g - exp(y) * sum(g)`. `y` and `grad` are `y_dtype` (the forward's
+    /// output dtype), `out` is `dtype` (the forward's input dtype).
     SoftmaxBackward {
         dtype: DType,
+        y_dtype: DType,
         y: DevicePtr,
         grad: DevicePtr,
         out: DevicePtr,
@@ -204,7 +210,7 @@ pub enum RowKernel {
 
 /// The functions of each dtype's row module, in module order (the CUDA function is
 /// `{name}_{dtype}`).
-pub const ROW_FUNCTIONS: [&str; 17] = [
+pub const ROW_FUNCTIONS: [&str; 19] = [
     "softmax_rows",
     "softmax_backward",
     "layer_norm",
@@ -222,6 +228,8 @@ pub const ROW_FUNCTIONS: [&str; 17] = [
     "sum_partials",
     "sum_finish",
     "layer_norm_param_finish",
+    "softmax_rows_to_f32",
+    "softmax_backward_from_f32",
 ];
 
 /// One kernel argument as the CUDA launch passes it.
@@ -269,6 +277,8 @@ impl RowKernel {
     pub fn index(&self) -> usize {
         use RowKernel::*;
         match self {
+            Softmax { dtype, y_dtype, .. } if dtype != y_dtype => 17,
+            SoftmaxBackward { dtype, y_dtype, .. } if dtype != y_dtype => 18,
             Softmax { .. } => 0,
             SoftmaxBackward { .. } => 1,
             LayerNorm { .. } => 2,
@@ -291,6 +301,26 @@ impl RowKernel {
 
     pub fn name(&self) -> &'static str {
         ROW_FUNCTIONS[self.index()]
+    }
+
+    /// An error unless the kernel's dtypes pair as a kernel exists for: a softmax's
+    /// output (and its backward's saved output and gradient) is the input's dtype, or
+    /// float32 for a half-precision input.
+    pub fn check_dtypes(&self) -> Result<()> {
+        use RowKernel::*;
+        let (Softmax { dtype, y_dtype, .. } | SoftmaxBackward { dtype, y_dtype, .. }) = *self
+        else {
+            return Ok(());
+        };
+        let half = matches!(dtype, DType::F16 | DType::BF16);
+        if y_dtype == dtype || (half && y_dtype == DType::F32) {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "{}: no kernel from {dtype} to {y_dtype} (the output is the input's dtype, or \
+             float32 for a half-precision input)",
+            self.name()
+        )))
     }
 
     /// Threads the launch needs (sets the grid; the kernels' loops cover any grid).
@@ -628,6 +658,7 @@ mod tests {
         let softmax = |dtype| {
             Kernel::Rows(RowKernel::Softmax {
                 dtype,
+                y_dtype: dtype,
                 x: 0,
                 out: 0,
                 rows: 1,
@@ -653,6 +684,56 @@ mod tests {
         });
         assert_eq!(finish.function().unwrap().1, "sum_finish_f16");
         assert_eq!(finish.elements(), 64);
+    }
+
+    #[test]
+    fn half_in_float_out_softmax_has_its_own_functions_and_refuses_other_pairs() {
+        use crate::kernels::Kernel;
+        let forward = |dtype, y_dtype| RowKernel::Softmax {
+            dtype,
+            y_dtype,
+            x: 0,
+            out: 0,
+            rows: 1,
+            cols: 1,
+            log: true,
+        };
+        let backward = |dtype, y_dtype| RowKernel::SoftmaxBackward {
+            dtype,
+            y_dtype,
+            y: 0,
+            grad: 0,
+            out: 0,
+            rows: 1,
+            cols: 1,
+            log: true,
+        };
+        let f = Kernel::Rows(forward(DType::BF16, DType::F32))
+            .function()
+            .unwrap();
+        assert_eq!(
+            (f.0.name.as_str(), f.1),
+            ("rows_bf16", "softmax_rows_to_f32_bf16")
+        );
+        let b = Kernel::Rows(backward(DType::F16, DType::F32))
+            .function()
+            .unwrap();
+        assert_eq!(b.1, "softmax_backward_from_f32_f16");
+        assert!(b
+            .0
+            .source
+            .contains("void softmax_backward_from_f32_f16(const float*"));
+        assert_eq!(forward(DType::F16, DType::F16).name(), "softmax_rows");
+        assert_eq!(backward(DType::F32, DType::F32).name(), "softmax_backward");
+        for (dtype, y_dtype) in [
+            (DType::F32, DType::BF16),
+            (DType::BF16, DType::F16),
+            (DType::F16, DType::I32),
+        ] {
+            let err = forward(dtype, y_dtype).check_dtypes().unwrap_err();
+            assert!(err.to_string().contains("no kernel from"), "{err}");
+            assert!(Kernel::Rows(backward(dtype, y_dtype)).function().is_err());
+        }
     }
 
     #[test]

@@ -515,11 +515,14 @@ fn lookup(kernel: &Kernel, tiled: bool) -> Result<(&'static Module, &'static str
                 DType::U8,
             )
         }
-        Kernel::Rows(ref k) => (
-            format!("{}_{}", k.name(), name(k.dtype())),
-            k.name(),
-            k.dtype(),
-        ),
+        Kernel::Rows(ref k) => {
+            k.check_dtypes()?;
+            (
+                format!("{}_{}", k.name(), name(k.dtype())),
+                k.name(),
+                k.dtype(),
+            )
+        }
         Kernel::Attention(ref k) => (
             format!("{}_{}", k.name(), name(k.dtype())),
             k.name(),

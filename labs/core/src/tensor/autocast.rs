@@ -7,8 +7,12 @@
 //! - [`LOWER_PRECISION_OPS`] run in the region's dtype (`matmul`, `linear`; attention
 //!   is made of them here, so its products run in half precision and its softmax in
 //!   float32);
-//! - [`FP32_OPS`] run in float32 (`softmax`, `log_softmax`, `layer_norm`, the losses,
-//!   `sum`, `exp`, `log`, `rsqrt`, `pow`);
+//! - [`FP32_OPS`] run in float32 (`layer_norm`, the losses, `exp`, `log`, `rsqrt`,
+//!   `pow`);
+//! - [`FP32_SET_OPT_DTYPE_OPS`] run in float32 through their `dtype` argument
+//!   (`softmax`, `log_softmax`, `sum`): softmax and log_softmax read a half-precision
+//!   input as it is and write float32, with no float32 copy of the input, and their
+//!   backward writes the gradient in the input's dtype (`sum` casts its input);
 //! - every other op runs in the dtype of its inputs, and binary ops on mixed inputs
 //!   promote to the widest (type promotion does that already, region or not; two float
 //!   dtypes are read each in its own by one kernel, with no cast: `mixed.rs`).
@@ -35,20 +39,23 @@ use crate::error::{Error, Result};
 /// `matmul`, `linear`, `bmm`, `baddbmm`, `addmm`, `scaled_dot_product_attention`, ...).
 pub const LOWER_PRECISION_OPS: &[&str] = &["matmul", "linear"];
 
-/// Ops that run in float32 (PyTorch's `fp32` and `fp32_set_opt_dtype` lists).
+/// Ops that run in float32 (PyTorch's `fp32` list): their inputs are cast.
 pub const FP32_OPS: &[&str] = &[
-    "softmax",
-    "log_softmax",
     "layer_norm",
     "nll_loss",
     "mse_loss",
-    "sum",
     "exp",
     "log",
     "rsqrt",
     "pow",
     "pow_scalar",
 ];
+
+/// Ops that run in float32 by setting their output dtype when the caller gave none
+/// (PyTorch's `fp32_set_opt_dtype` list: `softmax(x, dim)` runs as `softmax(x, dim,
+/// dtype=float32)`, which on CUDA reads half and writes float, `_softmax(x, dim,
+/// half_to_float=True)`). `sum` has no dtype argument here: it casts its input.
+pub const FP32_SET_OPT_DTYPE_OPS: &[&str] = &["softmax", "log_softmax", "sum"];
 
 /// Ops that run in the widest dtype of their inputs (PyTorch's `promote` list); this
 /// runtime's binary ops promote anyway, `cat` (and `stack`, which joins through it)
@@ -63,6 +70,9 @@ pub enum CastPolicy {
     LowerPrecision,
     /// Half-precision inputs are cast to float32.
     Fp32,
+    /// The op's output dtype is float32 unless the caller gave one; the op reads its
+    /// half-precision input as it is where it has a kernel for that.
+    Fp32SetOptDtype,
     /// Floating-point inputs are cast to the widest of their dtypes.
     Promote,
     /// Inputs are used as they are.
@@ -75,6 +85,8 @@ pub fn cast_policy(op: &str) -> CastPolicy {
         CastPolicy::LowerPrecision
     } else if FP32_OPS.contains(&op) {
         CastPolicy::Fp32
+    } else if FP32_SET_OPT_DTYPE_OPS.contains(&op) {
+        CastPolicy::Fp32SetOptDtype
     } else if PROMOTE_OPS.contains(&op) {
         CastPolicy::Promote
     } else {
@@ -184,6 +196,14 @@ fn cast(t: &Tensor, dtype: DType) -> Result<Tensor> {
     Ok(cast)
 }
 
+/// The output dtype the current region sets for op `op` called without one: float32
+/// for the `fp32_set_opt_dtype` ops in an enabled region (PyTorch's `set_opt_dtype`),
+/// `None` otherwise. Ops that take a dtype consult this instead of [`autocast_args`].
+pub(crate) fn autocast_opt_dtype(op: &str) -> Option<DType> {
+    autocast_dtype()?;
+    (cast_policy(op) == CastPolicy::Fp32SetOptDtype).then_some(DType::F32)
+}
+
 // ANCHOR: autocast_args
 /// The inputs of op `op` as the current region wants them: `None` outside a region or
 /// when the op's policy changes nothing, else every input, cast where the policy says
@@ -195,7 +215,9 @@ pub(crate) fn autocast_args(op: &str, inputs: &[&Tensor]) -> Result<Option<Vec<T
     let target = match cast_policy(op) {
         CastPolicy::Unchanged => return Ok(None),
         CastPolicy::LowerPrecision => region,
-        CastPolicy::Fp32 => DType::F32,
+        // An op with a dtype argument asks `autocast_opt_dtype` first; one without
+        // (sum) has its input cast.
+        CastPolicy::Fp32 | CastPolicy::Fp32SetOptDtype => DType::F32,
         CastPolicy::Promote => {
             let floats = inputs
                 .iter()

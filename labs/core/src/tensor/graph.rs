@@ -82,10 +82,13 @@ pub enum GradOp {
         b: Vec<usize>,
         needs: [bool; 2],
     },
-    /// `softmax` (or with `log`, `log_softmax`) over `dim`; saved: the output.
+    /// `softmax` (or with `log`, `log_softmax`) over `dim`; saved: the output (in its
+    /// own dtype, float32 when a half input was asked for a float32 output). The
+    /// gradient is written in `input_dtype`.
     Softmax {
         dim: usize,
         log: bool,
+        input_dtype: DType,
     },
     /// `layer_norm` over the trailing `normalized_shape`; inputs: x, then the weight and
     /// the bias when given; saved: x (dense), mean, rstd, then the weight if any.
