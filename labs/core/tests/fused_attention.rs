@@ -215,39 +215,8 @@ fn gradients_agree_with_the_naive_composition_in_half_types() {
     let device = test_device();
     let (b, h, t, d) = (1, 2, 33, 64);
     for (dtype, tolerance) in [(DType::F32, 1e-4), (DType::F16, 1e-2), (DType::BF16, 6e-2)] {
-        let grads = |fused: bool| -> Vec<Vec<f64>> {
-            let (q, k, v) = inputs([b, h, t, d], t, dtype, &device);
-            let (q, k, v) = (
-                q.requires_grad_(true),
-                k.requires_grad_(true),
-                v.requires_grad_(true),
-            );
-            let out = if fused {
-                Tensor::fused_attention(&q, &k, &v, true, None, 0.0).unwrap()
-            } else {
-                // The naive composition, in float32 from the same rounded inputs.
-                let f = |x: &Tensor| x.to_dtype(DType::F32).unwrap();
-                let mask = labs_core::nn::causal_mask(t, &device).unwrap();
-                let s = f(&q)
-                    .matmul(&f(&k).transpose(2, 3).unwrap())
-                    .unwrap()
-                    .scale(1.0 / (d as f32).sqrt())
-                    .unwrap()
-                    .add(&mask)
-                    .unwrap();
-                s.softmax(3).unwrap().matmul(&f(&v)).unwrap()
-            };
-            let w = Tensor::from_slice(&values(b * h * t * d, 5), &[b, h, t, d], &device)
-                .unwrap()
-                .to_dtype(out.dtype())
-                .unwrap();
-            out.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
-            [&q, &k, &v]
-                .iter()
-                .map(|x| host(&x.grad().unwrap()))
-                .collect()
-        };
-        let (fused, naive) = (grads(true), grads(false));
+        let fused = gradients_of([b, h, t, d], t, dtype, true, true, &device);
+        let naive = gradients_of([b, h, t, d], t, dtype, true, false, &device);
         for (which, (f, n)) in fused.iter().zip(&naive).enumerate() {
             let err = max_error(f, n);
             assert!(
