@@ -282,6 +282,9 @@ gpu)
   parts lab-10 "lab-10 --device cuda --pytorch {ci}/pytorch-train.py --pictures lab-10-pictures" "${LAB10_PARTS[@]}"
   whole lab-10/profile-tutorial-gpu "lab-10 train --device cuda --model transformer --d-model 256 --batch 64 --seq 100 --steps 8 --profile"
   whole lab-10/profile-gpt2-bf16-gpu "lab-10 train --device cuda --model gpt2 --optimizer adamw --batch 8 --seq 1024 --amp bf16 --steps 4 --profile"
+  whole lab-10/compare-gpt2-bf16-gpu "lab-03 compare gpt2-bf16-cuda.json gpt2-bf16-pytorch.pickle"
+  whole lab-10/compare-tutorial-gpu "lab-03 compare tutorial-cuda.json tutorial-pytorch.pickle"
+  whole lab-10/compare-dry-gpu "lab-03 compare gpt2-bf16-dry.json gpt2-bf16-cuda.json"
 
   # What each PyTorch snippet printed (ci/check-snippets.py, run by run.sh).
   if [ -d "$logs/snippets" ]; then
