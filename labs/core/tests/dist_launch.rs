@@ -16,11 +16,7 @@ fn distributed_message(e: Error) -> String {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    dist::free_loopback_port().unwrap()
 }
 
 fn env(rank: usize, world_size: usize, port: u16) -> DistEnv {

@@ -40,14 +40,31 @@ pub fn launch(nproc: usize, program: &str, args: &[String]) -> Result<ExitStatus
     })
 }
 
-/// A free TCP port on the loopback interface, for the rendezvous.
-fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| Error::Distributed(format!("finding a free port: {e}")))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| Error::Distributed(format!("finding a free port: {e}")))
+/// A free TCP port on the loopback interface, for a rendezvous, chosen below Linux's
+/// ephemeral range (which starts at 32768). The port is closed again before rank 0
+/// listens on it, and a port the system handed out (`bind` to port 0) can meanwhile
+/// become the local end of some other program's outgoing connection, which leaves rank
+/// 0 unable to listen there; outgoing connections never take ports below that range.
+/// Each call in a process tries a different sequence, so that two launches at once
+/// do not pick the same port.
+pub fn free_loopback_port() -> Result<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    const FIRST: u32 = 20_000;
+    const COUNT: u32 = 12_000;
+    let seed = std::process::id()
+        .wrapping_mul(2_654_435_761)
+        .wrapping_add(CALLS.fetch_add(1, Ordering::Relaxed).wrapping_mul(7_919));
+    for i in 0..COUNT {
+        let port = FIRST + seed.wrapping_add(i.wrapping_mul(104_729)) % COUNT;
+        if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return Ok(port as u16);
+        }
+    }
+    Err(Error::Distributed(format!(
+        "finding a free port: every loopback port from {FIRST} to {} is in use",
+        FIRST + COUNT - 1
+    )))
 }
 
 fn forward(
@@ -93,7 +110,7 @@ pub fn launch_with(
             "launch: nproc must be at least 1".into(),
         ));
     }
-    let port = free_port()?;
+    let port = free_loopback_port()?;
     let (lines, received) = channel();
     let mut children: Vec<Option<Child>> = Vec::with_capacity(nproc);
     for rank in 0..nproc {

@@ -42,7 +42,7 @@ pub use buckets::{
 };
 pub use communicator::{Communicator, ReduceOp, Work};
 pub use ddp::{DdpEvent, DdpOptions, DistributedDataParallel, NoSync};
-pub use launch::{launch, launch_with, OutputLine, OutputStream};
+pub use launch::{free_loopback_port, launch, launch_with, OutputLine, OutputStream};
 pub use nccl::nccl_group;
 pub use process_group::{init_process_group, init_process_group_with, ProcessGroupOptions};
 pub use rendezvous::{DistEnv, Rendezvous, DEFAULT_TIMEOUT};
