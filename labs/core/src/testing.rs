@@ -2,6 +2,7 @@
 //! `LABS_DEVICE=cuda` runs every test on the GPU (a missing GPU is then a failure, never
 //! a skip); unset, tests use the simulated GPU.
 
+use crate::device::profile::{self, KernelTime};
 use crate::device::{Device, DeviceId, ENV_DEVICE};
 
 /// The device under test.
@@ -141,4 +142,25 @@ impl ParityCase {
     pub fn arg_f64(&self, key: &str) -> Option<f64> {
         self.args.get(key)?.as_f64()
     }
+}
+
+/// The kernel launches `f` makes on `device`, a row per label (the device synchronised
+/// before and after, so that the rows are `f`'s own), with what `f` returned. The
+/// profiler is process-wide: a suite that counts launches runs such tests one at a time.
+pub fn launches<T>(device: &Device, f: impl FnOnce() -> T) -> (T, Vec<KernelTime>) {
+    device.synchronize().unwrap();
+    profile::take().unwrap();
+    profile::start();
+    let out = f();
+    device.synchronize().unwrap();
+    profile::stop();
+    (out, profile::take().unwrap())
+}
+
+/// The launches among `rows` whose label contains `needle`.
+pub fn launch_count(rows: &[KernelTime], needle: &str) -> u64 {
+    (rows.iter())
+        .filter(|l| l.label.contains(needle))
+        .map(|l| l.launches)
+        .sum()
 }

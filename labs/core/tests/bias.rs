@@ -12,9 +12,8 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use labs_core::device::profile::{self, KernelTime};
 use labs_core::kernels::{Gemm, Kernel, Operand};
-use labs_core::testing::test_device;
+use labs_core::testing::{launch_count as count, launches, test_device};
 use labs_core::{DType, Device, Error, Tensor};
 
 mod gradcheck;
@@ -28,25 +27,6 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 const U32: f64 = 1.0 / (1u64 << 24) as f64;
-
-/// The launches `f` makes, by label.
-fn launches<T>(d: &Device, f: impl FnOnce() -> T) -> (T, Vec<KernelTime>) {
-    d.synchronize().unwrap();
-    profile::take().unwrap();
-    profile::start();
-    let out = f();
-    d.synchronize().unwrap();
-    profile::stop();
-    (out, profile::take().unwrap())
-}
-
-fn count(launches: &[KernelTime], needle: &str) -> u64 {
-    launches
-        .iter()
-        .filter(|l| l.label.contains(needle))
-        .map(|l| l.launches)
-        .sum()
-}
 
 fn f64s(t: &Tensor) -> Vec<f64> {
     (t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap())

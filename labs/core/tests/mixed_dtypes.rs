@@ -6,9 +6,8 @@
 //! simulated GPU by default, on the GPU with `LABS_DEVICE=cuda`.
 
 use half::{bf16, f16};
-use labs_core::device::profile::{self, KernelTime};
 use labs_core::kernels::BinaryOp;
-use labs_core::testing::test_device;
+use labs_core::testing::{launch_count as count, launches, test_device};
 use labs_core::{DType, Device, Tensor};
 
 mod gradcheck;
@@ -33,24 +32,6 @@ const OPS: [BinaryOp; 7] = [
     BinaryOp::Minimum,
     BinaryOp::Pow,
 ];
-
-/// The launches `f` makes, by label.
-fn launches<T>(d: &Device, f: impl FnOnce() -> T) -> (T, Vec<KernelTime>) {
-    d.synchronize().unwrap();
-    profile::take().unwrap();
-    profile::start();
-    let out = f();
-    d.synchronize().unwrap();
-    profile::stop();
-    (out, profile::take().unwrap())
-}
-
-fn count(launches: &[KernelTime], needle: &str) -> u64 {
-    (launches.iter())
-        .filter(|l| l.label.contains(needle))
-        .map(|l| l.launches)
-        .sum()
-}
 
 fn tensor(data: &[f32], shape: &[usize], dtype: DType, d: &Device) -> Tensor {
     Tensor::from_slice(data, shape, d)

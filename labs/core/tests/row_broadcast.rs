@@ -5,9 +5,8 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use labs_core::device::profile::{self, KernelTime};
 use labs_core::kernels::{BinaryOp, Kernel, Strided};
-use labs_core::testing::test_device;
+use labs_core::testing::{launch_count as count, launches, test_device};
 use labs_core::{DType, Device, Tensor};
 
 mod gradcheck;
@@ -18,25 +17,6 @@ use gradcheck::values;
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The launches `f` makes, by label.
-fn launches<T>(d: &Device, f: impl FnOnce() -> T) -> (T, Vec<KernelTime>) {
-    d.synchronize().unwrap();
-    profile::take().unwrap();
-    profile::start();
-    let out = f();
-    d.synchronize().unwrap();
-    profile::stop();
-    (out, profile::take().unwrap())
-}
-
-fn count(launches: &[KernelTime], needle: &str) -> u64 {
-    launches
-        .iter()
-        .filter(|l| l.label.contains(needle))
-        .map(|l| l.launches)
-        .sum()
 }
 
 fn f64s(t: &Tensor) -> Vec<f64> {
