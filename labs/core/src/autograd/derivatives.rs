@@ -212,7 +212,7 @@ fn unary(op: UnaryOp, alpha: f32, g: &Tensor, saved: &[Tensor]) -> Result<Tensor
             g.mul(&y.mul(&one_minus)?)
         }
         // d relu(x) = 1 where x > 0, that is where the saved output is > 0.
-        UnaryOp::Relu => g.mul(&s(0)?.unary(UnaryOp::Step)?),
+        UnaryOp::Relu => g.binary(BinaryOp::ThresholdBackward, s(0)?),
         // Steps are flat almost everywhere.
         UnaryOp::Step | UnaryOp::StepGe | UnaryOp::StepLe => {
             Tensor::zeros(g.shape(), g.dtype(), g.device())
@@ -289,6 +289,12 @@ fn binary(op: BinaryOp, g: &Tensor, saved: &[Tensor]) -> Result<Vec<Tensor>> {
             let ga = g.mul(&b.mul(&a.pow(&b.sub_scalar(1.0)?)?)?)?;
             let gb = g.mul(&y.mul(&a.unary(UnaryOp::Log)?)?)?;
             vec![ga, gb]
+        }
+        // Only `a` passes a gradient, where `b > 0`; `b` is a mask.
+        BinaryOp::ThresholdBackward => {
+            let b = s(0)?;
+            let zeros = Tensor::zeros(b.shape(), b.dtype(), b.device())?;
+            vec![g.binary(BinaryOp::ThresholdBackward, b)?, zeros]
         }
         BinaryOp::Axpy => {
             return Err(Error::InvalidArgument(format!(

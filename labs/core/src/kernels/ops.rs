@@ -151,6 +151,11 @@ op_family! {
         /// gives 0, or +-1 for a base of +-1, as PyTorch's integer pow).
         Pow: "pow", "powf(a, b)", |a, b, _| a.powf(b),
             int "int_pow(a, b)", |a: i64, b, _| int_pow(a, b);
+        /// `a` where `b > 0`, else 0: `relu`'s backward from the gradient `a` and the
+        /// saved output `b` in one pass and one output, as PyTorch's
+        /// `threshold_backward` (a NaN output passes its gradient, as there).
+        ThresholdBackward: "threshold_backward", "(b <= 0.0f ? 0.0f : a)",
+            |a, b, _| if b <= 0.0 { 0.0 } else { a };
     }
 }
 // ANCHOR_END: binary_ops

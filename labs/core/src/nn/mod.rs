@@ -39,7 +39,7 @@ pub use gpt2::{Gpt2, Gpt2Config};
 pub use init::Rng;
 pub use layer_checkpoint::LayerCheckpoint;
 pub use linear::Linear;
-pub use multihead_attention::{AttentionMasks, MultiheadAttention};
+pub use multihead_attention::{AttentionMasks, MhaLayout, MultiheadAttention};
 pub use norm::LayerNorm;
 pub use sequential::{Mlp, Sequential};
 pub use state::{load, save};

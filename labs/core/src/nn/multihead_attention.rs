@@ -5,6 +5,17 @@
 //! [`scaled_dot_product_attention`](super::attention::scaled_dot_product_attention)
 //! (or, when the weights are asked for, the same path returning them), then their
 //! outputs are joined and projected.
+//!
+//! How the tensors move around the heads is a choice ([`MhaLayout`]). By default it is
+//! PyTorch's `F.multi_head_attention_forward`, copy for copy, so that a training step
+//! keeps what PyTorch's keeps: with `batch_first=True` the inputs are transposed to
+//! `[seq, batch, E]` views, each projection folds its non-contiguous input into a
+//! dense `[seq·batch, E]` copy that the product saves for backward, the packed
+//! projection is made contiguous as `[3, seq, batch, E]` (a second copy, which the
+//! attention saves), and the heads' output is permuted into a dense
+//! `[seq, batch, E]` copy before `out_proj` (saved again). [`MhaLayout::Views`] makes
+//! none of these copies: the heads are views of the projection's output and the
+//! kernel writes its output where `out_proj` reads it.
 
 use super::attention::{additive_mask, attention_with_weights, scaled_dot_product_attention};
 use super::{join, Linear, Module, Rng};
@@ -12,6 +23,20 @@ use crate::alloc::Category;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
+
+/// How [`MultiheadAttention`] lays out the tensors around the heads (see the module
+/// doc): the values are the same either way, the memory is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MhaLayout {
+    /// PyTorch's `multi_head_attention_forward` with `batch_first=True`, its copies
+    /// included: four to six activations of `[batch, seq, E]` more a call than
+    /// [`MhaLayout::Views`], each kept until backward.
+    #[default]
+    PyTorch,
+    /// No copies: the heads are views of the projections, and the attention's output
+    /// is already laid out as `out_proj` reads it.
+    Views,
+}
 
 #[derive(Clone)]
 pub struct MultiheadAttention {
@@ -24,6 +49,8 @@ pub struct MultiheadAttention {
     /// `[3 * embed_dim]`.
     pub in_proj_bias: Tensor,
     pub out_proj: Linear,
+    /// PyTorch's copies around the heads, or none.
+    pub layout: MhaLayout,
     training: bool,
 }
 
@@ -112,6 +139,7 @@ impl MultiheadAttention {
             in_proj_weight: in_proj_weight.detach().requires_grad_(true),
             in_proj_bias: in_proj_bias.detach().requires_grad_(true),
             out_proj,
+            layout: MhaLayout::default(),
             training: true,
         })
     }
@@ -165,30 +193,9 @@ impl MultiheadAttention {
         }
         let mask = self.merged_mask(&masks, b, l, s, query.dtype(), query.device())?;
         let causal = masks.is_causal && masks.attn_mask.is_none();
-        // Self-attention (one tensor for query, key and value, as every layer of the
-        // book's models): one product with the packed weight, split into heads by
-        // views, as PyTorch's `_in_projection_packed` does. Otherwise one product per
-        // part, each with its rows of the packed weight (a view, not a copy).
-        let same = |a: &Tensor, b: &Tensor| {
-            a.shares_storage(b)
-                && a.ptr() == b.ptr()
-                && a.shape() == b.shape()
-                && a.strides() == b.strides()
-        };
-        let (q, k, v) = if same(query, key) && same(key, value) {
-            let y = query.linear(&self.in_proj_weight, Some(&self.in_proj_bias))?;
-            let [q, k, v] = packed_heads(&y, self.num_heads)?;
-            (q, k, v)
-        } else {
-            let part = |x: &Tensor, i| -> Result<Tensor> {
-                self.heads(&packed_projection(
-                    x,
-                    &self.in_proj_weight,
-                    &self.in_proj_bias,
-                    i,
-                )?)
-            };
-            (part(query, 0)?, part(key, 1)?, part(value, 2)?)
+        let (q, k, v) = match self.layout {
+            MhaLayout::PyTorch => self.project_as_pytorch(query, key, value)?,
+            MhaLayout::Views => self.project_as_views(query, key, value)?,
         };
         let (out, weights) = if need_weights {
             let (o, w) = attention_with_weights(
@@ -214,8 +221,104 @@ impl MultiheadAttention {
             )?;
             (o, None)
         };
-        let out = out.transpose(1, 2)?.reshape(&[b, l, e])?;
-        Ok((self.out_proj.forward(&out)?, weights))
+        let out = match self.layout {
+            // `attn_output.permute(2, 0, 1, 3).contiguous().view(L * B, E)`, projected,
+            // viewed as `[L, B, E]` and transposed back to batch first: a copy that
+            // `out_proj` saves, and an output that is not contiguous.
+            MhaLayout::PyTorch => {
+                let joined = out
+                    .permute(&[2, 0, 1, 3])?
+                    .contiguous()?
+                    .view(&[l * b, e])?;
+                self.out_proj
+                    .forward(&joined)?
+                    .view(&[l, b, e])?
+                    .transpose(0, 1)?
+            }
+            // The kernel's output is `[B, L, H, D]` in memory: joining the heads is a
+            // view.
+            MhaLayout::Views => self
+                .out_proj
+                .forward(&out.transpose(1, 2)?.reshape(&[b, l, e])?)?,
+        };
+        Ok((out, weights))
+    }
+
+    /// The heads `[B, H, L, D]` of the query, key and value, as PyTorch's
+    /// `_in_projection_packed` makes them from batch-first inputs: the inputs as
+    /// `[L, B, E]` views; for self-attention one product with the packed weight, for
+    /// a shared key and value (a decoder's cross-attention) one for the query and one
+    /// with the key's and value's rows, else three; each packed output made contiguous
+    /// as `[n, L, B, E]` and cut into its parts.
+    fn project_as_pytorch(
+        &self,
+        query: &Tensor,
+        key: &Tensor,
+        value: &Tensor,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let e = self.embed_dim;
+        let (w, bias) = (&self.in_proj_weight, &self.in_proj_bias);
+        let rows = |from: usize, n: usize| -> Result<(Tensor, Tensor)> {
+            Ok((
+                w.narrow(0, from * e, n * e)?,
+                bias.narrow(0, from * e, n * e)?,
+            ))
+        };
+        let seq_first = |x: &Tensor| x.transpose(0, 1);
+        let (q, k, v) = if same_tensor(query, key) && same_tensor(key, value) {
+            let [q, k, v] = packed_parts::<3>(&fold_linear(&seq_first(query)?, w, bias)?)?;
+            (q, k, v)
+        } else if same_tensor(key, value) {
+            let (wq, bq) = rows(0, 1)?;
+            let (wkv, bkv) = rows(1, 2)?;
+            let q = fold_linear(&seq_first(query)?, &wq, &bq)?;
+            let [k, v] = packed_parts::<2>(&fold_linear(&seq_first(key)?, &wkv, &bkv)?)?;
+            (q, k, v)
+        } else {
+            let part = |x: &Tensor, i| -> Result<Tensor> {
+                let (wi, bi) = rows(i, 1)?;
+                fold_linear(&seq_first(x)?, &wi, &bi)
+            };
+            (part(query, 0)?, part(key, 1)?, part(value, 2)?)
+        };
+        Ok((
+            self.heads_of_seq_first(&q)?,
+            self.heads_of_seq_first(&k)?,
+            self.heads_of_seq_first(&v)?,
+        ))
+    }
+
+    /// The heads as views of the projections' outputs, with no copy: for
+    /// self-attention one product with the packed weight; otherwise one product per
+    /// part, each with its rows of the packed weight.
+    fn project_as_views(
+        &self,
+        query: &Tensor,
+        key: &Tensor,
+        value: &Tensor,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        if same_tensor(query, key) && same_tensor(key, value) {
+            let y = query.linear(&self.in_proj_weight, Some(&self.in_proj_bias))?;
+            let [q, k, v] = packed_heads(&y, self.num_heads)?;
+            return Ok((q, k, v));
+        }
+        let part = |x: &Tensor, i| -> Result<Tensor> {
+            self.heads(&packed_projection(
+                x,
+                &self.in_proj_weight,
+                &self.in_proj_bias,
+                i,
+            )?)
+        };
+        Ok((part(query, 0)?, part(key, 1)?, part(value, 2)?))
+    }
+
+    /// `[L, B, E]` -> `[B, H, L, D]`, a view: PyTorch's
+    /// `x.view(L, B * H, D).transpose(0, 1)` read as `[B, H, L, D]`.
+    fn heads_of_seq_first(&self, x: &Tensor) -> Result<Tensor> {
+        let (l, b) = (x.shape()[0], x.shape()[1]);
+        let d = self.embed_dim / self.num_heads;
+        x.view(&[l, b, self.num_heads, d])?.permute(&[1, 2, 0, 3])
     }
 
     /// `[B, L, E]` -> `[B, H, L, D]`.
@@ -274,6 +377,42 @@ impl MultiheadAttention {
             (a, p) => a.or(p),
         })
     }
+}
+
+/// Whether two arguments are one tensor (PyTorch's `query is key`): the same storage
+/// seen the same way.
+fn same_tensor(a: &Tensor, b: &Tensor) -> bool {
+    a.shares_storage(b)
+        && a.ptr() == b.ptr()
+        && a.shape() == b.shape()
+        && a.strides() == b.strides()
+}
+
+/// PyTorch's `linear` on a 3-D input: a contiguous one is viewed as 2-D; any other is
+/// folded into a dense `[L·B, E]` copy first (`matmul` reshapes it), and that copy is
+/// what the product saves. The output is viewed back as `[L, B, out]`.
+fn fold_linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (l, n, e) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+    x.reshape(&[l * n, e])?
+        .linear(w, Some(b))?
+        .view(&[l, n, w.shape()[0]])
+}
+
+/// The `N` parts of a packed projection `[L, B, N·E]`, as PyTorch's
+/// `proj.unflatten(-1, (N, E)).unsqueeze(0).transpose(0, -2).squeeze(-2).contiguous()`
+/// lays them out: one dense `[N, L, B, E]` copy, each part a `[L, B, E]` view of it.
+fn packed_parts<const N: usize>(proj: &Tensor) -> Result<[Tensor; N]> {
+    let (l, b, ne) = (proj.shape()[0], proj.shape()[1], proj.shape()[2]);
+    let e = ne / N;
+    let dense = proj
+        .view(&[l, b, N, e])?
+        .permute(&[2, 0, 1, 3])?
+        .contiguous()?;
+    let mut parts = Vec::with_capacity(N);
+    for i in 0..N {
+        parts.push(dense.narrow(0, i, 1)?.view(&[l, b, e])?);
+    }
+    Ok(parts.try_into().map_err(|_| ()).expect("N parts"))
 }
 
 fn check_device(mask: &Tensor, device: &Device) -> Result<()> {

@@ -68,6 +68,7 @@ impl Tensor {
             BinaryOp::Mul | BinaryOp::Div | BinaryOp::Maximum | BinaryOp::Minimum => {
                 vec![a.clone(), b.clone()]
             }
+            BinaryOp::ThresholdBackward => vec![b.clone()],
             BinaryOp::Pow => vec![a.clone(), b.clone(), out.clone()],
             BinaryOp::Add | BinaryOp::Sub | BinaryOp::Axpy => vec![],
         };

@@ -1,0 +1,184 @@
+//! Where our memory follows PyTorch's, allocation for allocation: `nn.MultiheadAttention`'s
+//! copies around the heads (PyTorch's layout against the copy-free one: the same values
+//! and gradients, more memory kept by exactly those copies), `relu`'s backward in one
+//! output (`threshold_backward`), and cuBLAS's workspace lent by the device's allocator.
+//! Runs on the simulated GPU by default and on the GPU with `LABS_DEVICE=cuda`.
+
+use labs_core::alloc::Category;
+use labs_core::backend::gemm_workspace_bytes;
+use labs_core::nn::{MhaLayout, MultiheadAttention, Rng};
+use labs_core::testing::test_device;
+use labs_core::{Device, Tensor};
+
+/// Every test holds this: they measure the device's allocations.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn close(a: &[f32], b: &[f32], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(
+            (x - y).abs() <= 1e-5 + 1e-4 * y.abs(),
+            "{what}[{i}]: {x} against {y}"
+        );
+    }
+}
+
+/// One training forward and backward of `mha` on `x` (self-attention) or on `x` over
+/// `memory` (a shared key and value): the output, every gradient, and the bytes the
+/// graph keeps between forward and backward.
+fn run(
+    mha: &MultiheadAttention,
+    x: &Tensor,
+    memory: Option<&Tensor>,
+    device: &Device,
+) -> (Vec<f32>, Vec<Vec<f32>>, u64) {
+    let alloc = device.allocator().unwrap();
+    let before = alloc.memory_allocated();
+    let kv = memory.unwrap_or(x);
+    let y = mha.attend(x, kv, kv, None).unwrap();
+    let kept = alloc.memory_allocated() - before - y.nbytes() as u64;
+    y.mul(&y).unwrap().sum_all().unwrap().backward().unwrap();
+    let mut grads = vec![x.grad().unwrap().to_vec::<f32>().unwrap()];
+    if let Some(m) = memory {
+        grads.push(m.grad().unwrap().to_vec::<f32>().unwrap());
+    }
+    for p in [&mha.in_proj_weight, &mha.in_proj_bias, &mha.out_proj.weight] {
+        grads.push(p.grad().unwrap().to_vec::<f32>().unwrap());
+    }
+    (y.to_vec::<f32>().unwrap(), grads, kept)
+}
+
+fn leaf(shape: &[usize], seed: u64, device: &Device) -> Tensor {
+    let n = shape.iter().product();
+    Tensor::from_slice(&random(n, seed), shape, device)
+        .unwrap()
+        .requires_grad_(true)
+}
+
+#[test]
+fn pytorch_layout_keeps_its_copies_and_computes_what_views_compute() {
+    let _serial = serial();
+    let device = test_device();
+    let (b, l, s, e) = (2, 8, 16, 64);
+    // A [B, L, E] activation in float32.
+    let act = (b * l * e * 4) as u64;
+    let mem_act = (b * s * e * 4) as u64;
+    for cross in [false, true] {
+        let mut results = Vec::new();
+        for layout in [MhaLayout::PyTorch, MhaLayout::Views] {
+            let mut mha = MultiheadAttention::new(e, 4, 0.0, &mut Rng::seeded(3), &device).unwrap();
+            mha.layout = layout;
+            let x = leaf(&[b, l, e], 11, &device);
+            let memory = cross.then(|| leaf(&[b, s, e], 12, &device));
+            results.push(run(&mha, &x, memory.as_ref(), &device));
+        }
+        let (pt, views) = (&results[0], &results[1]);
+        close(&pt.0, &views.0, "output");
+        for (i, (g, h)) in pt.1.iter().zip(&views.1).enumerate() {
+            close(g, h, &format!("gradient {i} (cross {cross})"));
+        }
+        // PyTorch's copies, each kept for backward: the input folded for the product
+        // (the query's and, across, the memory's), and the heads' joined output
+        // before `out_proj` (which the views' path copies too where the attention's
+        // output is not laid out heads-last). Self-attention's packed projection is a
+        // dense [3, L, B, E] copy where the views keep the product's output itself:
+        // the same bytes.
+        let folded = if cross { act + mem_act } else { act };
+        let kept = pt.2 - views.2;
+        assert!(
+            (folded..=folded + act).contains(&kept),
+            "cross {cross}: {kept} bytes kept beyond the views, not {folded} to {}",
+            folded + act
+        );
+    }
+}
+
+#[test]
+fn relu_backward_allocates_only_the_gradient() {
+    let _serial = serial();
+    let device = test_device();
+    let alloc = device.allocator().unwrap();
+    let x = leaf(&[256, 64], 5, &device);
+    let y = x.relu().unwrap();
+    let g = Tensor::from_slice(&random(256 * 64, 6), &[256, 64], &device).unwrap();
+    let base = alloc.memory_allocated();
+    alloc.reset_peak_memory_stats();
+    y.backward_with(Some(g.clone()), false).unwrap();
+    let grad = x.grad().unwrap();
+    // One output the size of x (the gradient), nothing beside it.
+    assert_eq!(alloc.max_memory_allocated() - base, grad.nbytes() as u64);
+    let (xv, gv, dv) = (
+        x.to_vec::<f32>().unwrap(),
+        g.to_vec::<f32>().unwrap(),
+        grad.to_vec::<f32>().unwrap(),
+    );
+    for i in 0..xv.len() {
+        let expect = if xv[i] > 0.0 { gv[i] } else { 0.0 };
+        assert_eq!(dv[i], expect, "element {i}");
+    }
+}
+
+#[test]
+fn the_gemm_workspace_is_pytorchs_size_and_comes_from_the_allocator() {
+    let _serial = serial();
+    assert_eq!(gemm_workspace_bytes((9, 0)), 32 << 20, "Hopper: :4096:8");
+    assert_eq!(
+        gemm_workspace_bytes((8, 0)),
+        (8 << 20) + (128 << 10),
+        "before: :4096:2:16:8"
+    );
+    assert_eq!(gemm_workspace_bytes((0, 0)), 0, "no library, no workspace");
+
+    // The device under test has lent its workspace: it is allocated memory, counted as
+    // memory no tensor holds.
+    let device = test_device();
+    let expected = gemm_workspace_bytes(device.properties().unwrap().compute_capability);
+    assert_eq!(device.gemm_workspace_bytes().unwrap(), expected);
+    let other = device
+        .allocator()
+        .unwrap()
+        .memory_by_category()
+        .into_iter()
+        .find(|(c, _)| *c == Category::Other)
+        .map_or(0, |(_, s)| s.current);
+    assert!(other >= expected as u64, "{other} < {expected}");
+
+    // A dry device given a GPU's size lends it at its first product, once.
+    let dry = Device::new_dry(1 << 30);
+    dry.set_gemm_workspace_bytes(3 << 20).unwrap();
+    let alloc = dry.allocator().unwrap();
+    let a = Tensor::zeros(&[8, 8], labs_core::tensor::DType::F32, &dry).unwrap();
+    let before = alloc.memory_allocated();
+    let c = a.matmul(&a).unwrap();
+    assert_eq!(
+        alloc.memory_allocated() - before,
+        (3 << 20) + c.allocation().size()
+    );
+    let d = a.matmul(&a).unwrap();
+    assert_eq!(
+        alloc.memory_allocated() - before,
+        (3 << 20) + c.allocation().size() + d.allocation().size()
+    );
+    let err = dry
+        .set_gemm_workspace_bytes(1 << 20)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("already allocated"), "{err}");
+}
