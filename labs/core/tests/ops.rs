@@ -121,6 +121,13 @@ fn binary_reference(op: BinaryOp, a: f32, b: f32, alpha: f32) -> f32 {
         }
         BinaryOp::Axpy => alpha * a + b,
         BinaryOp::Pow => (a as f64).powf(b as f64) as f32,
+        BinaryOp::ThresholdBackward => {
+            if b > 0.0 || b.is_nan() {
+                a
+            } else {
+                0.0
+            }
+        }
     }
 }
 
