@@ -5,10 +5,7 @@
 use crate::device::profile::{self, KernelTime};
 use crate::device::{Device, DeviceId, ENV_DEVICE};
 
-/// The device under test, with its matrix products' workspace already lent (on a GPU,
-/// 32 MiB of its allocator from the first product on, as in PyTorch): a test that
-/// measures what an op allocates measures the op, whichever test ran the process's
-/// first product.
+/// The device under test.
 pub fn test_device() -> Device {
     let id: DeviceId = match std::env::var(ENV_DEVICE) {
         Ok(v) if !v.trim().is_empty() => v
@@ -16,14 +13,7 @@ pub fn test_device() -> Device {
             .unwrap_or_else(|e| panic!("{ENV_DEVICE}={v}: {e}")),
         _ => DeviceId::Sim(0),
     };
-    let device =
-        Device::get(id).unwrap_or_else(|e| panic!("the device under test, {id}, is unusable: {e}"));
-    if device.allocator().is_ok() {
-        device
-            .ensure_gemm_workspace()
-            .unwrap_or_else(|e| panic!("{id}: the matrix products' workspace: {e}"));
-    }
-    device
+    Device::get(id).unwrap_or_else(|e| panic!("the device under test, {id}, is unusable: {e}"))
 }
 
 /// The environment variable that points the tests and labs at another copy of the test

@@ -13,7 +13,7 @@ mod gradcheck;
 use gradcheck::{check_gradients, serial, values};
 use labs_core::autograd::{checkpoint, retained_graph};
 use labs_core::nn::attention::causal_mask_rect;
-use labs_core::nn::{sdpa_kernel, Module, MultiheadAttention, Rng, SdpaBackend};
+use labs_core::nn::{sdpa_kernel, MhaLayout, Module, MultiheadAttention, Rng, SdpaBackend};
 use labs_core::testing::test_device;
 use labs_core::{DType, Device, Tensor};
 
@@ -287,13 +287,15 @@ fn strided_inputs_give_the_dense_results_in_heads_last_memory() {
 }
 
 /// The saved bytes of one `MultiheadAttention` forward (`d_model = 256`, 8 heads,
-/// batch 16, 100 positions, dropout 0.1, training) on each backend.
+/// batch 16, 100 positions, dropout 0.1, training) on each backend, with the heads as
+/// views (`MhaLayout::Views`: PyTorch's layout adds the same copies on both paths).
 #[test]
 fn a_multihead_attention_forward_saves_no_probabilities_mask_or_copies() {
     let _s = serial();
     let device = test_device();
     let (b, l, e, h) = (16, 100, 256, 8);
-    let mha = MultiheadAttention::new(e, h, 0.1, &mut Rng::seeded(1), &device).unwrap();
+    let mut mha = MultiheadAttention::new(e, h, 0.1, &mut Rng::seeded(1), &device).unwrap();
+    mha.layout = MhaLayout::Views;
     let x = Tensor::randn(&[b, l, e], 2, &device).unwrap();
     let saved = |backend| {
         let _backend = sdpa_kernel(backend);
@@ -329,16 +331,18 @@ fn a_multihead_attention_forward_saves_no_probabilities_mask_or_copies() {
 
 /// A training `nn.TransformerEncoderLayer` (dropout 0.1 on the attention weights) takes
 /// the fused kernel: its forward stores exactly the attention's probabilities, dropped
-/// weights and mask less than on the math path, and its backward runs.
+/// weights and mask less than on the math path, and its backward runs (the heads as
+/// views, as in the test above).
 #[test]
 fn a_training_transformer_layer_attends_through_the_fused_kernel() {
     use labs_core::nn::{TransformerConfig, TransformerEncoderLayer};
     let _s = serial();
     let device = test_device();
     let (b, l, e, h) = (16, 100, 256, 8);
-    let layer =
+    let mut layer =
         TransformerEncoderLayer::new(TransformerConfig::new(e, h), &mut Rng::seeded(1), &device)
             .unwrap();
+    layer.self_attn.layout = MhaLayout::Views;
     let x = Tensor::randn(&[b, l, e], 2, &device).unwrap();
     let step = |backend| {
         let _backend = sdpa_kernel(backend);

@@ -1,11 +1,9 @@
 //! Where our memory follows PyTorch's, allocation for allocation: `nn.MultiheadAttention`'s
 //! copies around the heads (PyTorch's layout against the copy-free one: the same values
 //! and gradients, more memory kept by exactly those copies), `relu`'s backward in one
-//! output (`threshold_backward`), and cuBLAS's workspace lent by the device's allocator.
+//! output (`threshold_backward`).
 //! Runs on the simulated GPU by default and on the GPU with `LABS_DEVICE=cuda`.
 
-use labs_core::alloc::Category;
-use labs_core::backend::gemm_workspace_bytes;
 use labs_core::nn::{MhaLayout, MultiheadAttention, Rng};
 use labs_core::testing::test_device;
 use labs_core::{Device, Tensor};
@@ -133,52 +131,4 @@ fn relu_backward_allocates_only_the_gradient() {
         let expect = if xv[i] > 0.0 { gv[i] } else { 0.0 };
         assert_eq!(dv[i], expect, "element {i}");
     }
-}
-
-#[test]
-fn the_gemm_workspace_is_pytorchs_size_and_comes_from_the_allocator() {
-    let _serial = serial();
-    assert_eq!(gemm_workspace_bytes((9, 0)), 32 << 20, "Hopper: :4096:8");
-    assert_eq!(
-        gemm_workspace_bytes((8, 0)),
-        (8 << 20) + (128 << 10),
-        "before: :4096:2:16:8"
-    );
-    assert_eq!(gemm_workspace_bytes((0, 0)), 0, "no library, no workspace");
-
-    // The device under test has lent its workspace: it is allocated memory, counted as
-    // memory no tensor holds.
-    let device = test_device();
-    let expected = gemm_workspace_bytes(device.properties().unwrap().compute_capability);
-    assert_eq!(device.gemm_workspace_bytes().unwrap(), expected);
-    let other = device
-        .allocator()
-        .unwrap()
-        .memory_by_category()
-        .into_iter()
-        .find(|(c, _)| *c == Category::Other)
-        .map_or(0, |(_, s)| s.current);
-    assert!(other >= expected as u64, "{other} < {expected}");
-
-    // A dry device given a GPU's size lends it at its first product, once.
-    let dry = Device::new_dry(1 << 30);
-    dry.set_gemm_workspace_bytes(3 << 20).unwrap();
-    let alloc = dry.allocator().unwrap();
-    let a = Tensor::zeros(&[8, 8], labs_core::tensor::DType::F32, &dry).unwrap();
-    let before = alloc.memory_allocated();
-    let c = a.matmul(&a).unwrap();
-    assert_eq!(
-        alloc.memory_allocated() - before,
-        (3 << 20) + c.allocation().size()
-    );
-    let d = a.matmul(&a).unwrap();
-    assert_eq!(
-        alloc.memory_allocated() - before,
-        (3 << 20) + c.allocation().size() + d.allocation().size()
-    );
-    let err = dry
-        .set_gemm_workspace_bytes(1 << 20)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("already allocated"), "{err}");
 }

@@ -59,13 +59,14 @@ pub fn largest_batch(
 /// math path (`--attention naive`). The math path keeps the attention probabilities,
 /// one `[batch, heads, seq, seq]` tensor, for the backward of softmax and of the product
 /// with V; the fused kernel keeps instead each row's log-sum-exp, one `[batch, heads,
-/// seq]` float32 tensor, and recomputes the probabilities in backward. One more
-/// difference: both keep the packed projection's `[batch, seq, 3·d_model]` output
-/// (query, key and value are views of it), but the math path also keeps the query
-/// scaled by `1/sqrt(head_dim)`, a `[batch, seq, d_model]` float32 copy, for the
-/// product's backward. Everything else saved is the same. Each tensor is one
-/// allocation, rounded as the allocator rounds (`labs_core::alloc::round_size(bytes,
-/// 0)`).
+/// seq]` float32 tensor, and recomputes the probabilities in backward. Two more
+/// differences, each a `[batch, seq, d_model]` float32 tensor: the math path keeps the
+/// query scaled by `1/sqrt(head_dim)` for the product's backward; the fused kernel
+/// keeps its output for its own backward, where the math path's output is dropped once
+/// PyTorch's layout has copied it into the dense input of `out_proj` (which both keep;
+/// at batch 1 the fused output is already laid out as that input, and is not copied).
+/// Everything else saved is the same. Each tensor is one allocation, rounded as the
+/// allocator rounds (`labs_core::alloc::round_size(bytes, 0)`).
 pub fn fused_attention_saving(batch: usize, heads: usize, seq: usize, d_model: usize) -> u64 {
     let _ = (batch, heads, seq, d_model);
     todo!("the probabilities' bytes less the log-sum-exp's, plus the scaled query's")
