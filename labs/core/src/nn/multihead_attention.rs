@@ -412,7 +412,9 @@ fn packed_parts<const N: usize>(proj: &Tensor) -> Result<[Tensor; N]> {
     for i in 0..N {
         parts.push(dense.narrow(0, i, 1)?.view(&[l, b, e])?);
     }
-    Ok(parts.try_into().map_err(|_| ()).expect("N parts"))
+    Ok(parts
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("{N} parts were pushed")))
 }
 
 fn check_device(mask: &Tensor, device: &Device) -> Result<()> {
