@@ -193,9 +193,12 @@ SNAPSHOT_ENTRIES = 1 << 23
 
 def start_snapshot(cfg):
     """--snapshot: PyTorch's memory history from now on (stacks of Python frames only:
-    C++ frames would take minutes to symbolise at the dump)."""
+    C++ frames would take minutes to symbolise at the dump; and of allocations only:
+    recording the stacks of frees too, context="all", makes backward through
+    torch.utils.checkpoint fail in PyTorch 2.11 with "SystemError: run_backward
+    returned NULL without setting an exception")."""
     if cfg["snapshot"] is not None:
-        torch.cuda.memory._record_memory_history(enabled="all", context="all",
+        torch.cuda.memory._record_memory_history(enabled="all", context="alloc",
                                                  stacks="python",
                                                  max_entries=SNAPSHOT_ENTRIES)
 
@@ -562,6 +565,7 @@ class Run:
     def report(self):
         cfg = self.cfg
         peak_allocated = torch.cuda.max_memory_allocated(self.device)
+        workspaces = cublas_workspace_bytes(self.device)
         params = nbytes(self.model.parameters())
         state = optimizer_state_bytes(self.optimizer)
         notes = [
@@ -571,6 +575,9 @@ class Run:
             "the three",
             "sdpa_calls: the attention ops of the first micro-batch's forward (a warm-up "
             "step; null without one)",
+            "gemm_workspace_bytes: what cuBLAS's workspaces held in the allocator at the "
+            "end (one per cuBLAS handle and stream: the main thread's and the autograd "
+            "engine's), part of peak_allocated",
         ]
         if self.ddp is not None:
             notes.append("data parallel: peaks, step_ms and losses are rank 0's (every "
@@ -586,6 +593,7 @@ class Run:
             "peak_reserved": torch.cuda.max_memory_reserved(self.device),
             "step_ms": median(self.times[cfg["warmup"]:]),
             "step_ms_all": self.times,
+            "gemm_workspace_bytes": workspaces,
             "losses": self.losses,
             "by_category": {
                 "parameter": params,
@@ -600,6 +608,17 @@ class Run:
             "offload": {"pin_memory": True} if cfg["offload"] else None,
             "notes": notes,
         }
+
+
+def cublas_workspace_bytes(device):
+    """The bytes cuBLAS's workspaces hold in PyTorch's allocator, measured by freeing
+    them: PyTorch keeps one per cuBLAS handle and stream (the main thread's, and the
+    autograd engine's thread's for backward), taken from the allocator on first use and
+    kept, so that they count in memory_allocated. Call last: they are gone after it."""
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch._C._cuda_clearCublasWorkspaces()
+    return before - torch.cuda.memory_allocated(device)
 
 
 def oom_report(cfg, device, error, rank, world_size):

@@ -5,7 +5,10 @@
 use crate::device::profile::{self, KernelTime};
 use crate::device::{Device, DeviceId, ENV_DEVICE};
 
-/// The device under test.
+/// The device under test, with its matrix products' workspace already lent (on a GPU,
+/// 32 MiB of its allocator from the first product on, as in PyTorch): a test that
+/// measures what an op allocates measures the op, whichever test ran the process's
+/// first product.
 pub fn test_device() -> Device {
     let id: DeviceId = match std::env::var(ENV_DEVICE) {
         Ok(v) if !v.trim().is_empty() => v
@@ -13,7 +16,28 @@ pub fn test_device() -> Device {
             .unwrap_or_else(|e| panic!("{ENV_DEVICE}={v}: {e}")),
         _ => DeviceId::Sim(0),
     };
-    Device::get(id).unwrap_or_else(|e| panic!("the device under test, {id}, is unusable: {e}"))
+    let device =
+        Device::get(id).unwrap_or_else(|e| panic!("the device under test, {id}, is unusable: {e}"));
+    if device.allocator().is_ok() {
+        device
+            .ensure_gemm_workspace()
+            .unwrap_or_else(|e| panic!("{id}: the matrix products' workspace: {e}"));
+    }
+    device
+}
+
+/// A dry device of `capacity` that predicts `device`: its matrix products' workspace
+/// is `device`'s size and already lent, as [`test_device`]'s is, so that the two
+/// allocate the same from the first block on.
+pub fn dry_twin(device: &Device, capacity: u64) -> Device {
+    let dry = Device::new_dry(capacity);
+    let bytes = device
+        .gemm_workspace_bytes()
+        .unwrap_or_else(|e| panic!("{}: the matrix products' workspace: {e}", device.id()));
+    dry.set_gemm_workspace_bytes(bytes)
+        .and_then(|()| dry.ensure_gemm_workspace())
+        .unwrap_or_else(|e| panic!("the dry twin of {}: {e}", device.id()));
+    dry
 }
 
 /// The environment variable that points the tests and labs at another copy of the test

@@ -1,9 +1,12 @@
 //! Where our memory follows PyTorch's, allocation for allocation: `nn.MultiheadAttention`'s
 //! copies around the heads (PyTorch's layout against the copy-free one: the same values
 //! and gradients, more memory kept by exactly those copies), `relu`'s backward in one
-//! output (`threshold_backward`).
+//! output (`threshold_backward`), backward's order (the latest recorded ready node
+//! first, which decides when saved tensors go), and a checkpointed region's inputs
+//! freed once backward is through it.
 //! Runs on the simulated GPU by default and on the GPU with `LABS_DEVICE=cuda`.
 
+use labs_core::kernels::UnaryOp;
 use labs_core::nn::{MhaLayout, MultiheadAttention, Rng};
 use labs_core::testing::test_device;
 use labs_core::{Device, Tensor};
@@ -131,4 +134,102 @@ fn relu_backward_allocates_only_the_gradient() {
         let expect = if xv[i] > 0.0 { gv[i] } else { 0.0 };
         assert_eq!(dv[i], expect, "element {i}");
     }
+}
+
+/// Unpacks are logged by the length of the tensor unpacked.
+fn logging_hooks(
+    log: &std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+) -> labs_core::tensor::SavedTensorsHooksGuard {
+    let log = log.clone();
+    labs_core::autograd::saved_tensors_hooks(
+        |t: &Tensor| Ok(Box::new(t.detach()) as labs_core::tensor::Packed),
+        move |p: &labs_core::tensor::Packed| {
+            let t = p.downcast_ref::<Tensor>().unwrap().clone();
+            log.lock().unwrap().push(t.numel());
+            Ok(t)
+        },
+    )
+}
+
+/// PyTorch's engine runs, of the nodes whose gradients are complete, the one recorded
+/// last. A decoder branch recorded after the encoder (here fed by an input that needs
+/// no gradient, as the decoder's target is) is thus differentiated, and what it saved
+/// released, before the encoder's nodes; a depth-first order would leave it until the
+/// end of the pass, its saved tensors alive all the way.
+#[test]
+fn backward_runs_the_latest_recorded_ready_node_first() {
+    let _serial = serial();
+    let device = test_device();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (x, a) = (leaf(&[2], 1, &device), leaf(&[2], 2, &device));
+    let t = Tensor::from_slice(&random(3, 3), &[3], &device).unwrap();
+    let b = leaf(&[3], 4, &device);
+    let y = {
+        let _hooks = logging_hooks(&log);
+        // The encoder, recorded first: mul (saves x and a), tanh (saves its output).
+        let e = x.mul(&a).unwrap().unary(UnaryOp::Tanh).unwrap();
+        // The decoder, recorded after: mul (saves t), tanh; then a join that saves
+        // nothing, the encoder's sum recorded before the decoder's.
+        let d = t.mul(&b).unwrap().unary(UnaryOp::Tanh).unwrap();
+        let e_sum = e.sum_all().unwrap();
+        d.sum_all().unwrap().add(&e_sum).unwrap()
+    };
+    y.backward().unwrap();
+    // The decoder's three-element tensors come back first, then the encoder's three
+    // two-element ones.
+    let log = log.lock().unwrap();
+    assert!(log.ends_with(&[2, 2, 2]), "{log:?}");
+    assert!(
+        log[..log.len() - 3].iter().all(|&n| n == 3) && log.len() > 3,
+        "{log:?}"
+    );
+}
+
+/// What is allocated when the input's gradient arrives (the first layer's region, the
+/// last of the pass) in a stack of `layers` checkpointed layers, over what was
+/// allocated before the forward.
+fn kept_at_the_last_region(layers: usize, device: &Device) -> u64 {
+    let alloc = device.allocator().unwrap();
+    let w = leaf(&[64, 64], 7, device);
+    let x = leaf(&[256, 64], 8, device);
+    let base = alloc.memory_allocated();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let (hook_seen, hook_device) = (seen.clone(), device.clone());
+    let _handle = x
+        .register_post_accumulate_grad_hook(move |_| {
+            let allocated = hook_device.allocator()?.memory_allocated();
+            *hook_seen.lock().unwrap() = Some(allocated);
+            Ok(())
+        })
+        .unwrap();
+    let mut h = x.clone();
+    for _ in 0..layers {
+        let w = w.clone();
+        h = labs_core::autograd::checkpoint(
+            move |i: &[Tensor]| i[0].matmul(&w)?.unary(UnaryOp::Tanh),
+            &[h],
+        )
+        .unwrap();
+    }
+    h.sum_all().unwrap().backward().unwrap();
+    let at_hook = seen.lock().unwrap().expect("the input's gradient arrived");
+    at_hook - base
+}
+
+/// A checkpointed region's inputs are freed once backward is through the region, as
+/// PyTorch's are, not when the whole pass ends: at the last region's backward, a
+/// stack of checkpointed layers keeps the same memory however many layers it has.
+#[test]
+fn a_checkpointed_region_frees_its_inputs_after_its_backward() {
+    let _serial = serial();
+    let device = test_device();
+    let (two, six) = (
+        kept_at_the_last_region(2, &device),
+        kept_at_the_last_region(6, &device),
+    );
+    assert!(two > 0);
+    assert_eq!(
+        six, two,
+        "the inputs of the layers already differentiated are freed"
+    );
 }

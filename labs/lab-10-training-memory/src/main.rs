@@ -34,6 +34,11 @@ struct Cli {
     /// peaks predict the GPU's.
     #[arg(long, global = true)]
     dry_run: bool,
+    /// The matrix products' workspace on the sim or dry device, e.g. 32MiB to predict
+    /// an H100, whose cuBLAS workspace (PyTorch's size) comes from the allocator
+    /// (default: none; a GPU's is its own).
+    #[arg(long, global = true, value_name = "SIZE")]
+    gemm_workspace: Option<String>,
     /// Smaller models: a scaled-down GPT-2 on a GPU, tiny models on the simulated one.
     #[arg(long, global = true)]
     quick: bool,
@@ -107,6 +112,9 @@ fn run(cli: Cli) -> Result<()> {
     } else {
         open(&cli.device, cli.dry_run, capacity(cli.capacity.as_deref())?)?
     };
+    if let Some(size) = cli.gemm_workspace.as_deref() {
+        set_gemm_workspace(&device, size)?;
+    }
     let show = !args.json && std::io::stderr().is_terminal();
     let bar = progress(config.steps, show);
     let how = if args.zero1 {
@@ -403,6 +411,20 @@ fn open(flag: &labs_core::cli::DeviceFlag, dry_run: bool, capacity: Option<u64>)
         }
         (_, None) => device,
     })
+}
+
+/// `--gemm-workspace`: the sim or dry device's workspace for its products, as a GPU's.
+fn set_gemm_workspace(device: &Device, size: &str) -> Result<()> {
+    let bytes = parse_bytes(size).map_err(|e| anyhow::anyhow!("--gemm-workspace: {e}"))?;
+    match device.id() {
+        DeviceId::Sim(_) | DeviceId::Dry(_) => device
+            .set_gemm_workspace_bytes(bytes as usize)
+            .context("--gemm-workspace"),
+        other => bail!(
+            "--gemm-workspace sets the sim and dry devices' workspace; {other}'s is its own \
+             (cuBLAS's, PyTorch's size)"
+        ),
+    }
 }
 
 /// A progress bar on stderr, one tick per optimizer step; hidden unless `show`.

@@ -7,6 +7,7 @@ use std::process::{Command, Output};
 
 use lab_03::compare::{self, Side};
 use labs_core::snapshot::{self, Snapshot, TraceAction};
+use labs_core::testing::test_device;
 
 mod common;
 use common::{binary, device, small};
@@ -50,8 +51,19 @@ fn the_snapshot_holds_the_whole_run_with_categories() {
     let allocs: Vec<_> = (snap.trace.iter())
         .filter(|e| e.action == TraceAction::Alloc)
         .collect();
-    // Recorded from before the model is built: the first allocation is a parameter.
-    assert_eq!(allocs[0].category.as_deref(), Some("parameter"));
+    // Recorded from before the model is built: the first allocation is the matrix
+    // products' workspace where the device has one (cuBLAS's, lent by the allocator),
+    // and then a parameter.
+    let workspace = test_device().gemm_workspace_bytes().unwrap() as u64;
+    let model = match workspace {
+        0 => &allocs[..],
+        bytes => {
+            assert_eq!(allocs[0].category.as_deref(), Some("other"));
+            assert_eq!(allocs[0].size, bytes);
+            &allocs[1..]
+        }
+    };
+    assert_eq!(model[0].category.as_deref(), Some("parameter"));
     for c in ["parameter", "optimizer_state", "activation", "input"] {
         assert!(
             allocs.iter().any(|e| e.category.as_deref() == Some(c)),
@@ -77,7 +89,9 @@ fn the_dry_run_traces_what_the_device_does() {
     let dir = scratch("dry");
     let (on_device, on_dry) = (dir.join("device.json"), dir.join("dry.json"));
     let (_, a) = trained(&device(), &on_device, &[]);
-    let (_, b) = trained("dry", &on_dry, &[]);
+    // The dry run takes the device's matrix-product workspace (32 MiB on an H100).
+    let workspace = test_device().gemm_workspace_bytes().unwrap().to_string();
+    let (_, b) = trained("dry", &on_dry, &["--gemm-workspace", &workspace]);
     let c = compare::compare(&side("device", &a), &side("dry", &b), 4);
     assert!(
         c.same_sequence,

@@ -33,7 +33,7 @@ pub use saved_hooks::{
 pub use retained::{retained_by, retained_graph, RetainedGraph};
 mod derivatives_rows;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::alloc::Category;
@@ -178,12 +178,12 @@ fn saved_tensors(node: &Node, retain_graph: bool) -> Result<Vec<Tensor>> {
     let Some(packed) = &node.packed else {
         return Ok(plain);
     };
-    let mut slot = packed.items.lock().unwrap();
-    let items = slot.as_ref().ok_or_else(released)?;
-    let mut out = Vec::with_capacity(items.len());
-    for item in items {
+    let mut slot = packed.packs.lock().unwrap();
+    let packs = slot.as_ref().ok_or_else(released)?;
+    let mut out = Vec::with_capacity(packs.items.len());
+    for item in &packs.items {
         match item {
-            Ok(p) => out.push(packed.hooks.unpack(p)?),
+            Ok(p) => out.push(packs.hooks.unpack(p)?),
             Err(e) => {
                 return Err(Error::InvalidArgument(format!(
                     "backward: a saved-tensor pack hook of {} failed during forward: {e}",
@@ -201,9 +201,9 @@ fn saved_tensors(node: &Node, retain_graph: bool) -> Result<Vec<Tensor>> {
 /// Asks `node`'s hooks to start bringing its packed tensors back.
 fn prefetch(node: &Node) -> Result<()> {
     if let Some(packed) = &node.packed {
-        if let Some(items) = packed.items.lock().unwrap().as_ref() {
-            for p in items.iter().flatten() {
-                packed.hooks.prefetch(p)?;
+        if let Some(packs) = packed.packs.lock().unwrap().as_ref() {
+            for p in packs.items.iter().flatten() {
+                packs.hooks.prefetch(p)?;
             }
         }
     }
@@ -246,32 +246,66 @@ fn accumulate(slot: &GradSlot, g: Contribution, parts: &mut PartBuffers) -> Resu
     Ok(())
 }
 
-/// The nodes reachable from `root`, each after every node that feeds a gradient into
-/// it (reverse post-order of a depth-first walk, without recursion: graphs are deep).
+/// The nodes reachable from `root`, in the order backward runs them: PyTorch's
+/// engine's order. A node is ready once every node that feeds it a gradient has run;
+/// of the ready nodes, the one recorded last (highest [`Node::sequence_nr`]) runs
+/// first. A depth-first order is as valid, but it can leave a branch (a decoder
+/// layer's weights, fed by an input that needs no gradient) until the very end of the
+/// pass, keeping what that branch saved alive all the way; PyTorch's releases it as
+/// soon as the branch's gradients are complete.
 fn topological_order(root: &Arc<Node>) -> Vec<Arc<Node>> {
-    let mut seen: HashSet<*const Node> = HashSet::new();
-    let mut post = Vec::new();
-    let mut stack: Vec<(Arc<Node>, usize)> = vec![(root.clone(), 0)];
-    seen.insert(Arc::as_ptr(root));
-    while let Some((node, next)) = stack.pop() {
-        let child = node.inputs[next..]
-            .iter()
-            .enumerate()
-            .find_map(|(i, e)| match e {
-                Some(Edge::Node(n)) if !seen.contains(&Arc::as_ptr(n)) => {
-                    Some((next + i, n.clone()))
+    // How many edges from reachable nodes lead into each node.
+    let mut dependencies: HashMap<*const Node, usize> = HashMap::new();
+    let mut seen: HashSet<*const Node> = HashSet::from([Arc::as_ptr(root)]);
+    let mut stack = vec![root.clone()];
+    while let Some(node) = stack.pop() {
+        for edge in &node.inputs {
+            if let Some(Edge::Node(next)) = edge {
+                *dependencies.entry(Arc::as_ptr(next)).or_default() += 1;
+                if seen.insert(Arc::as_ptr(next)) {
+                    stack.push(next.clone());
                 }
-                _ => None,
-            });
-        match child {
-            Some((i, n)) => {
-                seen.insert(Arc::as_ptr(&n));
-                stack.push((node, i + 1));
-                stack.push((n, 0));
             }
-            None => post.push(node),
         }
     }
-    post.reverse();
-    post
+    let mut ready = BinaryHeap::from([ByRecency(root.clone())]);
+    let mut order = Vec::with_capacity(seen.len());
+    while let Some(ByRecency(node)) = ready.pop() {
+        for edge in &node.inputs {
+            if let Some(Edge::Node(next)) = edge {
+                let left = dependencies
+                    .get_mut(&Arc::as_ptr(next))
+                    .expect("counted above");
+                *left -= 1;
+                if *left == 0 {
+                    ready.push(ByRecency(next.clone()));
+                }
+            }
+        }
+        order.push(node);
+    }
+    order
+}
+
+/// A node ordered by when it was recorded, the latest greatest.
+struct ByRecency(Arc<Node>);
+
+impl PartialEq for ByRecency {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.sequence_nr == other.0.sequence_nr
+    }
+}
+
+impl Eq for ByRecency {}
+
+impl PartialOrd for ByRecency {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ByRecency {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.sequence_nr.cmp(&other.0.sequence_nr)
+    }
 }

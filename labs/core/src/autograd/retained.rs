@@ -53,9 +53,10 @@ pub fn retained_by<'a>(tensors: impl IntoIterator<Item = &'a Tensor>) -> Retaine
                 // device; an offloaded or a to-be-recomputed tensor costs no device
                 // memory.
                 let resident: Vec<Tensor> = node.packed.as_ref().map_or_else(Vec::new, |p| {
-                    let items = p.items.lock().unwrap();
-                    (items.iter().flatten().flatten())
-                        .filter_map(|item| p.hooks.resident(item))
+                    let packs = p.packs.lock().unwrap();
+                    (packs.iter())
+                        .flat_map(|p| p.items.iter().flatten().map(|i| (&p.hooks, i)))
+                        .filter_map(|(hooks, item)| hooks.resident(item))
                         .collect()
                 });
                 for s in saved.iter().chain(&resident) {

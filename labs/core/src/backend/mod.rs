@@ -15,7 +15,7 @@ mod virtual_memory;
 
 pub use copy::Copies;
 pub use host_memory::HostMemory;
-pub use kernels::Kernels;
+pub use kernels::{gemm_workspace_bytes, Kernels};
 pub use managed::{ManagedAdvice, ManagedMemory, MemLocation};
 pub(crate) use memory::check_size;
 pub use memory::{DeviceProperties, MemInfo, Memory};

@@ -40,7 +40,8 @@ struct Handle {
     /// A workspace per stream the handle has run on, by stream handle. Products on two
     /// streams may run at once, so they must not share one (PyTorch keys its cuBLAS
     /// workspaces by stream too). Kept until the context goes, like PyTorch's.
-    workspaces: HashMap<u64, sys::CUdeviceptr>,
+    workspaces: HashMap<u64, Workspace>,
+    /// The size of a workspace this handle allocates itself.
     workspace_bytes: usize,
     /// The cuBLASLt handle, made on the first product with a bias.
     lt: Option<cudarc::cublaslt::sys::cublasLtHandle_t>,
@@ -48,6 +49,16 @@ struct Handle {
 
 // SAFETY: the handle is used only under the mutex, with the context bound.
 unsafe impl Send for Handle {}
+
+/// One stream's workspace: lent by the device's caching allocator (see
+/// [`Blas::lend_workspace`]), or, where none was lent, allocated by the handle and
+/// freed with it.
+#[derive(Debug, Clone, Copy)]
+struct Workspace {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+    owned: bool,
+}
 
 /// Where cudarc looks for the library, for the error that says it is missing.
 fn library_names() -> String {
@@ -137,9 +148,27 @@ impl Blas {
         Ok(Handle {
             raw,
             workspaces: HashMap::new(),
-            workspace_bytes: if major >= 9 { 32 << 20 } else { 4 << 20 },
+            workspace_bytes: crate::backend::gemm_workspace_bytes((major as u32, 0)),
             lt: None,
         })
+    }
+
+    /// Makes `bytes` at `ptr` the workspace of the stream with handle `key`, unless it
+    /// already has one. The memory is the caller's (a block of the device's caching
+    /// allocator, as PyTorch's cuBLAS workspaces are), kept for as long as this handle.
+    /// The context must be bound.
+    pub fn lend_workspace(&self, key: u64, ptr: sys::CUdeviceptr, bytes: usize) -> Result<()> {
+        let mut guard = self.handle.lock().unwrap();
+        if guard.is_none() {
+            *guard = Some(self.create()?);
+        }
+        let h = guard.as_mut().expect("just created");
+        h.workspaces.entry(key).or_insert(Workspace {
+            ptr,
+            bytes,
+            owned: false,
+        });
+        Ok(())
     }
 
     // ANCHOR: cublas_gemm
@@ -171,7 +200,7 @@ impl Blas {
                 // SAFETY: a live handle in the bound context, the stream's own
                 // workspace, and pointers the caller keeps alive (as below).
                 let done =
-                    unsafe { lt::matmul_bias(handle, g, stream, workspace, h.workspace_bytes)? };
+                    unsafe { lt::matmul_bias(handle, g, stream, workspace.ptr, workspace.bytes)? };
                 if done {
                     return Ok(true);
                 }
@@ -240,7 +269,7 @@ impl Blas {
         check(
             "cublasSetWorkspace",
             unsafe {
-                blas::cublasSetWorkspace_v2(h.raw, workspace as *mut c_void, h.workspace_bytes)
+                blas::cublasSetWorkspace_v2(h.raw, workspace.ptr as *mut c_void, workspace.bytes)
             },
             g,
         )?;
@@ -286,13 +315,18 @@ impl Blas {
 
 impl Handle {
     /// The workspace of the stream with handle `key`, allocated on its first product.
-    fn workspace(&mut self, key: u64) -> Result<sys::CUdeviceptr> {
+    fn workspace(&mut self, key: u64) -> Result<Workspace> {
         if let Some(&w) = self.workspaces.get(&key) {
             return Ok(w);
         }
         // SAFETY: a plain allocation, owned by this handle.
-        let w = unsafe { result::malloc_sync(self.workspace_bytes) }
+        let ptr = unsafe { result::malloc_sync(self.workspace_bytes) }
             .map_err(|e| Error::driver("cuMemAlloc (the cuBLAS workspace)", e))?;
+        let w = Workspace {
+            ptr,
+            bytes: self.workspace_bytes,
+            owned: true,
+        };
         self.workspaces.insert(key, w);
         Ok(w)
     }
@@ -313,8 +347,8 @@ impl Drop for Blas {
             if let Some(raw) = h.lt {
                 lt::destroy(raw);
             }
-            for &w in h.workspaces.values() {
-                let _ = result::free_sync(w);
+            for w in h.workspaces.values().filter(|w| w.owned) {
+                let _ = result::free_sync(w.ptr);
             }
         }
     }

@@ -513,6 +513,13 @@ impl Kernels for CudaBackend {
             _ => s.modules.launch(kernel, raw, s.multiprocessors),
         }
     }
+
+    fn lend_gemm_workspace(&self, stream: &Stream, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        let s = self.state()?;
+        cuda_stream(stream, self.id_())?;
+        s.blas
+            .lend_workspace(stream.handle(), ptr as sys::CUdeviceptr, bytes)
+    }
 }
 
 impl HostMemory for CudaBackend {

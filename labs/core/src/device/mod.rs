@@ -46,6 +46,16 @@ struct DeviceInner {
     /// draw element `i` from counter `offset + i`, and the offset then advances past
     /// what they used, as PyTorch's CUDA generator does (`philox_seed_offset`).
     generator: Mutex<(u64, u64)>,
+    /// The matrix products' workspace (see [`Device::gemm_workspace_bytes`]).
+    gemm_workspace: Mutex<GemmWorkspace>,
+}
+
+/// The default stream's workspace for the matrix-product library: its size (from the
+/// device's compute capability unless set), and the allocator's block once lent.
+#[derive(Default)]
+struct GemmWorkspace {
+    bytes: Option<usize>,
+    block: Option<crate::alloc::Allocation>,
 }
 
 /// PyTorch's default generator seed (`default_rng_seed_val`).
@@ -138,6 +148,7 @@ impl Device {
                 backend,
                 allocator: OnceLock::new(),
                 generator: Mutex::new((DEFAULT_SEED, 0)),
+                gemm_workspace: Mutex::new(GemmWorkspace::default()),
             }),
         }
     }
@@ -237,8 +248,68 @@ impl Device {
         self.backend().synchronize()
     }
 
+    // ANCHOR: gemm_workspace
+    /// The workspace cuBLAS gets for this device's products: PyTorch's default size
+    /// for the GPU's compute capability (32 MiB from Hopper on), none on the simulated
+    /// GPU, or what [`Device::set_gemm_workspace_bytes`] set.
+    pub fn gemm_workspace_bytes(&self) -> Result<usize> {
+        if let Some(bytes) = self.inner.gemm_workspace.lock().unwrap().bytes {
+            return Ok(bytes);
+        }
+        Ok(crate::backend::gemm_workspace_bytes(
+            self.properties()?.compute_capability,
+        ))
+    }
+
+    /// Gives this device's products a workspace of `bytes`, as a GPU's: a dry run
+    /// that predicts a GPU's allocations takes the GPU's size. An error once the
+    /// workspace has been lent.
+    pub fn set_gemm_workspace_bytes(&self, bytes: usize) -> Result<()> {
+        let mut w = self.inner.gemm_workspace.lock().unwrap();
+        if w.block.is_some() {
+            return Err(crate::error::Error::InvalidArgument(format!(
+                "{}: the matrix products' workspace is already allocated",
+                self.id()
+            )));
+        }
+        w.bytes = Some(bytes);
+        Ok(())
+    }
+
+    /// Lends the matrix-product library its workspace from this device's caching
+    /// allocator, once, before the first product: PyTorch's cuBLAS workspaces come
+    /// from its allocator, so `memory_allocated` counts them there (32 MiB per cuBLAS
+    /// handle and stream on an H100, from the first product on, never freed). Counted
+    /// as `Other`: memory no tensor holds.
+    pub fn ensure_gemm_workspace(&self) -> Result<()> {
+        let mut w = self.inner.gemm_workspace.lock().unwrap();
+        if w.block.is_some() {
+            return Ok(());
+        }
+        let bytes = match w.bytes {
+            Some(b) => b,
+            None => crate::backend::gemm_workspace_bytes(self.properties()?.compute_capability),
+        };
+        w.bytes = Some(bytes);
+        if bytes == 0 {
+            return Ok(());
+        }
+        let stream = self.default_stream()?;
+        let block = self
+            .allocator()?
+            .malloc_as(bytes, &stream, crate::alloc::Category::Other)?;
+        self.backend()
+            .lend_gemm_workspace(&stream, block.ptr(), bytes)?;
+        w.block = Some(block);
+        Ok(())
+    }
+    // ANCHOR_END: gemm_workspace
+
     /// Enqueues a kernel on the default stream.
     pub fn launch(&self, kernel: &Kernel) -> Result<()> {
+        if let Kernel::Gemm(_) = kernel {
+            self.ensure_gemm_workspace()?;
+        }
         let stream = self.default_stream()?;
         if profile::enabled() && !self.is_dry() {
             let (start, end) = (self.new_event()?, self.new_event()?);

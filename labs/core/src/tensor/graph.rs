@@ -214,6 +214,10 @@ pub enum Edge {
 /// One recorded op.
 pub struct Node {
     pub op: GradOp,
+    /// The order the node was recorded in (PyTorch's `sequence_nr`): backward runs, of
+    /// the nodes whose gradients are complete, the latest recorded first, as PyTorch's
+    /// engine does. The order decides when each node's saved tensors are released.
+    pub sequence_nr: u64,
     /// One entry per input: `None` for an input that needs no gradient.
     pub inputs: Vec<Option<Edge>>,
     /// The tensors the derivative reads, stored without their own graph (detached);
@@ -232,6 +236,10 @@ pub(crate) enum Grad {
     /// The output of a recorded op.
     Output(Arc<Node>),
 }
+
+/// The next node's [`Node::sequence_nr`]. One counter for the process (PyTorch keeps
+/// one per thread): only the order of one graph's nodes matters.
+static NEXT_SEQUENCE_NR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
@@ -365,6 +373,7 @@ impl Tensor {
         };
         let node = Node {
             op,
+            sequence_nr: NEXT_SEQUENCE_NR.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             inputs: inputs.iter().map(|t| t.edge()).collect(),
             saved: Mutex::new(Some(saved)),
             packed,

@@ -51,8 +51,8 @@ pub use loss::IGNORE_INDEX;
 pub use matmul::MatmulOptions;
 pub use promote::{is_floating_point, promote_types, result_type, Scalar};
 pub use saved_hooks::{
-    current_saved_tensors_hooks, push_saved_tensors_hooks, Packed, PackedSaved, SavedTensorsHooks,
-    SavedTensorsHooksGuard,
+    current_saved_tensors_hooks, push_saved_tensors_hooks, Packed, PackedSaved, Packs,
+    SavedTensorsHooks, SavedTensorsHooksGuard,
 };
 
 use std::sync::Arc;

@@ -49,13 +49,21 @@ pub trait SavedTensorsHooks: Send + Sync {
     }
 }
 
-/// A node's saved tensors as its hooks packed them, in the order the op saved them.
-/// A pack that failed is kept as its error and reported by backward, since recording
-/// itself cannot fail.
+/// A node's saved tensors as its hooks packed them, with the hooks that unpack them;
+/// `None` once a backward pass released them.
 pub struct PackedSaved {
+    pub packs: Mutex<Option<Packs>>,
+}
+
+/// Packed tensors and their hooks, released together: hooks may hold what unpacking
+/// needs (a checkpointed region's inputs, a pool of host buffers), and a node that
+/// outlives its backward (the graph lives until the pass ends) must not keep that
+/// alive.
+pub struct Packs {
     pub hooks: Arc<dyn SavedTensorsHooks>,
-    /// `None` once a backward pass released them.
-    pub items: Mutex<Option<Vec<Result<Packed>>>>,
+    /// In the order the op saved them. A pack that failed is kept as its error and
+    /// reported by backward, since recording itself cannot fail.
+    pub items: Vec<Result<Packed>>,
 }
 
 thread_local! {
@@ -106,7 +114,6 @@ pub(super) fn pack_all(
 ) -> PackedSaved {
     let items = saved.iter().map(|t| hooks.pack(t, op)).collect();
     PackedSaved {
-        hooks,
-        items: Mutex::new(Some(items)),
+        packs: Mutex::new(Some(Packs { hooks, items })),
     }
 }

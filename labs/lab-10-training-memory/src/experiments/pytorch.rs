@@ -21,6 +21,9 @@ pub struct PyTorchFigures {
     pub peak_allocated: u64,
     pub peak_reserved: u64,
     pub step_ms: Option<f64>,
+    /// What cuBLAS's workspaces held in PyTorch's allocator (`gemm_workspace_bytes`;
+    /// 0 where the twin did not say).
+    pub gemm_workspace: u64,
 }
 
 /// PyTorch's side of one configuration.
@@ -65,6 +68,7 @@ impl PyTorchRun {
                 peak_allocated,
                 peak_reserved,
                 step_ms: report.get("step_ms").and_then(Value::as_f64),
+                gemm_workspace: number("gemm_workspace_bytes").unwrap_or(0),
             }),
             _ => PyTorchRun::failed("error", "the JSON has no peak_allocated or peak_reserved"),
         }
@@ -393,7 +397,8 @@ mod tests {
             PyTorchRun::Measured(PyTorchFigures {
                 peak_allocated: 3,
                 peak_reserved: 4,
-                step_ms: Some(1.5)
+                step_ms: Some(1.5),
+                gemm_workspace: 0,
             })
         );
     }

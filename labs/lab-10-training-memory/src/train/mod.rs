@@ -56,6 +56,9 @@ pub(crate) fn run_trainer(
     world_size: usize,
     make: impl FnOnce() -> Result<Trainer>,
 ) -> Result<TrainReport> {
+    // cuBLAS's workspace, from the allocator (PyTorch's has its own made by the
+    // warm-up step before its peaks are reset): there before the run, on every run.
+    device.ensure_gemm_workspace()?;
     let ooms_before = device.allocator()?.stats().num_ooms;
     let mut trainer = match make() {
         Ok(t) => t,

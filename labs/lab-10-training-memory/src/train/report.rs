@@ -64,6 +64,9 @@ pub struct TrainReport {
     pub peak_reserved: u64,
     /// Allocated bytes by category at the moment of the allocated peak.
     pub by_category: BTreeMap<String, u64>,
+    /// The matrix products' workspace the device's allocator lent to cuBLAS (32 MiB on
+    /// an H100, none on the simulated GPU): part of the peaks, in `other`.
+    pub gemm_workspace_bytes: u64,
     /// The median time of the steps after the warm-up ones, ms; null on the dry-run
     /// device, or when no step is left after the warm-up.
     pub step_ms: Option<f64>,
@@ -114,6 +117,7 @@ impl TrainReport {
             peak_allocated: memory.peak_allocated,
             peak_reserved: memory.peak_reserved,
             by_category: memory.by_category,
+            gemm_workspace_bytes: device.gemm_workspace_bytes().unwrap_or(0) as u64,
             step_ms: None,
             losses: None,
             attention_fused_calls: 0,
