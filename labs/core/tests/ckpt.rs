@@ -286,6 +286,42 @@ fn checkpointing_lowers_the_activation_peak_by_the_region_internals() {
     );
 }
 
+/// As PyTorch's selective checkpointing, the policy keeps the outputs of the ops it
+/// saves whether or not backward saves them: `relu(x W1) W2` keeps `x W1` (which only
+/// relu reads, and relu saves its own output) beyond what full checkpointing keeps.
+#[test]
+fn selective_checkpointing_keeps_the_saved_ops_outputs() {
+    let _s = serial();
+    let device = test_device();
+    let alloc = device.allocator().unwrap();
+    let (n, d) = (64, 32);
+    let w = |shape: &[usize], seed| {
+        Tensor::randn(shape, seed, &device)
+            .unwrap()
+            .requires_grad_(true)
+    };
+    let (w1, w2) = (w(&[d, 4 * d], 21), w(&[4 * d, d], 22));
+    let x = Tensor::randn(&[n, d], 23, &device).unwrap();
+    let kept_after_forward = |policy: Option<labs_core::autograd::PolicyFn>| {
+        let (w1, w2) = (w1.clone(), w2.clone());
+        let before = alloc.memory_allocated();
+        let y = checkpoint_with(
+            move |xs| xs[0].matmul(&w1)?.relu()?.matmul(&w2),
+            std::slice::from_ref(&x),
+            CheckpointOptions { policy },
+        )
+        .unwrap();
+        let kept = alloc.memory_allocated() - before;
+        y.sum_all().unwrap().backward().unwrap();
+        kept
+    };
+    let full = kept_after_forward(None);
+    let selective = kept_after_forward(Some(Arc::new(save_matmul_and_attention)));
+    // The hidden product x W1 (n x 4d floats); the output x W1' W2 is the caller's in
+    // both runs.
+    assert_eq!(selective - full, (n * 4 * d * 4) as u64);
+}
+
 #[test]
 fn offload_moves_saved_activations_off_the_device_and_back() {
     let _s = serial();

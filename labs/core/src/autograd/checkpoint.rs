@@ -13,11 +13,15 @@
 //! of the run without checkpointing, bit for bit.
 //!
 //! **Selective** checkpointing (`create_selective_checkpoint_contexts(policy_fn)`): a
-//! policy decides, per saved tensor, from the op that produced it, whether to keep it
-//! from the forward (matmuls, attention: costly to redo) or to recompute it (cheap
-//! elementwise and norm ops). Unlike PyTorch, which also skips the saved ops'
-//! computation in the recomputation, the recomputation here re-runs every op of the
-//! region: the policy buys the memory trade-off, not the compute saving.
+//! policy decides, per op, whether to keep its output from the forward (matrix
+//! products, attention: costly to redo) or to recompute it (cheap elementwise and norm
+//! ops). As in PyTorch, a kept op's output is kept whether or not backward saves it
+//! (a feed-forward layer's first product, which only the activation after it reads, is
+//! kept too), a saved tensor is kept when the op that produced it is, and the
+//! recomputation hands each kept op its output back, so that no second copy exists.
+//! Unlike PyTorch, which skips the kept ops' kernels in the recomputation, the
+//! recomputation here still runs them and drops their results: the memory is
+//! PyTorch's, the compute saving is not had.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -54,13 +58,14 @@ impl CheckpointPolicy {
 /// norm's statistics), whether to keep it.
 pub type PolicyFn = Arc<dyn Fn(&GradOp) -> CheckpointPolicy + Send + Sync>;
 
-/// The common selective policy: keep what matmuls and attention produced, recompute
-/// the rest (elementwise ops, norms, softmax, dropout). A linear layer's product with
-/// its bias (`Linear`) is recomputed, as its output was when the bias was a separate
-/// add: only bare products are kept.
+/// The common selective policy: keep what matrix products (PyTorch's `mm`, `bmm`, and
+/// `addmm`: a linear layer with its bias) and attention produced, recompute the rest
+/// (elementwise ops, norms, softmax, dropout).
 pub fn save_matmul_and_attention(op: &GradOp) -> CheckpointPolicy {
     match op {
-        GradOp::Matmul | GradOp::Attention { .. } => CheckpointPolicy::MustSave,
+        GradOp::Matmul | GradOp::Linear { .. } | GradOp::Attention { .. } => {
+            CheckpointPolicy::MustSave
+        }
         _ => CheckpointPolicy::PreferRecompute,
     }
 }
@@ -88,6 +93,10 @@ struct Frame {
     kept: Mutex<HashSet<usize>>,
     /// Recomputed tensors not yet unpacked, by position.
     recomputed: Mutex<HashMap<usize, Tensor>>,
+    /// The outputs of the ops the region recorded, in order, where the selective
+    /// policy keeps them: taken by the recomputation (the nodes that saved them hold
+    /// them from then on).
+    outputs: Mutex<Vec<Option<Tensor>>>,
 }
 
 /// What the forward's pack hook returned.
@@ -101,10 +110,12 @@ enum Slot {
 /// The forward's hooks.
 struct ForwardHooks(Arc<Frame>);
 
-/// The recomputation's hooks: they keep what the region saves, by position.
+/// The recomputation's hooks: they keep what the region saves, by position, and hand
+/// the kept ops' outputs back.
 struct RecomputeHooks {
     frame: Arc<Frame>,
     next: AtomicUsize,
+    next_output: AtomicUsize,
 }
 
 /// The op whose output `t` is, for a policy: its producer, or the saving op for a
@@ -130,6 +141,19 @@ impl SavedTensorsHooks for ForwardHooks {
             return Ok(Box::new(Slot::Kept(t.detach())));
         }
         Ok(Box::new(Slot::Recompute(position)))
+    }
+
+    fn output(&self, op: &GradOp, out: Tensor) -> Tensor {
+        let frame = &self.0;
+        let Some(policy) = &frame.policy else {
+            return out;
+        };
+        let keep = policy(op).saves().then(|| {
+            out.mark_saved(op);
+            out.detach()
+        });
+        frame.outputs.lock().unwrap().push(keep);
+        out
     }
 
     fn unpack(&self, packed: &Packed) -> Result<Tensor> {
@@ -185,6 +209,16 @@ impl SavedTensorsHooks for RecomputeHooks {
         Ok(Box::new(()))
     }
 
+    fn output(&self, _op: &GradOp, out: Tensor) -> Tensor {
+        let position = self.next_output.fetch_add(1, Ordering::SeqCst);
+        let kept = (self.frame.outputs.lock().unwrap())
+            .get_mut(position)
+            .and_then(Option::take);
+        // The forward's output, bit for bit the same as the one just recomputed (the
+        // region is deterministic, dropout replayed); the recomputed copy goes.
+        kept.unwrap_or(out)
+    }
+
     fn unpack(&self, _: &Packed) -> Result<Tensor> {
         Err(Error::InvalidArgument(
             "checkpoint: the recomputed graph is not differentiated itself".into(),
@@ -203,6 +237,7 @@ fn recompute(frame: &Arc<Frame>) -> Result<()> {
     let hooks = Arc::new(RecomputeHooks {
         frame: frame.clone(),
         next: AtomicUsize::new(0),
+        next_output: AtomicUsize::new(0),
     });
     let result = {
         let _hooks = push_saved_tensors_hooks(hooks.clone());
@@ -268,6 +303,7 @@ where
         saved_count: AtomicUsize::new(0),
         kept: Mutex::new(HashSet::new()),
         recomputed: Mutex::new(HashMap::new()),
+        outputs: Mutex::new(Vec::new()),
     });
     let _hooks = push_saved_tensors_hooks(Arc::new(ForwardHooks(frame.clone())));
     (frame.f)(inputs)

@@ -104,10 +104,14 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Dims> {
 /// `t` (`[B, H, T, D]`) as a kernel operand: its own strides over batch, head and
 /// sequence; a dense copy only when head_dim is not unit-stride.
 fn operand(t: &Tensor) -> Result<(Tensor, HeadsOperand)> {
+    // The tensor itself where the kernel reads it in place, its graph kept: what the
+    // op saves is then the caller's tensor, produced by the caller's op (which a
+    // selective checkpoint's policy asks about), as PyTorch's attention saves its
+    // inputs.
     let t = if t.shape()[3] > 1 && t.strides()[3] != 1 {
         t.detach().contiguous()?
     } else {
-        t.detach()
+        t.clone()
     };
     let s = t.strides();
     let op = HeadsOperand {

@@ -355,7 +355,11 @@ impl Tensor {
         if !is_grad_enabled() || !inputs.iter().any(|t| t.requires_grad()) {
             return out;
         }
-        let hooks = super::saved_hooks::current_saved_tensors_hooks().filter(|_| !saved.is_empty());
+        let hooks = super::saved_hooks::current_saved_tensors_hooks();
+        if let Some(hooks) = &hooks {
+            out = hooks.output(&op, out);
+        }
+        let hooks = hooks.filter(|_| !saved.is_empty());
         let (saved, packed) = match hooks {
             // The hooks decide where each saved tensor lives (and its category).
             Some(hooks) => (

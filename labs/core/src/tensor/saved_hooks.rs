@@ -31,6 +31,15 @@ pub trait SavedTensorsHooks: Send + Sync {
     /// `grad_fn` says which op produced it); `saved_by` is the op saving it.
     fn pack(&self, tensor: &Tensor, saved_by: &GradOp) -> Result<Packed>;
 
+    /// Called with each recorded op's output while the hooks are installed, before the
+    /// op's saved tensors are packed; returns the output the op gives. A selective
+    /// checkpoint keeps the outputs of the ops its policy saves here, and hands them
+    /// back to the same ops in its recomputation (PyTorch's selective checkpointing
+    /// caches them the same way, from a dispatch mode). The default: `out` itself.
+    fn output(&self, _op: &GradOp, out: Tensor) -> Tensor {
+        out
+    }
+
     /// The tensor again, when backward reaches the node (each time, for a graph
     /// retained across passes).
     fn unpack(&self, packed: &Packed) -> Result<Tensor>;
