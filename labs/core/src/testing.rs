@@ -26,18 +26,11 @@ pub fn test_device() -> Device {
     device
 }
 
-/// A dry device of `capacity` that predicts `device`: its matrix products' workspace
-/// is `device`'s size and already lent, as [`test_device`]'s is, so that the two
-/// allocate the same from the first block on.
+/// A dry device of `capacity` that predicts `device` ([`Device::dry_twin`]).
 pub fn dry_twin(device: &Device, capacity: u64) -> Device {
-    let dry = Device::new_dry(capacity);
-    let bytes = device
-        .gemm_workspace_bytes()
-        .unwrap_or_else(|e| panic!("{}: the matrix products' workspace: {e}", device.id()));
-    dry.set_gemm_workspace_bytes(bytes)
-        .and_then(|()| dry.ensure_gemm_workspace())
-        .unwrap_or_else(|e| panic!("the dry twin of {}: {e}", device.id()));
-    dry
+    device
+        .dry_twin(capacity)
+        .unwrap_or_else(|e| panic!("the dry twin of {}: {e}", device.id()))
 }
 
 /// The environment variable that points the tests and labs at another copy of the test

@@ -53,11 +53,18 @@ fn peaks(device: &Device, spec: MlpSpec, batch: usize, steps: usize) -> Result<(
 }
 
 // ANCHOR: predict
-/// The largest batch (up to `max`) for `steps` training steps on a GPU of `capacity`
-/// bytes, found on a dry-run device of that size.
-pub fn predict(capacity: u64, spec: MlpSpec, steps: usize, max: usize) -> Result<Prediction> {
+/// The largest batch (up to `max`) for `steps` training steps on `target` capped at
+/// `capacity` bytes, found on a dry-run twin of it of that size (which holds the
+/// target's matrix-product workspace, as the target will).
+pub fn predict(
+    target: &Device,
+    capacity: u64,
+    spec: MlpSpec,
+    steps: usize,
+    max: usize,
+) -> Result<Prediction> {
     let start = Instant::now();
-    let dry = Device::new_dry(capacity);
+    let dry = target.dry_twin(capacity)?;
     let search = find_for_training(&dry, spec, steps, max)?;
     let (max_allocated, max_reserved) = peaks(&dry, spec, search.batch, steps)?;
     Ok(Prediction {

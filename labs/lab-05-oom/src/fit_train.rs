@@ -74,18 +74,19 @@ fn trial(device: &Device, config: &TrainConfig) -> Result<TrainReport> {
 /// another.
 fn fresh(device: &Device) -> Result<Device> {
     Ok(match device.id() {
-        DeviceId::Dry(_) => Device::new_dry(device.mem_info()?.total),
+        DeviceId::Dry(_) => device.dry_twin(device.mem_info()?.total)?,
         DeviceId::Sim(_) => Device::new_sim(device.mem_info()?.total),
         _ => device.clone(),
     })
 }
 
 // ANCHOR: predict
-/// The largest micro-batch (up to `max`) of `base` that trains on a GPU of `capacity`
-/// bytes, found on a dry-run device of that size.
-pub fn predict(capacity: u64, base: &TrainConfig, max: usize) -> Result<Prediction> {
+/// The largest micro-batch (up to `max`) of `base` that trains on `target` capped at
+/// `capacity` bytes, found on a dry-run twin of it of that size (which holds the
+/// target's matrix-product workspace, as the target will).
+pub fn predict(target: &Device, capacity: u64, base: &TrainConfig, max: usize) -> Result<Prediction> {
     let start = Instant::now();
-    let dry = Device::new_dry(capacity);
+    let dry = target.dry_twin(capacity)?;
     let search = search(1, max, |batch| {
         Ok::<_, anyhow::Error>(trial(&fresh(&dry)?, &at_batch(base, batch))?.oom.is_none())
     })?;

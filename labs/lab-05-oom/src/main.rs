@@ -162,7 +162,7 @@ fn run(cli: Cli) -> Result<()> {
                 base.steps = steps;
                 base.validate()?;
                 let device = cli.device.open()?;
-                let prediction = fit_train::predict(capacity, &base, max_batch)?;
+                let prediction = fit_train::predict(&device, capacity, &base, max_batch)?;
                 let check = if device.is_cuda() {
                     Some(fit_train::check(&device, &prediction, &base)?)
                 } else {
@@ -178,7 +178,7 @@ fn run(cli: Cli) -> Result<()> {
                 output: 16,
             };
             let device = cli.device.open()?;
-            let prediction = fit::predict(capacity, spec, steps, max_batch)?;
+            let prediction = fit::predict(&device, capacity, spec, steps, max_batch)?;
             let check = if device.is_cuda() {
                 Some(fit::check(&device, &prediction, spec, steps)?)
             } else {

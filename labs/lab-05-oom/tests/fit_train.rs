@@ -41,12 +41,12 @@ fn small_gpt2() -> TrainConfig {
 
 /// Predicts on a dry device of `capacity`, checks on a simulated GPU of the same size.
 fn predict_and_check(capacity: u64, base: &TrainConfig) -> usize {
-    let p = fit_train::predict(capacity, base, 1 << 12).unwrap();
+    let sim = Device::new_sim(capacity);
+    let p = fit_train::predict(&sim, capacity, base, 1 << 12).unwrap();
     assert!(p.search.batch > 1, "{:?}", p.search);
     assert_eq!(p.one_more_fits(), Some(false), "{:?}", p.search);
     assert!(p.report.oom.is_none());
     assert!(p.report.peak_reserved <= capacity);
-    let sim = Device::new_sim(capacity);
     let c = fit_train::check(&sim, &p, base).unwrap();
     assert!(
         c.report.oom.is_none(),
@@ -95,7 +95,7 @@ fn checkpointing_and_bf16_let_a_larger_batch_fit() {
 #[test]
 fn a_model_that_does_not_fit_at_all_is_a_clear_error() {
     let _g = serial();
-    let err = fit_train::predict(MIB, &small_gpt2(), 16).unwrap_err();
+    let err = fit_train::predict(&Device::new_sim(MIB), MIB, &small_gpt2(), 16).unwrap_err();
     assert!(
         err.to_string().contains("not even a batch of 1 fits"),
         "{err}"

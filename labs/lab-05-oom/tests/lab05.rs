@@ -164,11 +164,11 @@ fn the_finder_finds_a_batch_that_runs_where_one_more_does_not_and_leaves_the_all
 fn the_dry_run_predicts_the_peaks_of_a_real_run_on_a_simulated_gpu_of_that_size() {
     let _g = serial();
     let capacity = 64 * MIB;
-    let p = fit::predict(capacity, SPEC, 2, 1 << 16).unwrap();
-    assert_eq!(p.one_more_fits(), Some(false));
-    assert!(p.max_reserved <= capacity);
     // A real run on a simulated GPU of the same capacity: the same peaks.
     let sim = Device::new_sim(capacity);
+    let p = fit::predict(&sim, capacity, SPEC, 2, 1 << 16).unwrap();
+    assert_eq!(p.one_more_fits(), Some(false));
+    assert!(p.max_reserved <= capacity);
     let c = fit::check(&sim, &p, SPEC, 2).unwrap();
     assert_eq!(
         (c.max_allocated, c.max_reserved),
@@ -214,7 +214,7 @@ fn exercise_largest_fitting_searches_like_the_finder() {
 #[test]
 fn exercise_fits_on_decides_on_a_dry_run() {
     let capacity = 64 * MIB;
-    let p = fit::predict(capacity, SPEC, 1, 1 << 16).unwrap();
+    let p = fit::predict(&Device::new_dry(capacity), capacity, SPEC, 1, 1 << 16).unwrap();
     assert!(fits_on(capacity, SPEC, p.search.batch, 1).unwrap());
     assert!(!fits_on(capacity, SPEC, p.search.batch + 1, 1).unwrap());
 }

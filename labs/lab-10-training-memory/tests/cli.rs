@@ -45,6 +45,7 @@ const FIELDS: &[&str] = &[
     "data_parallel",
     "samples_per_s",
     "ranks",
+    "gemm_workspace_bytes",
 ];
 
 #[test]

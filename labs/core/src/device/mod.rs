@@ -305,6 +305,17 @@ impl Device {
     }
     // ANCHOR_END: gemm_workspace
 
+    /// A dry-run device of `capacity` that predicts this one: its matrix products'
+    /// workspace is this device's size (cuBLAS's 32 MiB on an H100, in the allocator
+    /// from the first product on), lent before anything else, as a run on this device
+    /// finds it. A prediction made on a plain `new_dry` device would miss those bytes.
+    pub fn dry_twin(&self, capacity: u64) -> Result<Device> {
+        let dry = Device::new_dry(capacity);
+        dry.set_gemm_workspace_bytes(self.gemm_workspace_bytes()?)?;
+        dry.ensure_gemm_workspace()?;
+        Ok(dry)
+    }
+
     /// Enqueues a kernel on the default stream.
     pub fn launch(&self, kernel: &Kernel) -> Result<()> {
         if let Kernel::Gemm(_) = kernel {
