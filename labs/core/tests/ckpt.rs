@@ -12,7 +12,7 @@ use labs_core::autograd::{
     checkpoint, checkpoint_with, retained_graph, save_matmul_and_attention, save_on_cpu,
     saved_tensors_hooks, CheckpointOptions, OffloadOptions,
 };
-use labs_core::testing::test_device;
+use labs_core::testing::{launch_count, launches, test_device};
 use labs_core::{Device, Tensor};
 
 /// The tests share one device and measure its memory: one at a time.
@@ -320,6 +320,38 @@ fn selective_checkpointing_keeps_the_saved_ops_outputs() {
     // The hidden product x W1 (n x 4d floats); the output x W1' W2 is the caller's in
     // both runs.
     assert_eq!(selective - full, (n * 4 * d * 4) as u64);
+}
+
+/// The selective recomputation hands the kept products their outputs instead of
+/// running them: backward through a selectively checkpointed `relu(x W1) W2` launches
+/// the products of full checkpointing's backward less the two forward ones.
+#[test]
+fn selective_recomputation_skips_the_kept_products() {
+    let _s = serial();
+    let device = test_device();
+    let (n, d) = (64, 32);
+    let w = |shape: &[usize], seed| {
+        Tensor::randn(shape, seed, &device)
+            .unwrap()
+            .requires_grad_(true)
+    };
+    let (w1, w2) = (w(&[d, 4 * d], 31), w(&[4 * d, d], 32));
+    let x = Tensor::randn(&[n, d], 33, &device).unwrap();
+    let backward_gemms = |policy: Option<labs_core::autograd::PolicyFn>| {
+        let (w1, w2) = (w1.clone(), w2.clone());
+        let y = checkpoint_with(
+            move |xs| xs[0].matmul(&w1)?.relu()?.matmul(&w2),
+            std::slice::from_ref(&x),
+            CheckpointOptions { policy },
+        )
+        .unwrap();
+        let loss = y.sum_all().unwrap();
+        let (_, seen) = launches(&device, || loss.backward().unwrap());
+        launch_count(&seen, "Gemm")
+    };
+    let full = backward_gemms(None);
+    let selective = backward_gemms(Some(Arc::new(save_matmul_and_attention)));
+    assert_eq!(full - selective, 2, "full {full}, selective {selective}");
 }
 
 #[test]

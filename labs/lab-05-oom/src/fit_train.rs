@@ -84,7 +84,12 @@ fn fresh(device: &Device) -> Result<Device> {
 /// The largest micro-batch (up to `max`) of `base` that trains on `target` capped at
 /// `capacity` bytes, found on a dry-run twin of it of that size (which holds the
 /// target's matrix-product workspace, as the target will).
-pub fn predict(target: &Device, capacity: u64, base: &TrainConfig, max: usize) -> Result<Prediction> {
+pub fn predict(
+    target: &Device,
+    capacity: u64,
+    base: &TrainConfig,
+    max: usize,
+) -> Result<Prediction> {
     let start = Instant::now();
     let dry = target.dry_twin(capacity)?;
     let search = search(1, max, |batch| {

@@ -19,9 +19,9 @@
 //! (a feed-forward layer's first product, which only the activation after it reads, is
 //! kept too), a saved tensor is kept when the op that produced it is, and the
 //! recomputation hands each kept op its output back, so that no second copy exists.
-//! Unlike PyTorch, which skips the kept ops' kernels in the recomputation, the
-//! recomputation here still runs them and drops their results: the memory is
-//! PyTorch's, the compute saving is not had.
+//! The recomputation skips the kernels of the kept products (`matmul`, `linear`), as
+//! PyTorch's skips every kept op; the other kept ops (attention) run again and their
+//! results are dropped for the kept ones.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -94,9 +94,9 @@ struct Frame {
     /// Recomputed tensors not yet unpacked, by position.
     recomputed: Mutex<HashMap<usize, Tensor>>,
     /// The outputs of the ops the region recorded, in order, where the selective
-    /// policy keeps them: taken by the recomputation (the nodes that saved them hold
-    /// them from then on).
-    outputs: Mutex<Vec<Option<Tensor>>>,
+    /// policy keeps them, with the op's name: taken by the recomputation (the nodes
+    /// that saved them hold them from then on).
+    outputs: Mutex<Vec<Option<(String, Tensor)>>>,
 }
 
 /// What the forward's pack hook returned.
@@ -150,7 +150,7 @@ impl SavedTensorsHooks for ForwardHooks {
         };
         let keep = policy(op).saves().then(|| {
             out.mark_saved(op);
-            out.detach()
+            (op.name(), out.detach())
         });
         frame.outputs.lock().unwrap().push(keep);
         out
@@ -214,9 +214,19 @@ impl SavedTensorsHooks for RecomputeHooks {
         let kept = (self.frame.outputs.lock().unwrap())
             .get_mut(position)
             .and_then(Option::take);
-        // The forward's output, bit for bit the same as the one just recomputed (the
-        // region is deterministic, dropout replayed); the recomputed copy goes.
-        kept.unwrap_or(out)
+        // The forward's output, bit for bit the one the op would recompute (the region
+        // is deterministic, dropout replayed): handed back, so that no second copy
+        // lives (an op that asked `replayed_output` first did not even compute one).
+        kept.map_or(out, |(_, t)| t)
+    }
+
+    fn replayed_output(&self, op: &GradOp) -> Option<Tensor> {
+        let position = self.next_output.load(Ordering::SeqCst);
+        let outputs = self.frame.outputs.lock().unwrap();
+        match outputs.get(position) {
+            Some(Some((name, t))) if *name == op.name() => Some(t.clone()),
+            _ => None,
+        }
     }
 
     fn unpack(&self, _: &Packed) -> Result<Tensor> {

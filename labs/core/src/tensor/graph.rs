@@ -344,6 +344,17 @@ impl Tensor {
         }
     }
 
+    /// The output an op about to run on `inputs` would be given anyway by the
+    /// installed saved-tensor hooks (see `SavedTensorsHooks::replayed_output`), when it
+    /// records: the op may return it through [`Tensor::recorded`] without running its
+    /// kernels.
+    pub(crate) fn replayed_output(op: &GradOp, inputs: &[&Tensor]) -> Option<Tensor> {
+        if !is_grad_enabled() || !inputs.iter().any(|t| t.requires_grad()) {
+            return None;
+        }
+        super::saved_hooks::current_saved_tensors_hooks()?.replayed_output(op)
+    }
+
     /// `out` as the result of `op` on `inputs`, recording a node when recording is on
     /// and some input needs a gradient; `saved` are the tensors the derivative reads.
     pub(crate) fn recorded(

@@ -126,7 +126,10 @@ impl Tensor {
         if let Some(args) = super::autocast_args(OP, &[self, other])? {
             return args[0].matmul_with(&args[1], options);
         }
-        let out = self.matmul_unrecorded(other, options)?;
+        let out = match Tensor::replayed_output(&GradOp::Matmul, &[self, other]) {
+            Some(kept) => kept,
+            None => self.matmul_unrecorded(other, options)?,
+        };
         // Both gradients are products with the other operand (dA = g Bᵀ, dB = Aᵀ g): both
         // are saved.
         Ok(Tensor::recorded(
@@ -160,14 +163,17 @@ impl Tensor {
             return self.matmul(&wt);
         };
         check_bias(self, weight, b)?;
-        let (y, fused) = self.product(&wt, MatmulOptions::default(), Some(b))?;
         // Both operands are saved, as by `matmul`; the bias's gradient is the sum of
         // the output gradient's rows, which needs nothing saved.
         let saved = vec![self.clone(), wt.clone()];
+        let op = GradOp::Linear {
+            bias_needs_grad: b.requires_grad(),
+        };
+        if let Some(kept) = Tensor::replayed_output(&op, &[self, &wt, b]) {
+            return Ok(Tensor::recorded(kept, op, &[self, &wt, b], saved));
+        }
+        let (y, fused) = self.product(&wt, MatmulOptions::default(), Some(b))?;
         if fused {
-            let op = GradOp::Linear {
-                bias_needs_grad: b.requires_grad(),
-            };
             return Ok(Tensor::recorded(y, op, &[self, &wt, b], saved));
         }
         // A bias the GEMM cannot add (a strided bias, a batched product): the

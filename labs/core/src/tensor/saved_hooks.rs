@@ -40,6 +40,14 @@ pub trait SavedTensorsHooks: Send + Sync {
         out
     }
 
+    /// The output the next recorded op will be handed by [`output`](Self::output), if
+    /// the hooks already hold it and it is `op`'s: an op may then skip its kernels
+    /// (a selective checkpoint's recomputation of a product it kept). The default:
+    /// none.
+    fn replayed_output(&self, _op: &GradOp) -> Option<Tensor> {
+        None
+    }
+
     /// The tensor again, when backward reaches the node (each time, for a graph
     /// retained across passes).
     fn unpack(&self, packed: &Packed) -> Result<Tensor>;
