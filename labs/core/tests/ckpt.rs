@@ -286,6 +286,17 @@ fn checkpointing_lowers_the_activation_peak_by_the_region_internals() {
     );
 }
 
+/// The weights of `relu(x W1) W2` (width `d`, hidden `4d`) and an input of `n` rows.
+fn relu_mlp(n: usize, d: usize, device: &Device) -> (Tensor, Tensor, Tensor) {
+    let w = |shape: &[usize], seed| {
+        Tensor::randn(shape, seed, device)
+            .unwrap()
+            .requires_grad_(true)
+    };
+    let x = Tensor::randn(&[n, d], 23, device).unwrap();
+    (w(&[d, 4 * d], 21), w(&[4 * d, d], 22), x)
+}
+
 /// As PyTorch's selective checkpointing, the policy keeps the outputs of the ops it
 /// saves whether or not backward saves them: `relu(x W1) W2` keeps `x W1` (which only
 /// relu reads, and relu saves its own output) beyond what full checkpointing keeps.
@@ -295,13 +306,7 @@ fn selective_checkpointing_keeps_the_saved_ops_outputs() {
     let device = test_device();
     let alloc = device.allocator().unwrap();
     let (n, d) = (64, 32);
-    let w = |shape: &[usize], seed| {
-        Tensor::randn(shape, seed, &device)
-            .unwrap()
-            .requires_grad_(true)
-    };
-    let (w1, w2) = (w(&[d, 4 * d], 21), w(&[4 * d, d], 22));
-    let x = Tensor::randn(&[n, d], 23, &device).unwrap();
+    let (w1, w2, x) = relu_mlp(n, d, &device);
     let kept_after_forward = |policy: Option<labs_core::autograd::PolicyFn>| {
         let (w1, w2) = (w1.clone(), w2.clone());
         let before = alloc.memory_allocated();
@@ -329,14 +334,7 @@ fn selective_checkpointing_keeps_the_saved_ops_outputs() {
 fn selective_recomputation_skips_the_kept_products() {
     let _s = serial();
     let device = test_device();
-    let (n, d) = (64, 32);
-    let w = |shape: &[usize], seed| {
-        Tensor::randn(shape, seed, &device)
-            .unwrap()
-            .requires_grad_(true)
-    };
-    let (w1, w2) = (w(&[d, 4 * d], 31), w(&[4 * d, d], 32));
-    let x = Tensor::randn(&[n, d], 33, &device).unwrap();
+    let (w1, w2, x) = relu_mlp(64, 32, &device);
     let backward_gemms = |policy: Option<labs_core::autograd::PolicyFn>| {
         let (w1, w2) = (w1.clone(), w2.clone());
         let y = checkpoint_with(

@@ -173,6 +173,7 @@ fn bad_input_is_refused_with_a_clear_message() {
             "GPT-2's feed-forward width",
         ),
         (&["--capacity", "lots"], "--capacity"),
+        (&["--gemm-workspace", "lots"], "--gemm-workspace"),
         (&["--nproc", "0"], "--nproc must be at least 1"),
         (&["--zero1", "--amp", "f16"], "--zero1 with --amp f16"),
     ];
