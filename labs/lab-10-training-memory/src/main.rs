@@ -148,6 +148,11 @@ fn run(cli: Cli) -> Result<()> {
             return relaunch(nproc);
         }
         let devices = rank_devices(&device, nproc, capacity(cli.capacity.as_deref())?)?;
+        if let Some(size) = cli.gemm_workspace.as_deref() {
+            for rank in &devices {
+                set_gemm_workspace(rank, size)?;
+            }
+        }
         let snapshots = Snapshots::start(&args, &devices, 0)?;
         let outcome = data_parallel::run_in_process(&config, &devices, how, &bar);
         snapshots.finish()?;

@@ -198,6 +198,29 @@ fn bad_input_is_refused_with_a_clear_message() {
     assert!(e.contains("--dry-run"), "{e}");
 }
 
+/// `--gemm-workspace` gives every in-process rank of a dry run the workspace, as every
+/// GPU of a launched run has its own: each rank's peak grows by it.
+#[test]
+fn every_dry_rank_takes_the_gemm_workspace() {
+    let peaks = |extra: &[&str]| -> Vec<u64> {
+        let out = Command::new(binary())
+            .args(["train", "--device", "dry", "--nproc", "2", "--json"])
+            .args(small(2))
+            .args(extra)
+            .output()
+            .unwrap();
+        let v = labs_core::testing::one_json_object(out);
+        (v["ranks"].as_array().unwrap().iter())
+            .map(|r| r["peak_allocated"].as_u64().unwrap())
+            .collect()
+    };
+    let (plain, lent) = (peaks(&[]), peaks(&["--gemm-workspace", "1MiB"]));
+    assert_eq!(plain.len(), 2);
+    for (p, l) in plain.iter().zip(&lent) {
+        assert_eq!(l - p, 1 << 20, "{plain:?} {lent:?}");
+    }
+}
+
 #[test]
 fn running_out_of_memory_prints_the_json_and_fails() {
     let out = Command::new(binary())
