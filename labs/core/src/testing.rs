@@ -26,13 +26,6 @@ pub fn test_device() -> Device {
     device
 }
 
-/// A dry device of `capacity` that predicts `device` ([`Device::dry_twin`]).
-pub fn dry_twin(device: &Device, capacity: u64) -> Device {
-    device
-        .dry_twin(capacity)
-        .unwrap_or_else(|e| panic!("the dry twin of {}: {e}", device.id()))
-}
-
 /// The environment variable that points the tests and labs at another copy of the test
 /// data (the GPU bundle's, which runs where the checkout is not).
 pub const ENV_DATA_DIR: &str = "LABS_DATA_DIR";

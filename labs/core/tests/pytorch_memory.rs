@@ -6,6 +6,8 @@
 //! freed once backward is through it.
 //! Runs on the simulated GPU by default and on the GPU with `LABS_DEVICE=cuda`.
 
+mod gradcheck;
+
 use labs_core::kernels::UnaryOp;
 use labs_core::nn::{MhaLayout, MultiheadAttention, Rng};
 use labs_core::testing::test_device;
@@ -15,20 +17,6 @@ use labs_core::{Device, Tensor};
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn random(n: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 fn close(a: &[f32], b: &[f32], what: &str) {
@@ -68,7 +56,7 @@ fn run(
 
 fn leaf(shape: &[usize], seed: u64, device: &Device) -> Tensor {
     let n = shape.iter().product();
-    Tensor::from_slice(&random(n, seed), shape, device)
+    Tensor::from_slice(&gradcheck::values(n, seed, -1.0, 1.0), shape, device)
         .unwrap()
         .requires_grad_(true)
 }
@@ -118,7 +106,12 @@ fn relu_backward_allocates_only_the_gradient() {
     let alloc = device.allocator().unwrap();
     let x = leaf(&[256, 64], 5, &device);
     let y = x.relu().unwrap();
-    let g = Tensor::from_slice(&random(256 * 64, 6), &[256, 64], &device).unwrap();
+    let g = Tensor::from_slice(
+        &gradcheck::values(256 * 64, 6, -1.0, 1.0),
+        &[256, 64],
+        &device,
+    )
+    .unwrap();
     let base = alloc.memory_allocated();
     alloc.reset_peak_memory_stats();
     y.backward_with(Some(g.clone()), false).unwrap();
@@ -162,7 +155,7 @@ fn backward_runs_the_latest_recorded_ready_node_first() {
     let device = test_device();
     let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let (x, a) = (leaf(&[2], 1, &device), leaf(&[2], 2, &device));
-    let t = Tensor::from_slice(&random(3, 3), &[3], &device).unwrap();
+    let t = Tensor::from_slice(&gradcheck::values(3, 3, -1.0, 1.0), &[3], &device).unwrap();
     let b = leaf(&[3], 4, &device);
     let y = {
         let _hooks = logging_hooks(&log);

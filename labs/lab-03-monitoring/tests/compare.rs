@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 
 use lab_03::compare::{self, Side, Step};
 use labs_core::snapshot::{self, Frame, Snapshot, TraceAction, TraceEvent};
-use labs_core::testing::{data_dir, dry_twin, test_device};
+use labs_core::testing::{data_dir, test_device};
 use labs_core::{DType, Device, Tensor};
 use serde_json::Value;
 
@@ -279,7 +279,7 @@ fn the_dry_run_traces_the_device_under_tests_segment_events() {
     let busiest = traced(&device, &on_device);
     // The dry twin has the device's matrix-product workspace (32 MiB of its allocator
     // on an H100), so that both traces begin with the same segments.
-    traced(&dry_twin(&device, 8 << 30), &on_dry);
+    traced(&device.dry_twin(8 << 30).unwrap(), &on_dry);
     let v = compare_json(&on_dry, &on_device);
     assert_eq!(v["same_sequence"], true, "{v:#}");
     assert_eq!(v["segment_divergence"], Value::Null, "{v:#}");

@@ -8,7 +8,7 @@ use lab_10::train::{
     run, AmpMode, AttentionMode, CheckpointMode, ModelKind, OptimizerKind, TrainConfig,
     TrainReport, Trainer,
 };
-use labs_core::testing::{dry_twin, test_device};
+use labs_core::testing::test_device;
 use labs_core::{DType, Device};
 
 /// The tests measure the peaks of one shared device: one at a time.
@@ -327,7 +327,7 @@ fn a_run_after_a_larger_one_reserves_as_on_a_fresh_device() {
     let second = report(&smaller, &device);
     allocator.empty_cache().unwrap();
     let capacity = device.mem_info().unwrap().total;
-    let alone = report(&smaller, &dry_twin(&device, capacity));
+    let alone = report(&smaller, &device.dry_twin(capacity).unwrap());
     assert!(first.peak_reserved > alone.peak_reserved);
     assert_eq!(second.peak_allocated, alone.peak_allocated);
     assert_eq!(second.peak_reserved, alone.peak_reserved);

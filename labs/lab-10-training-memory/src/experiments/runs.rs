@@ -116,7 +116,7 @@ impl Runner<'_> {
             timeline: false,
             ..config.clone()
         };
-        let report = train::run(&dry, &self.dry_device(self.capacity)?)?;
+        let report = train::run(&dry, &self.device.dry_twin(self.capacity)?)?;
         self.write(c, "ours-dry", &report)?;
         if report.oom.is_none() {
             return Ok(Prediction {
@@ -125,7 +125,10 @@ impl Runner<'_> {
                 fits: true,
             });
         }
-        let larger = train::run(&dry, &self.dry_device(self.capacity.saturating_mul(8))?)?;
+        let larger = train::run(
+            &dry,
+            &self.device.dry_twin(self.capacity.saturating_mul(8))?,
+        )?;
         Ok(Prediction {
             peak_allocated: larger.peak_allocated,
             peak_reserved: larger.peak_reserved,
@@ -133,14 +136,6 @@ impl Runner<'_> {
         })
     }
     // ANCHOR_END: dry_run_prediction
-
-    /// A dry device of `capacity` whose products have the device's workspace: cuBLAS's
-    /// 32 MiB on an H100 come from the allocator, and the dry run counts them too.
-    fn dry_device(&self, capacity: u64) -> Result<Device> {
-        let dry = Device::new_dry(capacity);
-        dry.set_gemm_workspace_bytes(self.device.gemm_workspace_bytes()?)?;
-        Ok(dry)
-    }
 
     /// One line of train-compare's `--out` format for a run of ours.
     fn write(&mut self, c: &Configuration, side: &str, report: &TrainReport) -> Result<()> {
