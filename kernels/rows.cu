@@ -423,6 +423,15 @@ extern "C" __global__ void nll_loss_backward_DT(const ELEM* g, const float* coun
     }
 }
 
+// mse_loss's input gradient, as PyTorch's mse_backward: scale * (x - y) * g, scale = 2 / n.
+extern "C" __global__ void mse_loss_backward_DT(const ELEM* g, const ELEM* x, const ELEM* y,
+                                                ELEM* dx, unsigned long long n, float scale) {
+    float gv = to_float(g[0]);
+    GRID_STRIDE_LOOP(i, n) {
+        dx[i] = from_float(scale * (to_float(x[i]) - to_float(y[i])) * gv);
+    }
+}
+
 // a beats b: larger, or a NaN against a number.
 __device__ __forceinline__ bool beats(float a, float b) { return a > b || (a != a && b == b); }
 

@@ -415,6 +415,43 @@ fn offload_moves_saved_activations_off_the_device_and_back() {
     assert_same(&plain, &offloaded, "offloading changes gradients");
 }
 
+/// A weight used transposed (as `linear` and a tied LM head use theirs) or in part (as
+/// a packed projection's query, key and value) is saved as a view: not a leaf, but its
+/// memory is the parameter's. Offloading it would copy the weight out and bring a
+/// second copy back in backward; the hooks leave it where it is.
+#[test]
+fn offload_leaves_views_of_parameters_on_the_device() {
+    let _s = serial();
+    let device = test_device();
+    let w = Tensor::randn(&[256, 256], 3, &device).unwrap();
+    w.set_category(Category::Parameter).unwrap();
+    let w = w.requires_grad_(true);
+    let x = Tensor::randn(&[128, 256], 4, &device).unwrap();
+    let forward = |x: &Tensor| {
+        let y1 = x.matmul(&w.transpose(0, 1).unwrap()).unwrap();
+        let part = w.narrow(0, 0, 128).unwrap();
+        let y2 = x.narrow(1, 0, 128).unwrap().matmul(&part).unwrap();
+        y1.add(&y2).unwrap().sum_all().unwrap()
+    };
+    forward(&x).backward().unwrap();
+    let plain = w.grad().unwrap().to_vec::<f32>().unwrap();
+    w.clear_grad();
+    let options = OffloadOptions {
+        min_bytes: 0,
+        ..OffloadOptions::default()
+    };
+    let (loss, hooks) = {
+        let (_guard, hooks) = save_on_cpu(options);
+        (forward(&x), hooks)
+    };
+    let stats = hooks.stats();
+    // The input and its part went to the host; the two views of the weight stayed.
+    assert_eq!((stats.offloaded, stats.kept_on_device), (2, 2), "{stats:?}");
+    assert_eq!(stats.offloaded_bytes, (128 * 256 + 128 * 128) * 4);
+    loss.backward().unwrap();
+    assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), plain);
+}
+
 /// The host runs ahead of the device: a spin holds the compute stream back while the
 /// host queues a whole offloaded step, as a GPU's host queues kernels faster than they
 /// run. Every offloaded tensor is then still being copied when the forward pass lets go

@@ -129,6 +129,44 @@ fn relu_backward_allocates_only_the_gradient() {
     }
 }
 
+#[test]
+fn mse_loss_keeps_only_its_operands_and_its_backward_writes_one_gradient() {
+    let _serial = serial();
+    let device = test_device();
+    let alloc = device.allocator().unwrap();
+    let x = leaf(&[256, 64], 7, &device);
+    let y = Tensor::from_slice(
+        &gradcheck::values(256 * 64, 8, -1.0, 1.0),
+        &[256, 64],
+        &device,
+    )
+    .unwrap();
+    let g = Tensor::from_slice(&[0.5f32], &[], &device).unwrap();
+    let before = alloc.memory_allocated();
+    let loss = x.mse_loss(&y).unwrap();
+    // Forward leaves the loss alone: the difference it squared is not kept.
+    assert_eq!(alloc.memory_allocated() - before, loss.allocation().size());
+    let base = alloc.memory_allocated();
+    alloc.reset_peak_memory_stats();
+    loss.backward_with(Some(g), false).unwrap();
+    let grad = x.grad().unwrap();
+    // One output the size of x (its gradient), nothing beside it.
+    assert_eq!(alloc.max_memory_allocated() - base, grad.nbytes() as u64);
+    let (xv, yv, dv) = (
+        x.to_vec::<f32>().unwrap(),
+        y.to_vec::<f32>().unwrap(),
+        grad.to_vec::<f32>().unwrap(),
+    );
+    let scale = 2.0f32 / xv.len() as f32;
+    for i in 0..xv.len() {
+        let expect = scale * (xv[i] - yv[i]) * 0.5;
+        assert!(
+            (dv[i] - expect).abs() <= 1e-6 * expect.abs().max(1e-6),
+            "element {i}"
+        );
+    }
+}
+
 /// Unpacks are logged by the length of the tensor unpacked.
 fn logging_hooks(
     log: &std::sync::Arc<std::sync::Mutex<Vec<usize>>>,

@@ -128,6 +128,7 @@ pub(super) fn input_grads(op: &GradOp, grad: &Tensor, saved: &[Tensor]) -> Resul
         | GradOp::Embedding { .. }
         | GradOp::Cat { .. }
         | GradOp::NllLoss { .. }
+        | GradOp::MseLoss { .. }
         | GradOp::MaxDim { .. }
         | GradOp::Var { .. } => super::derivatives_rows::input_grads(op, grad, saved)?,
     })
@@ -296,7 +297,7 @@ fn binary(op: BinaryOp, g: &Tensor, saved: &[Tensor]) -> Result<Vec<Tensor>> {
             let zeros = Tensor::zeros(b.shape(), b.dtype(), b.device())?;
             vec![g.binary(BinaryOp::ThresholdBackward, b)?, zeros]
         }
-        BinaryOp::Axpy => {
+        BinaryOp::Axpy | BinaryOp::SquaredDifference => {
             return Err(Error::InvalidArgument(format!(
                 "backward: no derivative for {} yet",
                 op.name()

@@ -49,6 +49,16 @@ pub(super) fn input_grads(op: &GradOp, grad: &Tensor, saved: &[Tensor]) -> Resul
             *classes,
             *ignore_index,
         )?],
+        GradOp::MseLoss { target_needs_grad } => {
+            let dx = Tensor::mse_loss_backward(grad, s(0)?, s(1)?)?;
+            // A target that needs no gradient gets a placeholder the engine drops.
+            let dy = if *target_needs_grad {
+                dx.neg()?
+            } else {
+                dx.clone()
+            };
+            vec![dx, dy]
+        }
         GradOp::MaxDim { dim, input, .. } => {
             vec![Tensor::max_dim_backward(grad, s(0)?, *dim, input)?]
         }

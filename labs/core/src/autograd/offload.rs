@@ -30,6 +30,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use crate::alloc::Category;
 use crate::device::{Device, DeviceId, Event, Stream};
 use crate::error::{Error, Result};
 use crate::host::PinnedTensor;
@@ -75,8 +76,8 @@ pub struct OffloadStats {
     /// Tensors copied to the host, and their bytes.
     pub offloaded: usize,
     pub offloaded_bytes: u64,
-    /// Tensors left on the device (below `min_bytes`, parameters, or tensors already
-    /// on the host).
+    /// Tensors left on the device (below `min_bytes`, parameters and their views, or
+    /// tensors already on the host).
     pub kept_on_device: usize,
     /// Tensors whose copy back was started by a prefetch before backward unpacked them.
     pub prefetched: usize,
@@ -229,10 +230,15 @@ impl OffloadHooks {
 impl SavedTensorsHooks for OffloadHooks {
     fn pack(&self, t: &Tensor, saved_by: &GradOp) -> Result<Packed> {
         let device = t.device().clone();
-        // A parameter (a leaf that requires grad) stays on the device anyway: copying
-        // it out would cost bandwidth and pinned memory for nothing.
-        let parameter = t.is_leaf() && t.requires_grad();
-        if parameter || t.nbytes() < self.options.min_bytes || device.id() == DeviceId::Cpu {
+        // A parameter stays on the device anyway: copying it out would cost bandwidth
+        // and pinned memory for nothing, and copying it back would make a second copy of
+        // the weight. So does a view of one (a weight transposed for a product, a packed
+        // projection's part): it is recognised by its memory, which is a parameter's.
+        if device.id() == DeviceId::Cpu
+            || t.nbytes() < self.options.min_bytes
+            || (t.is_leaf() && t.requires_grad())
+            || t.category()? == Category::Parameter
+        {
             self.stats.lock().unwrap().kept_on_device += 1;
             t.mark_saved(saved_by);
             return Ok(Box::new(Slot::OnDevice(t.detach())));

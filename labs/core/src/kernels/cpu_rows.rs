@@ -417,6 +417,30 @@ fn run_typed<E: FloatElement>(kernel: &RowKernel, memory: &dyn HostAccess) -> Re
                 }
             },
         ),
+        RowKernel::MseLossBackward {
+            grad,
+            x,
+            y,
+            out,
+            n,
+            scale,
+            ..
+        } => with(
+            memory,
+            [(grad, 1, e), (x, n, e), (y, n, e), (out, n, e)],
+            |p| {
+                let g = unsafe { Raw::<E>::new(p[0], 1) }.get(0).widen();
+                let x = unsafe { Raw::<E>::new(p[1], n) };
+                let y = unsafe { Raw::<E>::new(p[2], n) };
+                let dx = unsafe { Raw::<E>::new(p[3], n) };
+                for i in 0..n {
+                    dx.set(
+                        i,
+                        E::narrow(scale * (x.get(i).widen() - y.get(i).widen()) * g),
+                    );
+                }
+            },
+        ),
         RowKernel::MaxRows {
             x,
             values,

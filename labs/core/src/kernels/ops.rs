@@ -156,6 +156,11 @@ op_family! {
         /// `threshold_backward` (a NaN output passes its gradient, as there).
         ThresholdBackward: "threshold_backward", "(b <= 0.0f ? 0.0f : a)",
             |a, b, _| if b <= 0.0 { 0.0 } else { a };
+        /// `(a - b)^2` in one pass and one output: `mse_loss`'s unreduced loss, as
+        /// PyTorch's `mse_kernel` (a forward-only op: `mse_loss` records its own
+        /// derivative).
+        SquaredDifference: "squared_difference", "((a - b) * (a - b))",
+            |a, b, _| (a - b) * (a - b);
     }
 }
 // ANCHOR_END: binary_ops

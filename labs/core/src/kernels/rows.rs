@@ -165,6 +165,19 @@ pub enum RowKernel {
         cols: usize,
         ignore_index: i64,
     },
+    /// `out[i] = scale * (x[i] - y[i]) * grad[0]` over `n` elements: `mse_loss`'s
+    /// input gradient (`scale` = 2 / n) in one pass and one output, as PyTorch's
+    /// `mse_backward` kernel, which reads the saved input and target and writes nothing
+    /// else.
+    MseLossBackward {
+        dtype: DType,
+        grad: DevicePtr,
+        x: DevicePtr,
+        y: DevicePtr,
+        out: DevicePtr,
+        n: usize,
+        scale: f32,
+    },
     /// The largest element of each row and its int64 column; ties give the first
     /// column, and a NaN counts as larger than any number (as PyTorch's `max`).
     MaxRows {
@@ -210,7 +223,7 @@ pub enum RowKernel {
 
 /// The functions of each dtype's row module, in module order (the CUDA function is
 /// `{name}_{dtype}`).
-pub const ROW_FUNCTIONS: [&str; 19] = [
+pub const ROW_FUNCTIONS: [&str; 20] = [
     "softmax_rows",
     "softmax_backward",
     "layer_norm",
@@ -230,6 +243,7 @@ pub const ROW_FUNCTIONS: [&str; 19] = [
     "layer_norm_param_finish",
     "softmax_rows_to_f32",
     "softmax_backward_from_f32",
+    "mse_loss_backward",
 ];
 
 /// One kernel argument as the CUDA launch passes it.
@@ -265,6 +279,7 @@ impl RowKernel {
             | NarrowF32 { dtype, .. }
             | NllLoss { dtype, .. }
             | NllLossBackward { dtype, .. }
+            | MseLossBackward { dtype, .. }
             | MaxRows { dtype, .. }
             | ScatterRows { dtype, .. }
             | SumPartials { dtype, .. }
@@ -296,6 +311,7 @@ impl RowKernel {
             SumPartials { .. } => 14,
             SumFinish { .. } => 15,
             LayerNormParamFinish { .. } => 16,
+            MseLossBackward { .. } => 19,
         }
     }
 
@@ -334,7 +350,10 @@ impl RowKernel {
             | MaxRows { rows, cols, .. } => warp_rows(rows, cols),
             LayerNormParamGrads { cols, chunks, .. } => chunks * cols,
             LayerNormParamFinish { cols, .. } => cols,
-            Dropout { n, .. } | MaskedScale { n, .. } | NarrowF32 { n, .. } => n,
+            Dropout { n, .. }
+            | MaskedScale { n, .. }
+            | NarrowF32 { n, .. }
+            | MseLossBackward { n, .. } => n,
             Embedding { n, dim, .. } | EmbeddingBackward { n, dim, .. } => n * dim,
             // One warp for the whole batch: the rows of a loss are few.
             NllLoss { rows, .. } => {
@@ -537,6 +556,15 @@ impl RowKernel {
                 u(cols),
                 U64(ignore_index as u64),
             ],
+            MseLossBackward {
+                grad,
+                x,
+                y,
+                out,
+                n,
+                scale,
+                ..
+            } => vec![U64(grad), U64(x), U64(y), U64(out), u(n), F32(scale)],
             MaxRows {
                 x,
                 values,

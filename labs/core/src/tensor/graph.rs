@@ -116,6 +116,11 @@ pub enum GradOp {
         ignore_index: i64,
         classes: usize,
     },
+    /// `mse_loss` (mean) of an input and a target of one shape and dtype; saved: the
+    /// two (their difference is recomputed in backward, as PyTorch's).
+    MseLoss {
+        target_needs_grad: bool,
+    },
     /// `max` over `dim` of an input of shape `input`; saved: the int64 indices.
     MaxDim {
         dim: usize,
@@ -165,6 +170,7 @@ impl GradOp {
             GradOp::Embedding { .. } => "EmbeddingBackward".into(),
             GradOp::Cat { .. } => "CatBackward".into(),
             GradOp::NllLoss { .. } => "NllLossBackward".into(),
+            GradOp::MseLoss { .. } => "MseLossBackward".into(),
             GradOp::MaxDim { .. } => "MaxBackward".into(),
             GradOp::Var { .. } => "VarBackward".into(),
             GradOp::Attention { .. } => "ScaledDotProductFlashAttentionBackward".into(),

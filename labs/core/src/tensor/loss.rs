@@ -3,10 +3,10 @@
 //! `cross_entropy` (`log_softmax` then `nll_loss`, so its gradient is
 //! `(softmax - onehot) / count`, zero on ignored rows), and `mse_loss`.
 
-use super::graph::GradOp;
+use super::graph::{no_grad, GradOp};
 use super::{DType, Tensor};
 use crate::error::{Error, Result};
-use crate::kernels::{Kernel, RowKernel};
+use crate::kernels::{BinaryOp, Kernel, RowKernel};
 
 /// PyTorch's default `ignore_index`.
 pub const IGNORE_INDEX: i64 = -100;
@@ -101,12 +101,58 @@ impl Tensor {
 
     /// PyTorch's `mse_loss(input, target)` with mean reduction: `mean((input -
     /// target)^2)`, differentiable in both.
+    ///
+    /// One op, as PyTorch's: it saves only its two operands, which are alive anyway (the
+    /// model's output and the target), and its backward writes the input's gradient in
+    /// one pass. Composed of `sub`, `mul` and `mean`, the difference would be saved (an
+    /// activation-sized block until backward) and backward would make two more.
+    /// Operands of different shapes (broadcast, which PyTorch warns about) or dtypes
+    /// take that composition.
     pub fn mse_loss(&self, target: &Tensor) -> Result<Tensor> {
         if let Some(args) = super::autocast_args("mse_loss", &[self, target])? {
             return args[0].mse_loss(&args[1]);
         }
-        let d = self.sub(target)?;
-        d.mul(&d)?.mean_all()
+        target.check_same_device(self)?;
+        let fused = self.shape() == target.shape()
+            && self.dtype() == target.dtype()
+            && self.check_float("mse_loss").is_ok()
+            && self.numel() > 0;
+        if !fused {
+            let d = self.sub(target)?;
+            return d.mul(&d)?.mean_all();
+        }
+        let loss = {
+            let _off = no_grad();
+            self.binary(BinaryOp::SquaredDifference, target)?
+                .mean_all()?
+        };
+        Ok(Tensor::recorded(
+            loss,
+            GradOp::MseLoss {
+                target_needs_grad: target.requires_grad(),
+            },
+            &[self, target],
+            vec![self.clone(), target.clone()],
+        ))
+    }
+
+    /// The input's gradient of `mse_loss` from the output's gradient `g` (a scalar) and
+    /// the saved input and target: `2 / n * (x - y) * g`, one kernel.
+    pub(crate) fn mse_loss_backward(g: &Tensor, x: &Tensor, y: &Tensor) -> Result<Tensor> {
+        let (x, y, g) = (x.contiguous()?, y.contiguous()?, g.contiguous()?);
+        let n = x.numel();
+        let dx = Tensor::empty(x.shape(), x.dtype(), x.device())?;
+        x.device()
+            .launch(&Kernel::Rows(RowKernel::MseLossBackward {
+                dtype: x.dtype(),
+                grad: g.ptr(),
+                x: x.ptr(),
+                y: y.ptr(),
+                out: dx.ptr(),
+                n,
+                scale: 2.0 / n as f32,
+            }))?;
+        Ok(dx)
     }
 
     /// The input's gradient of `nll_loss` from the output's gradient `g` (a scalar).

@@ -70,7 +70,7 @@ impl Tensor {
             }
             BinaryOp::ThresholdBackward => vec![b.clone()],
             BinaryOp::Pow => vec![a.clone(), b.clone(), out.clone()],
-            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Axpy => vec![],
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Axpy | BinaryOp::SquaredDifference => vec![],
         };
         let grad_op = GradOp::MixedBinary {
             op,
