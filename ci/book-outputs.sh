@@ -105,6 +105,7 @@ LAB10_PARTS=(
   "gpt2=3. GPT-2 small"
   "categories=4. Where the memory goes"
   "predicted=5. Predicted before running"
+  "offload?=6. Offload's copies against compute"
 )
 LAB04_PARTS=(
   "devices=1. The devices"

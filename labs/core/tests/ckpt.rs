@@ -438,6 +438,7 @@ fn offload_leaves_views_of_parameters_on_the_device() {
     w.clear_grad();
     let options = OffloadOptions {
         min_bytes: 0,
+        time_copies: true,
         ..OffloadOptions::default()
     };
     let (loss, hooks) = {
@@ -450,6 +451,12 @@ fn offload_leaves_views_of_parameters_on_the_device() {
     assert_eq!(stats.offloaded_bytes, (128 * 256 + 128 * 128) * 4);
     loss.backward().unwrap();
     assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), plain);
+    // Each offloaded tensor was copied out and back, each copy timed on the copy stream.
+    device.synchronize().unwrap();
+    let times = hooks.take_copy_times().unwrap();
+    assert_eq!(times.copies, 4, "{times:?}");
+    assert!(times.out_ms > 0.0 && times.back_ms > 0.0, "{times:?}");
+    assert_eq!(hooks.take_copy_times().unwrap().copies, 0);
 }
 
 /// The host runs ahead of the device: a spin holds the compute stream back while the

@@ -24,7 +24,7 @@ pub use checkpoint::{
     PolicyFn,
 };
 pub use grad_hooks::HookHandle;
-pub use offload::{save_on_cpu, OffloadHooks, OffloadOptions, OffloadStats};
+pub use offload::{save_on_cpu, CopyTimes, OffloadHooks, OffloadOptions, OffloadStats};
 pub use saved_hooks::{
     current_saved_tensors_hooks, install_saved_tensors_hooks, saved_tensors_hooks, FnHooks,
     PackedSaved, SavedTensorsHooks,

@@ -57,6 +57,10 @@ pub struct OffloadOptions {
     /// for anyway (PyTorch's `save_on_cpu` copies on the compute stream, which waits
     /// for every copy).
     pub max_in_flight_bytes: usize,
+    /// Time every copy on the copy stream (two events each), for
+    /// [`OffloadHooks::take_copy_times`]: how long the copies kept the copy engine
+    /// busy, to set against how much of that the step's compute hid.
+    pub time_copies: bool,
 }
 
 impl Default for OffloadOptions {
@@ -66,8 +70,33 @@ impl Default for OffloadOptions {
             min_bytes: 1 << 20,
             prefetch: true,
             max_in_flight_bytes: 0,
+            time_copies: false,
         }
     }
+}
+
+/// How long the copies took on the copy stream, from their events: the copy engine's
+/// busy time, whether or not compute ran beside it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CopyTimes {
+    /// To the host (forward), and back to the device (backward), in milliseconds.
+    pub out_ms: f64,
+    pub back_ms: f64,
+    /// Copies timed.
+    pub copies: usize,
+}
+
+impl CopyTimes {
+    pub fn total_ms(&self) -> f64 {
+        self.out_ms + self.back_ms
+    }
+}
+
+/// One copy's events on the copy stream: recorded after its waits, and after it.
+struct TimedCopy {
+    start: Event,
+    done: Event,
+    back: bool,
 }
 
 /// What the hooks did, for tests and the lab.
@@ -117,6 +146,8 @@ pub struct OffloadHooks {
     stats: Mutex<OffloadStats>,
     /// Copies to the host under way, oldest first.
     in_flight: Mutex<VecDeque<InFlight>>,
+    /// The copies timed since the last [`OffloadHooks::take_copy_times`].
+    timed: Mutex<Vec<TimedCopy>>,
 }
 
 /// A copy to the host under way: the device tensor it reads, held until the copy is
@@ -141,6 +172,46 @@ impl OffloadHooks {
             copy_streams: Mutex::new(HashMap::new()),
             stats: Mutex::new(OffloadStats::default()),
             in_flight: Mutex::new(VecDeque::new()),
+            timed: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The copies' times since the last call (with `time_copies`; nothing without),
+    /// forgetting them. Call once the device has finished them (after a
+    /// synchronisation): an event not yet reached has no time.
+    pub fn take_copy_times(&self) -> Result<CopyTimes> {
+        let timed = std::mem::take(&mut *self.timed.lock().unwrap());
+        let mut times = CopyTimes::default();
+        for c in &timed {
+            let ms = c.start.elapsed_ms(&c.done)? as f64;
+            if c.back {
+                times.back_ms += ms;
+            } else {
+                times.out_ms += ms;
+            }
+        }
+        times.copies = timed.len();
+        Ok(times)
+    }
+
+    /// With `time_copies`, an event on `copy` now: where the next copy starts, after
+    /// the waits queued before it.
+    fn copy_start(&self, device: &Device, copy: &Stream) -> Result<Option<Event>> {
+        if !self.options.time_copies {
+            return Ok(None);
+        }
+        let start = device.new_event()?;
+        copy.record(&start)?;
+        Ok(Some(start))
+    }
+
+    fn copy_timed(&self, start: Option<Event>, done: &Event, back: bool) {
+        if let Some(start) = start {
+            self.timed.lock().unwrap().push(TimedCopy {
+                start,
+                done: done.clone(),
+                back,
+            });
         }
     }
 
@@ -203,6 +274,7 @@ impl OffloadHooks {
             return Ok(false);
         }
         let copy = self.copy_stream(&o.device)?;
+        let mut start = None;
         let t = match &o.host {
             Host::Pinned(h) => {
                 if let Some(e) = &o.copied_out {
@@ -214,6 +286,7 @@ impl OffloadHooks {
                 let allocated = o.device.new_event()?;
                 o.device.default_stream()?.record(&allocated)?;
                 copy.wait(&allocated)?;
+                start = self.copy_start(&o.device, &copy)?;
                 // Not recorded on the copy stream: `unpack` (or dropping `o`) makes the
                 // compute stream wait for the copy before anything else uses it.
                 h.to_non_blocking_unrecorded(&o.device, &copy)?
@@ -222,6 +295,7 @@ impl OffloadHooks {
         };
         let done = o.device.new_event()?;
         copy.record(&done)?;
+        self.copy_timed(start, &done, true);
         *back = Some((t, done));
         Ok(true)
     }
@@ -252,11 +326,13 @@ impl SavedTensorsHooks for OffloadHooks {
             compute.record(&produced)?;
             copy.wait(&produced)?;
             let mut host = PinnedTensor::empty(t.shape(), t.dtype(), &device)?;
+            let start = self.copy_start(&device, &copy)?;
             // Not recorded on the copy stream: the hooks hold `dense` until the
             // compute stream has waited for the copy (`bound_in_flight`).
             host.copy_from_non_blocking_unrecorded(&dense, &copy)?;
             let done = device.new_event()?;
             copy.record(&done)?;
+            self.copy_timed(start, &done, false);
             self.bound_in_flight(InFlight {
                 tensor: dense.clone(),
                 done: done.clone(),

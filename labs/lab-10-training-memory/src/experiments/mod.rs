@@ -138,6 +138,9 @@ pub fn run(device: &Device, o: &Options, w: &mut dyn Write) -> Result<Outcome> {
     }
     let both: Vec<Measurement> = tutorial.iter().chain(&gpt2).cloned().collect();
     writeln!(w, "{}", tables::predicted(&name, props.total_memory, &both))?;
+    if let Some(t) = tables::offload_overlap(&name, &[&tutorial, &gpt2]) {
+        writeln!(w, "{t}")?;
+    }
     let mut outcome = Outcome { targets_met: None };
     if o.check {
         let (text, met) = targets::report(&both);

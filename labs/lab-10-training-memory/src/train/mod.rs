@@ -76,6 +76,8 @@ pub(crate) fn run_trainer(
     reset_sdpa_calls();
     let mut losses = Vec::new();
     let mut times = Vec::new();
+    // The offload copies' busy time in each timed step.
+    let mut copy_times = Vec::new();
     let mut oom = None;
     let mut timeline = Vec::new();
     // ANCHOR: timeline
@@ -100,8 +102,12 @@ pub(crate) fn run_trainer(
         match result {
             Ok((loss, time)) => {
                 losses.push(loss);
+                // Taken every step (the step ended in a synchronisation), kept for the
+                // timed ones.
+                let copies = trainer.take_offload_copy_times()?;
                 if step >= config.warmup {
                     times.push(time);
+                    copy_times.extend(copies);
                 }
             }
             Err(e) if is_out_of_memory(&e) => {
@@ -113,7 +119,7 @@ pub(crate) fn run_trainer(
         bar.inc(1);
     }
     let calls = sdpa_calls();
-    let offload = trainer.offload_stats().map(OffloadReport::from);
+    let offload = (trainer.offload_stats()).map(|s| OffloadReport::new(s, &copy_times));
     let skipped_steps = (config.amp == AmpMode::F16).then_some(trainer.skipped_steps);
     // The memory is read with the model alive: the peaks are those of the run.
     let memory = measure::read(device, ooms_before)?;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use labs_core::autograd::OffloadStats;
+use labs_core::autograd::{CopyTimes, OffloadStats};
 use labs_core::format::bytes;
 use labs_core::table::Table;
 use serde::Serialize;
@@ -11,8 +11,8 @@ use serde::Serialize;
 use super::config::{AmpMode, CheckpointMode, ModelKind, TrainConfig};
 use super::step::amp_name;
 
-/// What the offload hooks did (`OffloadStats`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// What the offload hooks did (`OffloadStats`), and how long their copies took.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct OffloadReport {
     /// Saved tensors copied to pinned host memory, and their bytes.
     pub offloaded: usize,
@@ -23,16 +23,36 @@ pub struct OffloadReport {
     pub prefetched: usize,
     /// Tensors copied back only when backward needed them.
     pub fetched_on_demand: usize,
+    /// Milliseconds the copies kept the copy stream busy in the median timed step:
+    /// out to the host, back to the device, and both (null on the dry-run device or
+    /// with no timed step). Against the step time without offload, this tells how much
+    /// of the copying compute hid.
+    pub copy_out_ms: Option<f64>,
+    pub copy_back_ms: Option<f64>,
+    pub copy_ms: Option<f64>,
 }
 
-impl From<OffloadStats> for OffloadReport {
-    fn from(s: OffloadStats) -> Self {
+impl OffloadReport {
+    /// The hooks' counts, and the copy times of the timed steps.
+    pub fn new(s: OffloadStats, copy_times: &[CopyTimes]) -> OffloadReport {
+        let median = |f: fn(&CopyTimes) -> f64| {
+            let mut v: Vec<f64> = copy_times.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            match v.len() {
+                0 => None,
+                n if n % 2 == 1 => Some(v[n / 2]),
+                n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+            }
+        };
         OffloadReport {
             offloaded: s.offloaded,
             offloaded_bytes: s.offloaded_bytes,
             kept_on_device: s.kept_on_device,
             prefetched: s.prefetched,
             fetched_on_demand: s.fetched_on_demand,
+            copy_out_ms: median(|t| t.out_ms),
+            copy_back_ms: median(|t| t.back_ms),
+            copy_ms: median(CopyTimes::total_ms),
         }
     }
 }
@@ -243,6 +263,13 @@ impl TrainReport {
                     o.fetched_on_demand
                 ),
             ]);
+            if let (Some(out), Some(back), true) = (o.copy_out_ms, o.copy_back_ms, o.offloaded > 0)
+            {
+                t.row([
+                    "offload copies".to_string(),
+                    format!("{out:.2} ms out, {back:.2} ms back per step (copy stream busy)"),
+                ]);
+            }
         }
         if self.oom.is_some() {
             t.row(["out of memory", "yes: the report follows"]);

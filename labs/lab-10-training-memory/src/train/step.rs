@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use labs_core::autograd::{OffloadHooks, OffloadOptions, OffloadStats};
+use labs_core::autograd::{CopyTimes, OffloadHooks, OffloadOptions, OffloadStats};
 use labs_core::dist::{Communicator, DistributedDataParallel, ZeroRedundancyOptimizer};
 use labs_core::nn::{sdpa_kernel, SdpaBackend};
 use labs_core::optim::{Adam, AdamW, GradScaler, Optimizer, Sgd};
@@ -120,6 +120,8 @@ impl Trainer {
         let offload = config.offload.then(|| {
             Arc::new(OffloadHooks::new(OffloadOptions {
                 min_bytes: config.offload_min_bytes,
+                // Each copy timed, to tell how much of it the step's compute hides.
+                time_copies: !device.is_dry(),
                 ..OffloadOptions::default()
             }))
         });
@@ -140,6 +142,15 @@ impl Trainer {
     /// What the offload hooks did so far, when offloading.
     pub fn offload_stats(&self) -> Option<OffloadStats> {
         self.offload.as_ref().map(|h| h.stats())
+    }
+
+    /// How long the offload copies since the last call kept the copy stream busy, when
+    /// offloading on a device that runs them (after a synchronisation).
+    pub fn take_offload_copy_times(&self) -> Result<Option<CopyTimes>> {
+        match &self.offload {
+            Some(h) if !self.device.is_dry() => Ok(Some(h.take_copy_times()?)),
+            _ => Ok(None),
+        }
     }
 
     // ANCHOR: micro_batch
