@@ -121,6 +121,10 @@ fn binary_reference(op: BinaryOp, a: f32, b: f32, alpha: f32) -> f32 {
         }
         BinaryOp::Axpy => alpha * a + b,
         BinaryOp::Pow => (a as f64).powf(b as f64) as f32,
+        BinaryOp::SquaredDifference => {
+            let d = a as f64 - b as f64;
+            (d * d) as f32
+        }
         BinaryOp::ThresholdBackward => {
             if b > 0.0 || b.is_nan() {
                 a
