@@ -56,12 +56,16 @@ pub fn timed<T>(device: &Device, f: impl FnOnce() -> Result<T>) -> Result<(T, Du
 /// The median in milliseconds (of an even count, the mean of the middle two, as
 /// Python's `statistics.median`), `None` for no times.
 pub fn median_ms(times: &[Duration]) -> Option<f64> {
-    let mut ms: Vec<f64> = times.iter().map(|t| t.as_secs_f64() * 1e3).collect();
-    ms.sort_by(f64::total_cmp);
-    let n = ms.len();
+    median(times.iter().map(|t| t.as_secs_f64() * 1e3).collect())
+}
+
+/// The median of `values` (as [`median_ms`]), `None` for none.
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
     match n {
         0 => None,
-        _ if n % 2 == 1 => Some(ms[n / 2]),
-        _ => Some((ms[n / 2 - 1] + ms[n / 2]) / 2.0),
+        _ if n % 2 == 1 => Some(values[n / 2]),
+        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
     }
 }

@@ -35,15 +35,8 @@ pub struct OffloadReport {
 impl OffloadReport {
     /// The hooks' counts, and the copy times of the timed steps.
     pub fn new(s: OffloadStats, copy_times: &[CopyTimes]) -> OffloadReport {
-        let median = |f: fn(&CopyTimes) -> f64| {
-            let mut v: Vec<f64> = copy_times.iter().map(f).collect();
-            v.sort_by(f64::total_cmp);
-            match v.len() {
-                0 => None,
-                n if n % 2 == 1 => Some(v[n / 2]),
-                n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-            }
-        };
+        let median =
+            |f: fn(&CopyTimes) -> f64| super::measure::median(copy_times.iter().map(f).collect());
         OffloadReport {
             offloaded: s.offloaded,
             offloaded_bytes: s.offloaded_bytes,
