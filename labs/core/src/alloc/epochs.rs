@@ -36,12 +36,7 @@ impl State {
     /// The streams that own memory that fell idle in the current epoch, if the
     /// allocator holds them all.
     pub(super) fn idle_owners(&self) -> Option<Vec<Stream>> {
-        let mut owners: Vec<u32> = (self.pages.idle_dirty.iter())
-            .map(|&(s, _)| self.segments[s as usize].key.stream)
-            .collect();
-        owners.sort_unstable();
-        owners.dedup();
-        (owners.iter())
+        (self.pages.dirty_owners.iter())
             .map(|&i| self.stream_objects.get(i as usize).cloned().flatten())
             .collect::<Option<Vec<Stream>>>()
             .filter(|streams| !streams.is_empty())
@@ -75,6 +70,7 @@ impl State {
         self.pages.frees = 0;
         let mut dirty = std::mem::take(&mut self.pages.idle_dirty);
         self.pages.idle.append(&mut dirty);
+        self.pages.dirty_owners.clear();
         Ok(())
     }
 

@@ -86,6 +86,10 @@ pub(super) struct PageMap {
     pub(super) idle: BTreeSet<(u32, u32)>,
     /// Idle mappings that fell idle in the current epoch.
     pub(super) idle_dirty: BTreeSet<(u32, u32)>,
+    /// The streams (indices) of the segments of `idle_dirty`'s mappings, each once:
+    /// kept as they join, so that closing an epoch does not walk the set (a replay,
+    /// whose streams the allocator does not hold, asks at every free).
+    pub(super) dirty_owners: Vec<u32>,
     /// The events of closed epochs not yet waited for, oldest first.
     pub(super) markers: VecDeque<Marker>,
     /// Frees since the last epoch closed.
@@ -188,6 +192,15 @@ impl PageMap {
         unmapped
     }
 
+    /// Lists mapping `(s, h)`, of a segment of stream `stream`, as idle in the current
+    /// epoch.
+    pub(super) fn mark_dirty(&mut self, s: u32, h: u32, stream: u32) {
+        self.idle_dirty.insert((s, h));
+        if !self.dirty_owners.contains(&stream) {
+            self.dirty_owners.push(stream);
+        }
+    }
+
     /// Drops a user of the pages of `span` in segment `s`; mappings left with none are
     /// queued as idle (dirty: work queued before now may still use them).
     pub fn drop_users(&mut self, s: u32, seg: &mut Segment, span: Range<usize>) {
@@ -208,7 +221,7 @@ impl PageMap {
                 head.idle_epoch = self.epoch;
                 if !head.queued {
                     head.queued = true;
-                    self.idle_dirty.insert((s, h));
+                    self.mark_dirty(s, h, seg.key.stream);
                 }
             }
         }
@@ -399,7 +412,8 @@ impl State {
                 };
                 if page.idle_epoch == epoch {
                     // Idle again in the current epoch.
-                    self.pages.idle_dirty.insert((s, h));
+                    let stream = self.segments[s as usize].key.stream;
+                    self.pages.mark_dirty(s, h, stream);
                     continue;
                 }
                 page.queued = false;
@@ -489,3 +503,4 @@ impl State {
         Ok(Some(memory))
     }
 }
+
