@@ -22,7 +22,9 @@ Runs on a CUDA GPU (written for PyTorch 2.11). Two models:
 The techniques are PyTorch's own: torch.utils.checkpoint.checkpoint(use_reentrant=False)
 around every layer (`--checkpoint layers`), the same with a selective-checkpoint policy
 that saves matrix products and attention and recomputes the rest (`selective`),
-torch.autograd.graph.save_on_cpu(pin_memory=True) (`--offload`),
+torch.autograd.graph.save_on_cpu(pin_memory=True) (`--offload`; with `--offload-share S`
+below 1, save_on_cpu's copies through saved_tensors_hooks that send a tensor only while
+the bytes sent stay within S of those that could go, as lab-10's hooks decide),
 torch.nn.attention.sdpa_kernel(SDPBackend.MATH) (`--attention naive`; `fused` leaves
 PyTorch's own choice), torch.autocast with torch.amp.GradScaler for float16 (`--amp`),
 gradient accumulation (`--accum K`).
@@ -86,6 +88,16 @@ def positive_int(text):
     return value
 
 
+def share(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (a share such as 0.25)")
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a share: above 0 and at most 1")
+    return value
+
+
 def non_negative_int(text):
     value = int(text)
     if value < 0:
@@ -114,6 +126,8 @@ def parser():
     p.add_argument("--checkpoint", choices=["none", "layers", "selective"], default="none")
     p.add_argument("--offload", action="store_true",
                    help="saved activations to pinned host memory (save_on_cpu)")
+    p.add_argument("--offload-share", type=share, default=1.0,
+                   help="with --offload, the share of the saved bytes sent (0 < S <= 1)")
     p.add_argument("--attention", choices=["naive", "fused"], default="fused")
     p.add_argument("--amp", choices=["none", "bf16", "f16"], default="none")
     p.add_argument("--optimizer", choices=["adam", "adamw", "sgd"], default="adam")
@@ -174,7 +188,10 @@ def parse_config(argv, world_size=1):
         p.error(f"--dropout {cfg['dropout']} must be in [0, 1)")
     if not (a.lr > 0 and math.isfinite(a.lr)):
         p.error(f"--lr {a.lr} must be a positive number")
+    if a.offload_share < 1.0 and not a.offload:
+        p.error("--offload-share needs --offload")
     cfg.update(steps=a.steps, accum=a.accum, checkpoint=a.checkpoint, offload=a.offload,
+               offload_share=a.offload_share,
                attention=a.attention, amp=a.amp, optimizer=a.optimizer, lr=a.lr,
                seed=a.seed, warmup=a.warmup, device=a.device, json=a.json,
                snapshot=a.snapshot)
@@ -475,6 +492,37 @@ def optimizer_state_bytes(optimizer):
                   if torch.is_tensor(v) and v.is_cuda)
 
 
+class ShareOffload(torch.autograd.graph.saved_tensors_hooks):
+    """save_on_cpu(pin_memory=True) for a share of the saved bytes: a tensor of at least
+    1 MiB whose memory is not a parameter's goes to pinned host memory only while the
+    bytes sent stay within `share` of those that could have gone; the rest stay on the
+    device. The copies are save_on_cpu's: copy_ into pinned memory on the current
+    stream, back with to(non_blocking=True)."""
+
+    def __init__(self, share, model):
+        self.share, self.sent, self.kept = share, 0, 0
+        self.parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        super().__init__(self.pack, self.unpack)
+
+    def pack(self, tensor):
+        nbytes = tensor.numel() * tensor.element_size()
+        if (not tensor.is_cuda or nbytes < MIB
+                or tensor.untyped_storage().data_ptr() in self.parameters):
+            return (None, tensor)
+        if self.sent + nbytes > self.share * (self.sent + self.kept + nbytes):
+            self.kept += nbytes
+            return (None, tensor)
+        self.sent += nbytes
+        packed = torch.empty(tensor.size(), dtype=tensor.dtype, layout=tensor.layout,
+                             pin_memory=True)
+        packed.copy_(tensor)
+        return (tensor.device, packed)
+
+    def unpack(self, packed):
+        device, tensor = packed
+        return tensor if device is None else tensor.to(device, non_blocking=True)
+
+
 class Run:
     """One training run's state and what it measured so far."""
 
@@ -497,6 +545,8 @@ class Run:
         self.times, self.losses, self.skipped = [], [], 0
         self.gradient_bytes = 0
         self.backends, self.calls = [], None
+        if cfg["offload"] and cfg["offload_share"] < 1.0:
+            self.share_offload = ShareOffload(cfg["offload_share"], self.model)
 
     @contextlib.contextmanager
     def forward_context(self):
@@ -505,7 +555,9 @@ class Run:
             if self.cfg["amp"] != "none":
                 dtype = torch.bfloat16 if self.cfg["amp"] == "bf16" else torch.float16
                 stack.enter_context(torch.autocast("cuda", dtype=dtype))
-            if self.cfg["offload"]:
+            if self.cfg["offload"] and self.cfg["offload_share"] < 1.0:
+                stack.enter_context(self.share_offload)
+            elif self.cfg["offload"]:
                 stack.enter_context(torch.autograd.graph.save_on_cpu(pin_memory=True))
             yield
 
@@ -605,7 +657,8 @@ class Run:
             "num_ooms": torch.cuda.memory_stats(self.device).get("num_ooms", 0),
             "sdpa_backends": self.backends,
             "sdpa_calls": self.calls,
-            "offload": {"pin_memory": True} if cfg["offload"] else None,
+            "offload": ({"pin_memory": True, "share": cfg["offload_share"]}
+                        if cfg["offload"] else None),
             "notes": notes,
         }
 

@@ -546,6 +546,58 @@ fn offload_prefetches_the_next_node_while_one_is_unpacked() {
     }
 }
 
+/// A share of the saved bytes goes to the host, spread through forward: the bytes sent
+/// stay within the share of those that could have gone, and never lag it by more than
+/// one tensor; backward still finds every sent tensor on its way back, however many
+/// kept nodes lie between two that sent one.
+#[test]
+fn offload_of_a_share_sends_that_share_spread_through_forward() {
+    let _s = serial();
+    let device = test_device();
+    let block = Block::new(128, 0.0, &device);
+    let x = Tensor::randn(&[128, 128], 6, &device).unwrap();
+    let layers = 8;
+    let plain = step(&block, &x, layers, &|b, x| b.forward(x).unwrap());
+    let all = {
+        let (guard, hooks) = save_on_cpu(OffloadOptions {
+            min_bytes: 0,
+            ..OffloadOptions::default()
+        });
+        step(&block, &x, layers, &|b, x| b.forward(x).unwrap());
+        drop(guard);
+        hooks.stats()
+    };
+    assert_eq!(all.kept_for_share, 0, "{all:?}");
+    for share in [0.5, 0.25] {
+        let options = OffloadOptions {
+            min_bytes: 0,
+            share,
+            ..OffloadOptions::default()
+        };
+        let (guard, hooks) = save_on_cpu(options);
+        let got = step(&block, &x, layers, &|b, x| b.forward(x).unwrap());
+        drop(guard);
+        assert_same(&plain, &got, "offload of a share");
+        let s = hooks.stats();
+        // The same tensors could go as with everything sent; a share of their bytes did.
+        assert_eq!(s.offloaded + s.kept_for_share, all.offloaded, "{s:?}");
+        assert_eq!(
+            s.offloaded_bytes + s.kept_for_share_bytes,
+            all.offloaded_bytes
+        );
+        let could = all.offloaded_bytes as f64;
+        let largest = (128 * 4 * 128 * 4) as f64; // the hidden activation
+        assert!(s.offloaded_bytes as f64 <= share * could, "{share}: {s:?}");
+        assert!(
+            s.offloaded_bytes as f64 >= share * could - largest,
+            "{share}: {s:?}"
+        );
+        // Every sent tensor was on its way back before backward reached its node.
+        assert_eq!(s.prefetched, s.offloaded, "{share}: {s:?}");
+        assert_eq!(s.fetched_on_demand, 0, "{share}: {s:?}");
+    }
+}
+
 #[test]
 fn offload_without_pinned_memory_is_a_plain_copy() {
     let _s = serial();

@@ -176,6 +176,10 @@ fn bad_input_is_refused_with_a_clear_message() {
         (&["--gemm-workspace", "lots"], "--gemm-workspace"),
         (&["--nproc", "0"], "--nproc must be at least 1"),
         (&["--zero1", "--amp", "f16"], "--zero1 with --amp f16"),
+        (&["--offload", "--offload-share", "0"], "not a share"),
+        (&["--offload", "--offload-share", "1.5"], "not a share"),
+        (&["--offload", "--offload-share", "half"], "not a number"),
+        (&["--offload-share", "0.5"], "--offload"),
     ];
     for (args, message) in cases {
         let e = refused(train(args));

@@ -127,7 +127,7 @@ fn the_sections_come_in_order_with_pictures_and_no_pytorch_columns() {
             assert_eq!(r.matches("+0.0%").count(), 2, "{r}");
             n += 1;
         }
-        assert_eq!(n, 15, "{predicted}");
+        assert_eq!(n, 17, "{predicted}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -189,9 +189,9 @@ fn check_is_met_against_figures_equal_to_ours_and_slower() {
         v["json"]["step_ms"] = (100.0 * ms).into();
         lines.push_str(&format!("{v}\n"));
     }
-    // 15 configurations and the tutorial's 2 shapes, each run and predicted.
-    assert_eq!(sides["ours"], 17, "{sides:?}");
-    assert_eq!(sides["ours-dry"], 17, "{sides:?}");
+    // 17 configurations and the tutorial's 2 shapes, each run and predicted.
+    assert_eq!(sides["ours"], 19, "{sides:?}");
+    assert_eq!(sides["ours-dry"], 19, "{sides:?}");
     let theirs = dir.join("theirs.jsonl");
     std::fs::write(&theirs, lines).unwrap();
     let out = experiments("sim", &["--pytorch", theirs.to_str().unwrap(), "--check"]);
@@ -231,7 +231,7 @@ fn configs_lists_what_train_compare_runs() {
         .lines()
         .map(|l| l.split('\t').next().unwrap())
         .collect();
-    assert_eq!(names.len(), 15, "{text}");
+    assert_eq!(names.len(), 17, "{text}");
     assert!(
         text.contains("tutorial-none\t--model transformer --d-model 256 --batch 64 --seq 100\n"),
         "{text}"

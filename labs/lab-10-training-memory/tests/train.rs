@@ -188,6 +188,39 @@ fn offload_keeps_the_gradients_and_lowers_the_peak() {
     assert!(o.offloaded > 0 && o.offloaded_bytes > 0, "{o:?}");
     assert_eq!(o.offloaded, o.prefetched + o.fetched_on_demand, "{o:?}");
     assert!(base.offload.is_none());
+    // Half the bytes: the same gradients, a peak between the two, every tensor sent
+    // on its way back before backward needed it.
+    let half = TrainConfig {
+        offload_share: 0.5,
+        ..c.clone()
+    };
+    assert_bits_equal(
+        &one_backward(&half, &device),
+        &one_backward(&plain, &device),
+        "offload of half",
+    );
+    let h = report(&half, &device);
+    assert!(
+        r.peak_allocated < h.peak_allocated && h.peak_allocated < base.peak_allocated,
+        "offload of half: peak {} not between {} and {}",
+        h.peak_allocated,
+        r.peak_allocated,
+        base.peak_allocated
+    );
+    let ho = h.offload.expect("offload statistics");
+    assert_eq!(
+        ho.offloaded_bytes + ho.kept_for_share_bytes,
+        o.offloaded_bytes
+    );
+    assert!(
+        2 * ho.offloaded_bytes <= o.offloaded_bytes,
+        "{ho:?} of {o:?}"
+    );
+    assert_eq!(
+        (ho.prefetched, ho.fetched_on_demand),
+        (ho.offloaded, 0),
+        "{ho:?}"
+    );
 }
 
 #[test]
@@ -291,6 +324,13 @@ fn the_dry_run_predicts_the_simulated_peaks_exactly() {
             offload_min_bytes: 0,
             steps: 2,
             ..small()
+        },
+        TrainConfig {
+            offload: true,
+            offload_share: 0.3,
+            offload_min_bytes: 0,
+            steps: 2,
+            ..small_gpt2()
         },
     ] {
         let sim = run(&c, &Device::new_sim(capacity)).unwrap();

@@ -503,4 +503,3 @@ impl State {
         Ok(Some(memory))
     }
 }
-

@@ -92,6 +92,7 @@ impl Tensor {
         };
         let order = topological_order(&root);
         let next_packed = next_packed_positions(&order);
+        let mut ahead = Lookahead::default();
         // Hooked leaves, and how many gradients each still waits for in this pass.
         let mut waiting = grad_hooks::expected_contributions(&order);
         // Hooked leaves that got some of their gradients: a node that no gradient
@@ -106,11 +107,7 @@ impl Tensor {
                 continue; // no gradient reached it (an input that needs none)
             };
             let saved = saved_tensors(node, retain_graph)?;
-            // The node after this one that holds packed tensors may start bringing them
-            // back while this one computes (an offload hook's prefetch).
-            if let Some(next) = next_packed.get(position + 1).copied().flatten() {
-                prefetch(&order[next])?;
-            }
+            ahead.advance(&order, &next_packed, position)?;
             let grads = match node.op {
                 // A part's gradient goes into its place in its input's gradient.
                 GradOp::Narrow { dim, start, full } => vec![Contribution::Part {
@@ -198,16 +195,60 @@ fn saved_tensors(node: &Node, retain_graph: bool) -> Result<Vec<Tensor>> {
     Ok(out)
 }
 
-/// Asks `node`'s hooks to start bringing its packed tensors back.
-fn prefetch(node: &Node) -> Result<()> {
+/// Which node's packed tensors are on their way back ahead of backward. While this one
+/// computes, the next node whose hooks moved tensors away (an offload's) brings them
+/// back: the first node after it that holds packed tensors is asked, then the next,
+/// until one says a copy is under way, however many nodes whose tensors stayed (an
+/// offload of a share of the saved bytes keeps most) lie between. One such node is
+/// ahead at a time, so what comes back early is one node's tensors.
+#[derive(Default)]
+struct Lookahead {
+    /// The position of the node whose tensors are coming back.
+    coming: Option<usize>,
+    /// The last position asked.
+    asked: Option<usize>,
+}
+
+impl Lookahead {
+    /// Backward is at `position`: once it has reached the node coming back (or none
+    /// is), asks the nodes after the last asked.
+    fn advance(
+        &mut self,
+        order: &[Arc<Node>],
+        next_packed: &[Option<usize>],
+        position: usize,
+    ) -> Result<()> {
+        if self.coming.is_some_and(|c| c > position) {
+            return Ok(());
+        }
+        self.coming = None;
+        let mut from = self
+            .asked
+            .map_or(position + 1, |a| (a + 1).max(position + 1));
+        while let Some(next) = next_packed.get(from).copied().flatten() {
+            self.asked = Some(next);
+            if prefetch(&order[next])? {
+                self.coming = Some(next);
+                break;
+            }
+            from = next + 1;
+        }
+        Ok(())
+    }
+}
+
+/// Asks `node`'s hooks to start bringing its packed tensors back; whether any are on
+/// their way.
+fn prefetch(node: &Node) -> Result<bool> {
+    let mut coming = false;
     if let Some(packed) = &node.packed {
         if let Some(packs) = packed.packs.lock().unwrap().as_ref() {
             for p in packs.items.iter().flatten() {
-                packs.hooks.prefetch(p)?;
+                coming |= packs.hooks.prefetch(p)?;
             }
         }
     }
-    Ok(())
+    Ok(coming)
 }
 
 /// For each position in `order`, the first position at or after it whose node holds

@@ -57,6 +57,15 @@ pub struct OffloadOptions {
     /// for anyway (PyTorch's `save_on_cpu` copies on the compute stream, which waits
     /// for every copy).
     pub max_in_flight_bytes: usize,
+    /// The share of the saved bytes that may go to the host (1: all of them, as
+    /// `save_on_cpu`). Below 1, a tensor goes only while the bytes sent stay within
+    /// this share of those that could have gone, so the copies spread evenly through
+    /// forward: each one overlaps the compute that produces the tensors kept after
+    /// it. Where the copy engine is slower than compute makes activations (the H100's
+    /// host link against a small model's kernels), offloading everything makes the
+    /// step wait for the copies; a share the link can carry in the compute's time
+    /// saves less memory, hidden.
+    pub share: f64,
     /// Time every copy on the copy stream (two events each), for
     /// [`OffloadHooks::take_copy_times`]: how long the copies kept the copy engine
     /// busy, to set against how much of that the step's compute hid.
@@ -70,6 +79,7 @@ impl Default for OffloadOptions {
             min_bytes: 1 << 20,
             prefetch: true,
             max_in_flight_bytes: 0,
+            share: 1.0,
             time_copies: false,
         }
     }
@@ -115,6 +125,23 @@ pub struct OffloadStats {
     /// Copies to the host that the compute stream was made to wait for, to keep the
     /// bytes in flight under the bound: waits on the device, never on the host.
     pub compute_waits: usize,
+    /// Tensors that could have gone to the host but stayed to hold the share
+    /// ([`OffloadOptions::share`]), and their bytes.
+    pub kept_for_share: usize,
+    pub kept_for_share_bytes: u64,
+}
+
+impl OffloadStats {
+    /// Whether a tensor of `bytes` that could go keeps the bytes sent within `share`
+    /// of those that could have gone.
+    fn within_share(&self, bytes: u64, share: f64) -> bool {
+        if share >= 1.0 {
+            return true;
+        }
+        let sent = (self.offloaded_bytes + bytes) as f64;
+        let could = (self.offloaded_bytes + self.kept_for_share_bytes + bytes) as f64;
+        sent <= share * could
+    }
 }
 
 /// A saved tensor in host memory, and its copy back once started.
@@ -317,6 +344,16 @@ impl SavedTensorsHooks for OffloadHooks {
             t.mark_saved(saved_by);
             return Ok(Box::new(Slot::OnDevice(t.detach())));
         }
+        {
+            let mut stats = self.stats.lock().unwrap();
+            if !stats.within_share(t.nbytes() as u64, self.options.share) {
+                stats.kept_for_share += 1;
+                stats.kept_for_share_bytes += t.nbytes() as u64;
+                drop(stats);
+                t.mark_saved(saved_by);
+                return Ok(Box::new(Slot::OnDevice(t.detach())));
+            }
+        }
         let dense = t.detach().contiguous()?;
         let (host, copied_out) = if self.options.pin_memory {
             let compute = device.default_stream()?;
@@ -388,12 +425,13 @@ impl SavedTensorsHooks for OffloadHooks {
         }
     }
 
-    fn prefetch(&self, packed: &Packed) -> Result<()> {
+    fn prefetch(&self, packed: &Packed) -> Result<bool> {
         if let (true, Slot::Offloaded(o)) = (self.options.prefetch, downcast(packed)?) {
             self.release_in_flight()?;
             self.start_copy_back(o)?;
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
 }
 

@@ -53,9 +53,11 @@ pub trait SavedTensorsHooks: Send + Sync {
     fn unpack(&self, packed: &Packed) -> Result<Tensor>;
 
     /// Backward will soon reach the node holding `packed`: a hook that moved the tensor
-    /// away may start bringing it back now. The default does nothing.
-    fn prefetch(&self, _packed: &Packed) -> Result<()> {
-        Ok(())
+    /// away may start bringing it back now. Returns whether the tensor is on its way
+    /// back (a copy started now or before); backward looks no further ahead until it
+    /// reaches a node that one was for. The default does nothing and says no.
+    fn prefetch(&self, _packed: &Packed) -> Result<bool> {
+        Ok(false)
     }
 
     /// The device tensor `packed` keeps alive, if it keeps one (a small tensor an

@@ -69,6 +69,8 @@ const TUTORIAL_TECHNIQUES: &[Technique] = &[
         "--checkpoint selective",
     ),
     technique("offload", "offload", "--offload"),
+    // A share the host link carries while forward computes (section 6).
+    technique("offload-20", "offload 20%", "--offload --offload-share 0.2"),
     technique("naive-attention", "naive attention", "--attention naive"),
     technique("bf16", "bf16 autocast", "--amp bf16"),
     technique("f16", "f16 autocast + GradScaler", "--amp f16"),
@@ -94,6 +96,11 @@ const GPT2_TECHNIQUES: &[Technique] = &[
         "--checkpoint selective",
     ),
     technique("offload", "offload", "--offload"),
+    technique(
+        "offload-25",
+        "offload 25%",
+        "--offload --offload-share 0.25",
+    ),
     technique("naive-attention", "naive attention", "--attention naive"),
 ];
 

@@ -343,12 +343,13 @@ pub fn predicted(device: &str, capacity: u64, rows: &[Measurement]) -> Table {
     t
 }
 
-/// Section 6: how much of offload's copying the step's compute hid, per model. The
-/// copies' busy time comes from events on the copy stream; what they cost the step
-/// is the offloaded step's time less the step without offload; the rest was hidden
-/// behind compute. At most the step's compute can hide them: a step whose copies
-/// outlast its compute is bound by the copies, and the last column says how much of
-/// what could be hidden was. `None` without an offloaded run that timed its copies.
+/// Section 6: how much of offload's copying the step's compute hid, per offloaded run
+/// (everything, and a share). The copies' busy time comes from events on the copy
+/// stream; what they cost the step is the offloaded step's time less the step without
+/// offload; the rest was hidden behind compute. At most the step's compute can hide
+/// them: a step whose copies outlast its compute is bound by the copies, and the
+/// column after says how much of what could be hidden was. `None` without an
+/// offloaded run that timed its copies.
 pub fn offload_overlap(device: &str, families: &[&[Measurement]]) -> Option<Table> {
     let mut t = Table::new(
         format!(
@@ -356,7 +357,8 @@ pub fn offload_overlap(device: &str, families: &[&[Measurement]]) -> Option<Tabl
              step, what offload added to the step, and what compute hid"
         ),
         &[
-            "model",
+            "run",
+            "saved MiB",
             "copies out + back ms",
             "step ms none",
             "step ms offload",
@@ -368,49 +370,55 @@ pub fn offload_overlap(device: &str, families: &[&[Measurement]]) -> Option<Tabl
     );
     let mut any = false;
     for rows in families {
-        let find = |suffix: &str| rows.iter().find(|m| m.configuration.name.ends_with(suffix));
-        let (Some(none), Some(offload)) = (find("-none"), find("-offload")) else {
+        let Some(none) = rows
+            .iter()
+            .find(|m| m.configuration.name.ends_with("-none"))
+        else {
             continue;
         };
-        let (Some(plain), Some(off)) = (none.ours_done(), offload.ours_done()) else {
-            continue;
-        };
-        let (Some(compute), Some(step), Some(o)) = (plain.step_ms, off.step_ms, off.offload) else {
-            continue;
-        };
-        let (Some(out), Some(back), Some(copy)) = (o.copy_out_ms, o.copy_back_ms, o.copy_ms) else {
-            continue;
-        };
-        if copy <= 0.0 {
-            continue;
+        let offloaded = rows
+            .iter()
+            .filter(|m| m.configuration.name.contains("-offload"));
+        for offload in offloaded {
+            if let Some(row) = overlap_row(none, offload) {
+                t.row(row);
+                any = true;
+            }
         }
-        let added = step - compute;
-        let hidden = (copy - added).clamp(0.0, copy);
-        let pytorch_added = match (
-            none.pytorch.as_ref().and_then(|p| p.figures()),
-            offload.pytorch.as_ref().and_then(|p| p.figures()),
-        ) {
-            (Some(a), Some(b)) => match (a.step_ms, b.step_ms) {
-                (Some(a), Some(b)) => format!("{:.2}", b - a),
-                _ => "-".to_string(),
-            },
-            _ => "-".to_string(),
-        };
-        any = true;
-        t.row([
-            offload
-                .configuration
-                .name
-                .trim_end_matches("-offload")
-                .to_string(),
-            format!("{out:.2} + {back:.2} = {copy:.2}"),
-            format!("{compute:.2}"),
-            format!("{step:.2}"),
-            format!("{added:.2}"),
-            format!("{:.0}%", 100.0 * hidden / copy),
-            format!("{:.0}%", 100.0 * hidden / copy.min(compute)),
-            pytorch_added,
-        ]);
     }
     any.then_some(t)
+}
+
+/// One row of section 6: `offload` against the run without offload, `none`.
+fn overlap_row(none: &Measurement, offload: &Measurement) -> Option<[String; 9]> {
+    let (plain, off) = (none.ours_done()?, offload.ours_done()?);
+    let (compute, step, o) = (plain.step_ms?, off.step_ms?, off.offload?);
+    let (out, back, copy) = (o.copy_out_ms?, o.copy_back_ms?, o.copy_ms?);
+    if copy <= 0.0 {
+        return None;
+    }
+    let added = step - compute;
+    let hidden = (copy - added).clamp(0.0, copy);
+    let pytorch_added = match (
+        none.pytorch.as_ref().and_then(|p| p.figures()),
+        offload.pytorch.as_ref().and_then(|p| p.figures()),
+    ) {
+        (Some(a), Some(b)) => match (a.step_ms, b.step_ms) {
+            (Some(a), Some(b)) => format!("{:.2}", b - a),
+            _ => "-".to_string(),
+        },
+        _ => "-".to_string(),
+    };
+    let family = offload.configuration.family.name();
+    Some([
+        format!("{family} {}", offload.configuration.label),
+        mib(plain.peak_allocated.saturating_sub(off.peak_allocated)),
+        format!("{out:.2} + {back:.2} = {copy:.2}"),
+        format!("{compute:.2}"),
+        format!("{step:.2}"),
+        format!("{added:.2}"),
+        format!("{:.0}%", 100.0 * hidden / copy),
+        format!("{:.0}%", 100.0 * hidden / copy.min(compute)),
+        pytorch_added,
+    ])
 }

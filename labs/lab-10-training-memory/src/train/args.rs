@@ -52,6 +52,11 @@ pub struct TrainArgs {
     /// Offload saved activations to pinned host memory during forward.
     #[arg(long)]
     pub offload: bool,
+    /// With --offload, the share of the saved bytes sent to the host (0 < share <= 1),
+    /// spread evenly through forward; the rest stays on the device. A share that the
+    /// host link carries in the compute's time keeps the copies hidden.
+    #[arg(long, requires = "offload", value_parser = parse_share, default_value_t = 1.0)]
+    pub offload_share: f64,
     /// The attention kernel: naive (math) or fused.
     #[arg(long, value_enum, default_value = "fused")]
     pub attention: AttentionMode,
@@ -128,6 +133,7 @@ impl TrainArgs {
             accum: self.accum,
             checkpoint: self.checkpoint,
             offload: self.offload,
+            offload_share: self.offload_share,
             offload_min_bytes: d.offload_min_bytes,
             attention: self.attention,
             amp: self.amp,
@@ -156,4 +162,17 @@ pub fn parse_flags(flags: &str) -> Result<TrainConfig> {
     let config = parsed.args.config();
     config.validate()?;
     Ok(config)
+}
+
+/// A share in (0, 1], for `--offload-share`.
+fn parse_share(s: &str) -> std::result::Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number (a share such as 0.25)"))?;
+    if !(v > 0.0 && v <= 1.0) {
+        return Err(format!(
+            "{s} is not a share: give a number above 0 and at most 1"
+        ));
+    }
+    Ok(v)
 }

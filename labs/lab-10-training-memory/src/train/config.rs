@@ -76,6 +76,8 @@ pub struct TrainConfig {
     pub accum: usize,
     pub checkpoint: CheckpointMode,
     pub offload: bool,
+    /// The share of the saved bytes offloaded (`OffloadOptions::share`; 1: all).
+    pub offload_share: f64,
     /// Saved tensors smaller than this stay on the device when offloading
     /// (`OffloadOptions::min_bytes`); not a flag.
     pub offload_min_bytes: usize,
@@ -110,6 +112,7 @@ impl TrainConfig {
             accum: 1,
             checkpoint: CheckpointMode::None,
             offload: false,
+            offload_share: 1.0,
             offload_min_bytes: labs_core::autograd::OffloadOptions::default().min_bytes,
             timeline: false,
             attention: AttentionMode::Fused,

@@ -19,6 +19,10 @@ pub struct OffloadReport {
     pub offloaded_bytes: u64,
     /// Saved tensors left on the device (parameters, tensors under the threshold).
     pub kept_on_device: usize,
+    /// Tensors that could have gone but stayed to hold `--offload-share`, and their
+    /// bytes.
+    pub kept_for_share: usize,
+    pub kept_for_share_bytes: u64,
     /// Tensors whose copy back a prefetch had started before backward needed them.
     pub prefetched: usize,
     /// Tensors copied back only when backward needed them.
@@ -41,6 +45,8 @@ impl OffloadReport {
             offloaded: s.offloaded,
             offloaded_bytes: s.offloaded_bytes,
             kept_on_device: s.kept_on_device,
+            kept_for_share: s.kept_for_share,
+            kept_for_share_bytes: s.kept_for_share_bytes,
             prefetched: s.prefetched,
             fetched_on_demand: s.fetched_on_demand,
             copy_out_ms: median(|t| t.out_ms),
@@ -162,7 +168,13 @@ impl TrainReport {
                 c.checkpoint != CheckpointMode::None,
                 format!("checkpoint {:?}", c.checkpoint).to_lowercase(),
             ),
-            (c.offload, "offload".to_string()),
+            (
+                c.offload,
+                match c.offload_share < 1.0 {
+                    true => format!("offload {:.0}%", 100.0 * c.offload_share),
+                    false => "offload".to_string(),
+                },
+            ),
             (c.amp != AmpMode::None, format!("amp {}", amp_name(c.amp))),
             (true, format!("{:?} attention", c.attention).to_lowercase()),
         ] {
@@ -212,7 +224,10 @@ impl TrainReport {
             format!(
                 "checkpoint {:?}, offload {}, attention {:?}, amp {}, {:?} lr {}",
                 c.checkpoint,
-                c.offload,
+                match (c.offload, c.offload_share < 1.0) {
+                    (true, true) => format!("{:.0}%", 100.0 * c.offload_share),
+                    (on, _) => on.to_string(),
+                },
                 c.attention,
                 amp_name(c.amp),
                 c.optimizer,
@@ -256,6 +271,16 @@ impl TrainReport {
                     o.fetched_on_demand
                 ),
             ]);
+            if o.kept_for_share > 0 {
+                t.row([
+                    "kept for the share".to_string(),
+                    format!(
+                        "{} in {} tensors",
+                        bytes(o.kept_for_share_bytes),
+                        o.kept_for_share
+                    ),
+                ]);
+            }
             if let (Some(out), Some(back), true) = (o.copy_out_ms, o.copy_back_ms, o.offloaded > 0)
             {
                 t.row([

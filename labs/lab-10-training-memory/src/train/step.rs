@@ -120,6 +120,7 @@ impl Trainer {
         let offload = config.offload.then(|| {
             Arc::new(OffloadHooks::new(OffloadOptions {
                 min_bytes: config.offload_min_bytes,
+                share: config.offload_share,
                 // Each copy timed, to tell how much of it the step's compute hides.
                 time_copies: !device.is_dry(),
                 ..OffloadOptions::default()
