@@ -131,6 +131,7 @@ pub struct OffloadStats {
     pub kept_for_share_bytes: u64,
 }
 
+// ANCHOR: share
 impl OffloadStats {
     /// Whether a tensor of `bytes` that could go keeps the bytes sent within `share`
     /// of those that could have gone.
@@ -143,6 +144,7 @@ impl OffloadStats {
         sent <= share * could
     }
 }
+// ANCHOR_END: share
 
 /// A saved tensor in host memory, and its copy back once started.
 struct Offloaded {
