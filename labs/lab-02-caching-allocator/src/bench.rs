@@ -92,6 +92,10 @@ struct Row {
     pool: Option<f64>,
 }
 
+/// The reservation [`crate::vm_costs::access_among`] maps in: as large as the
+/// allocator's expandable segments.
+const ACCESS_AMONG_VA: usize = labs_core::alloc::EXPANDABLE_VA as usize;
+
 pub fn run(device: &Device, json: bool) -> Result<()> {
     let page = device.backend().vm_granularity()?;
     let rounds = if device.is_cuda() { 21 } else { 201 };
@@ -105,6 +109,19 @@ pub fn run(device: &Device, json: bool) -> Result<()> {
     let access_32_pages: Vec<(usize, f64)> = [(32, 1), (4, 8), (1, 32)]
         .into_iter()
         .map(|(n, each)| Ok((n, crate::vm_costs::access_over(device, n, each, rounds)?)))
+        .collect::<Result<_>>()?;
+    // One access call for a new 16 MiB mapping (the allocator's run) in a reservation
+    // as large as the allocator's segments, beside more and more live mappings.
+    let live_counts: &[usize] = if device.is_cuda() {
+        &[0, 64, 512]
+    } else {
+        &[0, 4, 16]
+    };
+    let access_among: Vec<(usize, f64)> = (live_counts.iter())
+        .map(|&live| {
+            let ns = crate::vm_costs::access_among(device, live, 8, ACCESS_AMONG_VA, rounds)?;
+            Ok((live, ns))
+        })
         .collect::<Result<_>>()?;
     let mut rows = Vec::new();
     for (size, label) in SIZES {
@@ -141,6 +158,8 @@ pub fn run(device: &Device, json: bool) -> Result<()> {
                 "synchronize_idle": c.synchronize,
             }))).collect()),
             "access_32_pages_ns_by_mappings": serde_json::Value::Object(access_32_pages.iter()
+                .map(|(n, ns)| (n.to_string(), (*ns).into())).collect()),
+            "access_16_mib_ns_by_live_mappings": serde_json::Value::Object(access_among.iter()
                 .map(|(n, ns)| (n.to_string(), (*ns).into())).collect()),
         });
         println!("{object}");
@@ -182,6 +201,14 @@ pub fn run(device: &Device, json: bool) -> Result<()> {
     println!("one access call over 32 pages on {device}, by how many mappings they are (median)");
     for (n, ns) in &access_32_pages {
         println!("{n:>3} mapping(s) of {:>2} pages   {ns:>9.0} ns", 32 / n);
+    }
+    println!();
+    println!(
+        "one access call for a new 16 MiB mapping on {device}, by how many live mappings \
+         share its reservation (median)"
+    );
+    for (n, ns) in &access_among {
+        println!("{n:>4} live mappings   {ns:>9.0} ns");
     }
     Ok(())
 }

@@ -100,3 +100,44 @@ pub fn access_over(
     be.vm_release(base, mappings * each)?;
     Ok(median(t))
 }
+
+/// Median nanoseconds of one `cuMemSetAccess` over one new mapping of `pages_each` pages,
+/// made in a reservation of `reserve` bytes that already holds `live` mappings of that
+/// size with access granted: does granting access cost more as a segment fills (the
+/// allocator's replays pay about twice what [`access_over`] measures alone)?
+pub fn access_among(
+    device: &Device,
+    live: usize,
+    pages_each: usize,
+    reserve: usize,
+    rounds: usize,
+) -> Result<f64> {
+    let be = device.backend();
+    let each = pages_each * be.vm_granularity()?;
+    let reserve = reserve.max((live + 1) * each).div_ceil(each) * each;
+    let base = be.vm_reserve(reserve)?;
+    let mut mapped = Vec::with_capacity(live);
+    let result = (|| -> Result<f64> {
+        for i in 0..live {
+            let at = base + (i * each) as u64;
+            be.vm_map_memory(at, be.vm_create(each)?)?;
+            mapped.push(at);
+            be.vm_set_access(at, each)?;
+        }
+        let at = base + (live * each) as u64;
+        let mut t = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            be.vm_map_memory(at, be.vm_create(each)?)?;
+            let start = Instant::now();
+            be.vm_set_access(at, each)?;
+            t.push(start.elapsed().as_nanos() as f64);
+            be.vm_unmap(at, each)?;
+        }
+        Ok(median(t))
+    })();
+    for at in mapped {
+        be.vm_unmap(at, each)?;
+    }
+    be.vm_release(base, reserve)?;
+    result
+}

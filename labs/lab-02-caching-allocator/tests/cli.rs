@@ -51,6 +51,37 @@ fn replay_json_is_one_object_with_the_documented_keys() {
 }
 
 #[test]
+fn bench_json_is_one_object_with_the_documented_keys() {
+    let out = lab().args(["bench", "--json"]).output().unwrap();
+    let v = labs_core::testing::one_json_object(out);
+    let positive = |x: &serde_json::Value| x.as_f64().is_some_and(|x| x > 0.0);
+    assert!(positive(&v["alloc_free_pair_ns"]), "{v}");
+    for key in [
+        "cached_pair_ns",
+        "cached_pair_1000_live_ns",
+        "raw_driver_pair_ns",
+    ] {
+        let per_size = v[key].as_object().unwrap_or_else(|| panic!("{key}: {v}"));
+        assert_eq!(per_size.len(), 3, "{key}: {v}");
+        assert!(per_size.values().all(positive), "{key}: {v}");
+    }
+    let vm = v["vm_call_ns"].as_object().unwrap();
+    assert_eq!(vm.len(), 4, "{v}");
+    for calls in vm.values() {
+        for call in ["create", "map", "access", "unmap", "release"] {
+            assert!(positive(&calls[call]), "{call}: {v}");
+        }
+    }
+    let by_mappings = v["access_32_pages_ns_by_mappings"].as_object().unwrap();
+    assert_eq!(by_mappings.len(), 3, "{v}");
+    // One access among 0, 4 and 16 live mappings on the simulated GPU.
+    let among = v["access_16_mib_ns_by_live_mappings"].as_object().unwrap();
+    let counts: Vec<&str> = among.keys().map(String::as_str).collect();
+    assert_eq!(counts, ["0", "16", "4"], "{v}");
+    assert!(among.values().all(positive), "{v}");
+}
+
+#[test]
 fn replay_of_a_malformed_file_fails_naming_the_line() {
     let path = std::env::temp_dir().join(format!("lab02-bad-{}.csv", std::process::id()));
     std::fs::write(&path, "action,addr,size,stream\nalloc,1,512\n").unwrap();

@@ -34,6 +34,8 @@ pub use leak::{LeakGuard, LeakReport};
 pub use origin::{origin_of, short_name, Origin};
 pub use pool::{BlockState, MAX_STREAMS};
 pub use report::{BlockInfo, SegmentInfo};
-pub use size::{checked_round_size, pool_of, round_size, segment_size, Pool, MAX_REQUEST};
+pub use size::{
+    checked_round_size, pool_of, round_size, segment_size, Pool, EXPANDABLE_VA, MAX_REQUEST,
+};
 pub use stats::{DriverTime, DriverTimes, PoolStat, Stat, Stats};
 pub use timeline::CategorySample;
