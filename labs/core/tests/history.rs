@@ -377,3 +377,24 @@ fn an_allocs_event_carries_the_blocks_category_and_the_op_that_saved_it() {
     a.record_memory_history(0, false);
     a.empty_cache().unwrap();
 }
+
+// Here rather than beside `frames_of`: a test inside the allocator's own folder has its
+// frames taken for the allocator's in a release build, whose inlined frames carry only
+// their file. Never inlined: a binary stripped of its debug info (the GPU bundle's) has
+// no frame for a function inlined into its caller, only symbols.
+#[test]
+#[inline(never)]
+fn frames_start_at_the_caller() {
+    let frames = labs_core::alloc::frames_of(&std::backtrace::Backtrace::force_capture());
+    assert!(
+        frames[0].name.contains("frames_start_at_the_caller"),
+        "{frames:?}"
+    );
+    // File and line come from debug info, which a stripped binary no longer has.
+    let f = &frames[0];
+    assert!(
+        f.filename.is_empty() || (f.filename.ends_with("history.rs") && f.line > 0),
+        "{f:?}"
+    );
+    assert!(!frames.iter().any(|f| f.name.starts_with("std::rt::")));
+}
