@@ -369,6 +369,12 @@ fn demo_runs_the_chapters_experiments() {
     );
     assert_eq!(v["fixed_leak_blocks"], 0);
     let report = v["leak_report"].as_str().unwrap();
-    assert!(report.contains("Trainer::step"), "{report}");
+    // The leaking step is named: by its path where symbols say it (debug builds, and
+    // the GPU bundle's stripped ones), by its file where a release build's line tables
+    // name an inlined frame by its bare name.
+    assert!(
+        report.contains("Trainer::step") || report.contains("lab-03-monitoring/src/training.rs"),
+        "{report}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
