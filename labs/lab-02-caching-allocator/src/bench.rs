@@ -92,7 +92,7 @@ struct Row {
     pool: Option<f64>,
 }
 
-/// The reservation [`crate::vm_costs::access_among`] maps in: as large as the
+/// The least reservation [`crate::vm_costs::access_among`] maps in: the size of the
 /// allocator's expandable segments.
 const ACCESS_AMONG_VA: usize = labs_core::alloc::EXPANDABLE_VA as usize;
 
@@ -110,8 +110,9 @@ pub fn run(device: &Device, json: bool) -> Result<()> {
         .into_iter()
         .map(|(n, each)| Ok((n, crate::vm_costs::access_over(device, n, each, rounds)?)))
         .collect::<Result<_>>()?;
-    // One access call for a new 16 MiB mapping (the allocator's run) in a reservation
-    // as large as the allocator's segments, beside more and more live mappings.
+    // One access call for a new mapping of 8 pages (the allocator's longest run) in a
+    // reservation at least as large as the allocator's segments, beside more and more
+    // live mappings.
     let live_counts: &[usize] = if device.is_cuda() {
         &[0, 64, 512]
     } else {
