@@ -327,6 +327,45 @@ fn selective_checkpointing_keeps_the_saved_ops_outputs() {
     assert_eq!(selective - full, (n * 4 * d * 4) as u64);
 }
 
+/// A copy made inside the region from an input that needs no gradient (as a model's
+/// first layer folds its batch for a product) has no graph: autograd cannot say which
+/// op made it, and the product that saves it did not. The policy recomputes it, as
+/// PyTorch's recomputes the copy op; only the product's own output is kept.
+#[test]
+fn selective_checkpointing_recomputes_a_copy_of_an_input_without_a_graph() {
+    let _s = serial();
+    let device = test_device();
+    let alloc = device.allocator().unwrap();
+    let (n, d) = (64, 32);
+    let (w1, w2, _) = relu_mlp(n, d, &device);
+    // Transposed, so that the region's first op makes a dense copy.
+    let x = Tensor::randn(&[d, n], 24, &device).unwrap();
+    let run = |policy: Option<labs_core::autograd::PolicyFn>| {
+        let (w1c, w2c) = (w1.clone(), w2.clone());
+        w1.clear_grad();
+        w2.clear_grad();
+        let before = alloc.memory_allocated();
+        let y = checkpoint_with(
+            move |xs| {
+                let folded = xs[0].transpose(0, 1)?.contiguous()?;
+                folded.matmul(&w1c)?.relu()?.matmul(&w2c)
+            },
+            std::slice::from_ref(&x),
+            CheckpointOptions { policy },
+        )
+        .unwrap();
+        let kept = alloc.memory_allocated() - before;
+        y.sum_all().unwrap().backward().unwrap();
+        let grads = [&w1, &w2].map(|w| w.grad().unwrap().to_vec::<f32>().unwrap());
+        (kept, grads)
+    };
+    let (full, full_grads) = run(None);
+    let (selective, selective_grads) = run(Some(Arc::new(save_matmul_and_attention)));
+    // The hidden product (n x 4d floats) only, not the n x d copy it was made from.
+    assert_eq!(selective - full, (n * 4 * d * 4) as u64);
+    assert_eq!(selective_grads, full_grads);
+}
+
 /// The selective recomputation hands the kept products their outputs instead of
 /// running them: backward through a selectively checkpointed `relu(x W1) W2` launches
 /// the products of full checkpointing's backward less the two forward ones.

@@ -119,28 +119,38 @@ struct RecomputeHooks {
 }
 
 /// The op whose output `t` is, for a policy: its producer, or the saving op for a
-/// tensor with no graph of its own.
+/// tensor with no graph of its own that the saving op made (a mask, statistics).
 fn producer(t: &Tensor, saved_by: &GradOp) -> GradOp {
     t.grad_fn()
         .map_or_else(|| saved_by.clone(), |n| n.op.clone())
 }
 
-impl SavedTensorsHooks for ForwardHooks {
-    fn pack(&self, t: &Tensor, saved_by: &GradOp) -> Result<Packed> {
+impl ForwardHooks {
+    /// Keeps `t` when it lives anyway (a leaf that requires grad, a parameter: keeping
+    /// it costs nothing) or the policy saves what `producer` made (`None`: an op autograd cannot name, whose output is
+    /// recomputed, as PyTorch's policy recomputes a copy of an input that needs no
+    /// gradient); else it is recomputed.
+    fn pack_made_by(&self, t: &Tensor, saved_by: &GradOp, producer: Option<GradOp>) -> Packed {
         let frame = &self.0;
         let position = frame.saved_count.fetch_add(1, Ordering::SeqCst);
-        // A leaf that requires grad (a parameter) lives anyway: keeping it costs nothing.
         let keep = (t.requires_grad() && t.is_leaf())
-            || frame
-                .policy
-                .as_ref()
-                .is_some_and(|p| p(&producer(t, saved_by)).saves());
+            || producer.is_some_and(|op| frame.policy.as_ref().is_some_and(|p| p(&op).saves()));
         if keep {
             frame.kept.lock().unwrap().insert(position);
             t.mark_saved(saved_by);
-            return Ok(Box::new(Slot::Kept(t.detach())));
+            return Box::new(Slot::Kept(t.detach()));
         }
-        Ok(Box::new(Slot::Recompute(position)))
+        Box::new(Slot::Recompute(position))
+    }
+}
+
+impl SavedTensorsHooks for ForwardHooks {
+    fn pack_untracked_input(&self, t: &Tensor, saved_by: &GradOp) -> Result<Packed> {
+        Ok(self.pack_made_by(t, saved_by, None))
+    }
+
+    fn pack(&self, t: &Tensor, saved_by: &GradOp) -> Result<Packed> {
+        Ok(self.pack_made_by(t, saved_by, Some(producer(t, saved_by))))
     }
 
     fn output(&self, op: &GradOp, out: Tensor) -> Tensor {

@@ -381,7 +381,7 @@ impl Tensor {
             // The hooks decide where each saved tensor lives (and its category).
             Some(hooks) => (
                 Vec::new(),
-                Some(super::saved_hooks::pack_all(hooks, &saved, &op)),
+                Some(super::saved_hooks::pack_all(hooks, &saved, &op, inputs)),
             ),
             None => {
                 // What autograd keeps for backward is an activation from now on, unless

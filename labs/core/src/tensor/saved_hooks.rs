@@ -31,6 +31,15 @@ pub trait SavedTensorsHooks: Send + Sync {
     /// `grad_fn` says which op produced it); `saved_by` is the op saving it.
     fn pack(&self, tensor: &Tensor, saved_by: &GradOp) -> Result<Packed>;
 
+    /// [`pack`](Self::pack) for a saved tensor that is one of `saved_by`'s inputs and
+    /// has no graph (made where nothing needed a gradient: a copy of a batch, a mask
+    /// built from it). Autograd cannot name the op that made it, and `saved_by` did
+    /// not; hooks that decide by the producing op (a selective checkpoint's policy)
+    /// must not take it for `saved_by`'s. The default: `pack`.
+    fn pack_untracked_input(&self, tensor: &Tensor, saved_by: &GradOp) -> Result<Packed> {
+        self.pack(tensor, saved_by)
+    }
+
     /// Called with each recorded op's output while the hooks are installed, before the
     /// op's saved tensors are packed; returns the output the op gives. A selective
     /// checkpoint keeps the outputs of the ops its policy saves here, and hands them
@@ -125,13 +134,25 @@ impl Drop for SavedTensorsHooksGuard {
     }
 }
 
-/// Packs `saved` (the tensors an op saves, with their graph) with `hooks`.
+/// Packs `saved` (the tensors `op` on `inputs` saves, with their graph) with `hooks`.
 pub(super) fn pack_all(
     hooks: Arc<dyn SavedTensorsHooks>,
     saved: &[Tensor],
     op: &GradOp,
+    inputs: &[&Tensor],
 ) -> PackedSaved {
-    let items = saved.iter().map(|t| hooks.pack(t, op)).collect();
+    // An input without a graph was made before the op and outside autograd. The op's
+    // own products (its output, a mask, a norm's statistics) have no graph yet
+    // either, but never share an input's memory.
+    let untracked = |t: &Tensor| {
+        t.grad_fn().is_none() && !t.requires_grad() && inputs.iter().any(|i| i.shares_storage(t))
+    };
+    let items = (saved.iter())
+        .map(|t| match untracked(t) {
+            true => hooks.pack_untracked_input(t, op),
+            false => hooks.pack(t, op),
+        })
+        .collect();
     PackedSaved {
         packs: Mutex::new(Some(Packs { hooks, items })),
     }
