@@ -127,9 +127,9 @@ fn producer(t: &Tensor, saved_by: &GradOp) -> GradOp {
 
 impl ForwardHooks {
     /// Keeps `t` when it lives anyway (a leaf that requires grad, a parameter: keeping
-    /// it costs nothing) or the policy saves what `producer` made (`None`: an op autograd cannot name, whose output is
-    /// recomputed, as PyTorch's policy recomputes a copy of an input that needs no
-    /// gradient); else it is recomputed.
+    /// it costs nothing) or the policy saves what `producer` made; else it is
+    /// recomputed. `None`: no policy, or an op autograd cannot name (recomputed, as
+    /// PyTorch's policy recomputes a copy of an input that needs no gradient).
     fn pack_made_by(&self, t: &Tensor, saved_by: &GradOp, producer: Option<GradOp>) -> Packed {
         let frame = &self.0;
         let position = frame.saved_count.fetch_add(1, Ordering::SeqCst);
@@ -150,7 +150,9 @@ impl SavedTensorsHooks for ForwardHooks {
     }
 
     fn pack(&self, t: &Tensor, saved_by: &GradOp) -> Result<Packed> {
-        Ok(self.pack_made_by(t, saved_by, Some(producer(t, saved_by))))
+        // The producer is looked up only for a policy to ask.
+        let op = self.0.policy.is_some().then(|| producer(t, saved_by));
+        Ok(self.pack_made_by(t, saved_by, op))
     }
 
     fn output(&self, op: &GradOp, out: Tensor) -> Tensor {

@@ -170,9 +170,9 @@ impl TrainReport {
             ),
             (
                 c.offload,
-                match c.offload_share < 1.0 {
-                    true => format!("offload {:.0}%", 100.0 * c.offload_share),
-                    false => "offload".to_string(),
+                match share_label(c) {
+                    Some(share) => format!("offload {share}"),
+                    None => "offload".to_string(),
                 },
             ),
             (c.amp != AmpMode::None, format!("amp {}", amp_name(c.amp))),
@@ -224,10 +224,7 @@ impl TrainReport {
             format!(
                 "checkpoint {:?}, offload {}, attention {:?}, amp {}, {:?} lr {}",
                 c.checkpoint,
-                match (c.offload, c.offload_share < 1.0) {
-                    (true, true) => format!("{:.0}%", 100.0 * c.offload_share),
-                    (on, _) => on.to_string(),
-                },
+                share_label(c).unwrap_or_else(|| c.offload.to_string()),
                 c.attention,
                 amp_name(c.amp),
                 c.optimizer,
@@ -331,4 +328,9 @@ impl TrainReport {
         }
         format!("{t}\n{categories}{ranks}")
     }
+}
+
+/// `--offload-share` as a percentage, when offloading less than everything.
+fn share_label(c: &TrainConfig) -> Option<String> {
+    (c.offload && c.offload_share < 1.0).then(|| format!("{:.0}%", 100.0 * c.offload_share))
 }
