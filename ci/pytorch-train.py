@@ -62,6 +62,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.profiler
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
@@ -493,26 +494,50 @@ def optimizer_state_bytes(optimizer):
 
 
 class ShareOffload(torch.autograd.graph.saved_tensors_hooks):
-    """save_on_cpu(pin_memory=True) for a share of the saved bytes: a tensor of at least
-    1 MiB whose memory is not a parameter's goes to pinned host memory only while the
-    bytes sent stay within `share` of those that could have gone; the rest stay on the
-    device. The copies are save_on_cpu's: copy_ into pinned memory on the current
-    stream, back with to(non_blocking=True)."""
+    """save_on_cpu(pin_memory=True) for a share of each forward pass's saved bytes: a
+    tensor of at least 1 MiB whose memory is not a parameter's goes to pinned host
+    memory only while the bytes sent stay within `share` of those that could have
+    gone, counted over storages as lab-10 counts them (labs/core/src/autograd/
+    offload.rs, `ShareLedger`): each storage once, every view of it following the
+    first view's decision, afresh at each forward pass. The rest stay on the device.
+    The copies are save_on_cpu's: copy_ into pinned memory on the current stream, back
+    with to(non_blocking=True)."""
 
     def __init__(self, share, model):
-        self.share, self.sent, self.kept = share, 0, 0
+        self.share = share
+        self.sent_total, self.could_total = 0, 0  # over forward passes, for the report
         self.parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self.new_forward()
         super().__init__(self.pack, self.unpack)
+
+    def new_forward(self):
+        # StorageWeakRef names a storage without keeping its memory, and no later
+        # storage gets its name while the reference is held.
+        self.decided, self.sent, self.could = {}, 0, 0
+
+    def __enter__(self):
+        self.new_forward()
+        return super().__enter__()
+
+    def sends(self, tensor):
+        storage = tensor.untyped_storage()
+        key = StorageWeakRef(storage)
+        if key not in self.decided:
+            nbytes = storage.nbytes()
+            send = self.sent + nbytes <= self.share * (self.could + nbytes)
+            self.could += nbytes
+            self.sent += nbytes if send else 0
+            self.could_total += nbytes
+            self.sent_total += nbytes if send else 0
+            self.decided[key] = send
+        return self.decided[key]
 
     def pack(self, tensor):
         nbytes = tensor.numel() * tensor.element_size()
         if (not tensor.is_cuda or nbytes < MIB
-                or tensor.untyped_storage().data_ptr() in self.parameters):
+                or tensor.untyped_storage().data_ptr() in self.parameters
+                or not self.sends(tensor)):
             return (None, tensor)
-        if self.sent + nbytes > self.share * (self.sent + self.kept + nbytes):
-            self.kept += nbytes
-            return (None, tensor)
-        self.sent += nbytes
         packed = torch.empty(tensor.size(), dtype=tensor.dtype, layout=tensor.layout,
                              pin_memory=True)
         packed.copy_(tensor)
@@ -547,6 +572,15 @@ class Run:
         self.backends, self.calls = [], None
         if cfg["offload"] and cfg["offload_share"] < 1.0:
             self.share_offload = ShareOffload(cfg["offload_share"], self.model)
+
+    def offload_report(self):
+        if not self.cfg["offload"]:
+            return None
+        report = {"pin_memory": True, "share": self.cfg["offload_share"]}
+        if self.cfg["offload_share"] < 1.0:
+            report["share_sent_bytes"] = self.share_offload.sent_total
+            report["share_could_bytes"] = self.share_offload.could_total
+        return report
 
     @contextlib.contextmanager
     def forward_context(self):
@@ -657,8 +691,7 @@ class Run:
             "num_ooms": torch.cuda.memory_stats(self.device).get("num_ooms", 0),
             "sdpa_backends": self.backends,
             "sdpa_calls": self.calls,
-            "offload": ({"pin_memory": True, "share": cfg["offload_share"]}
-                        if cfg["offload"] else None),
+            "offload": self.offload_report(),
             "notes": notes,
         }
 

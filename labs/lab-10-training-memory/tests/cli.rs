@@ -180,6 +180,8 @@ fn bad_input_is_refused_with_a_clear_message() {
         (&["--offload", "--offload-share", "1.5"], "not a share"),
         (&["--offload", "--offload-share", "half"], "not a number"),
         (&["--offload-share", "0.5"], "--offload"),
+        (&["--offload", "--offload-in-flight", "lots"], "not a size"),
+        (&["--offload-in-flight", "32MiB"], "--offload"),
     ];
     for (args, message) in cases {
         let e = refused(train(args));

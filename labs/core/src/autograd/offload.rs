@@ -13,6 +13,13 @@
 //! the copy. Smaller tensors stay on the device (their copies would cost more in latency
 //! than they save), counted as activations as usual.
 //!
+//! What is copied is a storage, not a tensor: the views of one storage that backward
+//! needs (an attention's output and the same memory reshaped for the projection after
+//! it, a packed projection's query, key and value) all go, or all stay, and a view
+//! that covers its whole storage sends the storage once, every later view of it being
+//! rebuilt from that copy on the way back. PyTorch's `save_on_cpu` copies each saved
+//! tensor on its own: the same bytes twice where two ops save one tensor.
+//!
 //! Not `record_stream`: a block recorded on the copy stream and freed is pending until
 //! the host sees the copy end, and the host runs ahead of the device by a whole forward
 //! pass; a request meanwhile cannot reuse it and the allocator grows instead. Offloaded
@@ -28,6 +35,7 @@
 //! activation; a tensor brought back is the backward's temporary.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::alloc::Category;
@@ -35,7 +43,8 @@ use crate::device::{Device, DeviceId, Event, Stream};
 use crate::error::{Error, Result};
 use crate::host::PinnedTensor;
 use crate::tensor::{
-    push_saved_tensors_hooks, GradOp, Packed, SavedTensorsHooks, SavedTensorsHooksGuard, Tensor,
+    push_saved_tensors_hooks, GradOp, Layout, Packed, SavedTensorsHooks, SavedTensorsHooksGuard,
+    StorageKey, Tensor,
 };
 
 /// Options of [`OffloadHooks`].
@@ -57,11 +66,12 @@ pub struct OffloadOptions {
     /// for anyway (PyTorch's `save_on_cpu` copies on the compute stream, which waits
     /// for every copy).
     pub max_in_flight_bytes: usize,
-    /// The share of the saved bytes that may go to the host (1: all of them, as
-    /// `save_on_cpu`). Below 1, a tensor goes only while the bytes sent stay within
-    /// this share of those that could have gone, so the copies spread evenly through
-    /// forward: each one overlaps the compute that produces the tensors kept after
-    /// it. Where the copy engine is slower than compute makes activations (the H100's
+    /// The share of each forward pass's saved bytes that may go to the host (1: all
+    /// of them, as `save_on_cpu`). Below 1, a storage goes only while the bytes sent
+    /// stay within this share of those that could have gone, counted over storages
+    /// (every view of one follows the first one's fate), so the copies spread evenly
+    /// through forward: each one overlaps the compute that produces the tensors kept
+    /// after it. Where the copy engine is slower than compute makes activations (the H100's
     /// host link against a small model's kernels), offloading everything makes the
     /// step wait for the copies; a share the link can carry in the compute's time
     /// saves less memory, hidden.
@@ -120,7 +130,8 @@ pub struct OffloadStats {
     pub kept_on_device: usize,
     /// Tensors whose copy back was started by a prefetch before backward unpacked them.
     pub prefetched: usize,
-    /// Tensors unpacked with no copy back under way (copied back on demand).
+    /// Tensors unpacked from a copy back that backward itself started, when it
+    /// needed them or a view sharing their copy (no prefetch had started it).
     pub fetched_on_demand: usize,
     /// Copies to the host that the compute stream was made to wait for, to keep the
     /// bytes in flight under the bound: waits on the device, never on the host.
@@ -129,31 +140,101 @@ pub struct OffloadStats {
     /// ([`OffloadOptions::share`]), and their bytes.
     pub kept_for_share: usize,
     pub kept_for_share_bytes: u64,
+    /// The bytes of the distinct storages sent, and of those that could have gone,
+    /// summed over forward passes: what the share is kept on (a tensor saved twice, or
+    /// three views of one storage, count once).
+    pub share_sent_bytes: u64,
+    pub share_could_bytes: u64,
+    /// Bytes copied to the host: less than `offloaded_bytes` where views of one
+    /// storage shared one copy of it.
+    pub copied_out_bytes: u64,
+}
+
+/// Which storages one forward pass sends, and the host copies made of whole storages.
+#[derive(Default)]
+struct ShareLedger {
+    /// Each storage met in this forward pass, and its fate.
+    decided: HashMap<StorageKey, Fate>,
+    /// Bytes of the storages sent, and of all those that could have gone.
+    sent: u64,
+    could: u64,
 }
 
 // ANCHOR: share
-impl OffloadStats {
-    /// Whether a tensor of `bytes` that could go keeps the bytes sent within `share`
-    /// of those that could have gone.
-    fn within_share(&self, bytes: u64, share: f64) -> bool {
-        if share >= 1.0 {
-            return true;
+impl ShareLedger {
+    /// Whether a tensor that could go is sent, and the bytes its storage added to
+    /// those counted (0 when the storage was met before). The share is kept over
+    /// storages, each counted once, because freeing a storage is what gives memory
+    /// back: a view follows the first view's decision (sending q while keeping k and
+    /// v of one packed projection frees nothing), and a tensor saved by two ops counts
+    /// once. Each forward pass starts afresh, so every step sends the same tensors.
+    fn decide(&mut self, t: &Tensor, share: f64) -> (Fate, u64) {
+        let key = t.storage_key();
+        if let Some(fate) = self.decided.get(&key) {
+            return (fate.clone(), 0);
         }
-        let sent = (self.offloaded_bytes + bytes) as f64;
-        let could = (self.offloaded_bytes + self.kept_for_share_bytes + bytes) as f64;
-        sent <= share * could
+        let bytes = t.storage_nbytes();
+        let send =
+            share >= 1.0 || (self.sent + bytes) as f64 <= share * (self.could + bytes) as f64;
+        self.could += bytes;
+        let fate = if send {
+            self.sent += bytes;
+            Fate::Sent(None)
+        } else {
+            Fate::Kept
+        };
+        self.decided.insert(key, fate.clone());
+        (fate, bytes)
     }
 }
 // ANCHOR_END: share
 
-/// A saved tensor in host memory, and its copy back once started.
+impl ShareLedger {
+    /// The whole of `t`'s storage went to the host as `copy`: later views of the
+    /// storage in this forward pass are rebuilt from it rather than copied again.
+    fn sent_whole(&mut self, t: &Tensor, copy: &Arc<Offloaded>) {
+        self.decided
+            .insert(t.storage_key(), Fate::Sent(Some(copy.clone())));
+    }
+}
+
+/// What happens to a storage's saved views in one forward pass.
+#[derive(Clone)]
+enum Fate {
+    /// They stay on the device, to hold the share.
+    Kept,
+    /// They go to the host; once a view covered the whole storage, the host copy of
+    /// it, which every later view shares.
+    Sent(Option<Arc<Offloaded>>),
+}
+
+/// Memory copied to the host (a whole storage, or one view's elements made dense),
+/// and its copy back once started.
 struct Offloaded {
     device: Device,
     host: Host,
-    shape: Vec<usize>,
     /// Recorded on the copy stream after the copy to the host.
     copied_out: Option<Event>,
-    back: Mutex<Option<(Tensor, Event)>>,
+    /// The saved views rebuilt from this copy.
+    views: AtomicUsize,
+    back: Mutex<Back>,
+}
+
+/// A copy back on its way or arrived: the device tensor, the event after its copy,
+/// and how many of the views have been unpacked from it in this backward pass.
+#[derive(Default)]
+struct Back {
+    copy: Option<(Tensor, Event)>,
+    /// Whether a prefetch started it (rather than backward needing a view).
+    prefetched: bool,
+    unpacked: usize,
+}
+
+/// A saved view that went to the host: the copy it comes back from, and its layout
+/// over that copy.
+struct SentView {
+    copy: Arc<Offloaded>,
+    layout: Layout,
 }
 
 enum Host {
@@ -164,7 +245,7 @@ enum Host {
 
 enum Slot {
     OnDevice(Tensor),
-    Offloaded(Offloaded),
+    Offloaded(SentView),
 }
 
 /// The offload hook pair. One instance may serve several devices: each gets a copy
@@ -177,6 +258,8 @@ pub struct OffloadHooks {
     in_flight: Mutex<VecDeque<InFlight>>,
     /// The copies timed since the last [`OffloadHooks::take_copy_times`].
     timed: Mutex<Vec<TimedCopy>>,
+    /// What this forward pass sends, with a share below 1.
+    ledger: Mutex<ShareLedger>,
 }
 
 /// A copy to the host under way: the device tensor it reads, held until the copy is
@@ -202,6 +285,7 @@ impl OffloadHooks {
             stats: Mutex::new(OffloadStats::default()),
             in_flight: Mutex::new(VecDeque::new()),
             timed: Mutex::new(Vec::new()),
+            ledger: Mutex::new(ShareLedger::default()),
         }
     }
 
@@ -296,10 +380,20 @@ impl OffloadHooks {
             .try_for_each(InFlight::release_after_copy)
     }
 
-    /// Starts the copy back of `o` on the copy stream unless it is under way.
-    fn start_copy_back(&self, o: &Offloaded) -> Result<bool> {
+    /// Backward is unpacking: the forward pass is over, and the next one counts its
+    /// share afresh. The host copies it made are held by their views alone from now on.
+    fn backward_begun(&self) {
+        let mut ledger = self.ledger.lock().unwrap();
+        if !ledger.decided.is_empty() {
+            *ledger = ShareLedger::default();
+        }
+    }
+
+    /// Starts the copy back of `o` on the copy stream unless it is under way, for a
+    /// prefetch or for a view backward needs now.
+    fn start_copy_back(&self, o: &Offloaded, prefetch: bool) -> Result<bool> {
         let mut back = o.back.lock().unwrap();
-        if back.is_some() {
+        if back.copy.is_some() {
             return Ok(false);
         }
         let copy = self.copy_stream(&o.device)?;
@@ -320,13 +414,73 @@ impl OffloadHooks {
                 // compute stream wait for the copy before anything else uses it.
                 h.to_non_blocking_unrecorded(&o.device, &copy)?
             }
-            Host::Pageable(h) => h.to(&o.device)?.reshape(&o.shape)?,
+            Host::Pageable(h) => h.to(&o.device)?,
         };
         let done = o.device.new_event()?;
         copy.record(&done)?;
         self.copy_timed(start, &done, true);
-        *back = Some((t, done));
+        back.copy = Some((t, done));
+        back.prefetched = prefetch;
         Ok(true)
+    }
+
+    /// Copies `dense` (a whole storage, flat, or one view made dense) to the host: on
+    /// the copy stream into pinned memory, after the op that wrote it, or plainly into
+    /// pageable memory.
+    fn copy_out(&self, dense: &Tensor) -> Result<Offloaded> {
+        let device = dense.device().clone();
+        let (host, copied_out) = if self.options.pin_memory {
+            let compute = device.default_stream()?;
+            let copy = self.copy_stream(&device)?;
+            // The copy starts after the op that wrote the tensor.
+            let produced = device.new_event()?;
+            compute.record(&produced)?;
+            copy.wait(&produced)?;
+            let mut host = PinnedTensor::empty(dense.shape(), dense.dtype(), &device)?;
+            let start = self.copy_start(&device, &copy)?;
+            // Not recorded on the copy stream: the hooks hold `dense` until the
+            // compute stream has waited for the copy (`bound_in_flight`).
+            host.copy_from_non_blocking_unrecorded(dense, &copy)?;
+            let done = device.new_event()?;
+            copy.record(&done)?;
+            self.copy_timed(start, &done, false);
+            self.bound_in_flight(InFlight {
+                tensor: dense.clone(),
+                done: done.clone(),
+            })?;
+            (Host::Pinned(host), Some(done))
+        } else {
+            (Host::Pageable(dense.cpu()?), None)
+        };
+        self.stats.lock().unwrap().copied_out_bytes += dense.nbytes() as u64;
+        Ok(Offloaded {
+            device,
+            host,
+            copied_out,
+            views: AtomicUsize::new(0),
+            back: Mutex::new(Back::default()),
+        })
+    }
+
+    /// The host copy `t` comes back from, and its layout over it: the copy of its whole
+    /// storage made for an earlier view, a new copy of the whole storage when `t` covers
+    /// it, else a dense copy of `t`'s own elements (a part of a larger storage).
+    fn send(&self, t: &Tensor, whole: Option<Arc<Offloaded>>) -> Result<SentView> {
+        let (copy, layout) = match (whole, t.whole_storage()) {
+            (Some(copy), _) => (copy, t.layout().clone()),
+            (None, Some(flat)) => {
+                let copy = Arc::new(self.copy_out(&flat)?);
+                self.ledger.lock().unwrap().sent_whole(t, &copy);
+                (copy, t.layout().clone())
+            }
+            (None, None) => {
+                let dense = t.detach().contiguous()?;
+                let layout = Layout::contiguous(t.shape(), 0);
+                (Arc::new(self.copy_out(&dense)?), layout)
+            }
+        };
+        copy.views.fetch_add(1, Ordering::Relaxed);
+        Ok(SentView { copy, layout })
     }
 }
 
@@ -346,78 +500,65 @@ impl SavedTensorsHooks for OffloadHooks {
             t.mark_saved(saved_by);
             return Ok(Box::new(Slot::OnDevice(t.detach())));
         }
+        let (fate, counted) = self.ledger.lock().unwrap().decide(t, self.options.share);
         {
             let mut stats = self.stats.lock().unwrap();
-            if !stats.within_share(t.nbytes() as u64, self.options.share) {
-                stats.kept_for_share += 1;
-                stats.kept_for_share_bytes += t.nbytes() as u64;
-                drop(stats);
-                t.mark_saved(saved_by);
-                return Ok(Box::new(Slot::OnDevice(t.detach())));
+            stats.share_could_bytes += counted;
+            match fate {
+                Fate::Kept => {
+                    stats.kept_for_share += 1;
+                    stats.kept_for_share_bytes += t.nbytes() as u64;
+                    drop(stats);
+                    t.mark_saved(saved_by);
+                    return Ok(Box::new(Slot::OnDevice(t.detach())));
+                }
+                Fate::Sent(_) => stats.share_sent_bytes += counted,
             }
         }
-        let dense = t.detach().contiguous()?;
-        let (host, copied_out) = if self.options.pin_memory {
-            let compute = device.default_stream()?;
-            let copy = self.copy_stream(&device)?;
-            // The copy starts after the op that wrote the tensor.
-            let produced = device.new_event()?;
-            compute.record(&produced)?;
-            copy.wait(&produced)?;
-            let mut host = PinnedTensor::empty(t.shape(), t.dtype(), &device)?;
-            let start = self.copy_start(&device, &copy)?;
-            // Not recorded on the copy stream: the hooks hold `dense` until the
-            // compute stream has waited for the copy (`bound_in_flight`).
-            host.copy_from_non_blocking_unrecorded(&dense, &copy)?;
-            let done = device.new_event()?;
-            copy.record(&done)?;
-            self.copy_timed(start, &done, false);
-            self.bound_in_flight(InFlight {
-                tensor: dense.clone(),
-                done: done.clone(),
-            })?;
-            (Host::Pinned(host), Some(done))
-        } else {
-            (Host::Pageable(dense.cpu()?), None)
+        // A view of a storage already on its way shares that copy. Its contents cannot
+        // have changed since: a saved tensor written in place would be wrong for
+        // backward with or without offload.
+        let whole = match fate {
+            Fate::Sent(whole) => whole,
+            Fate::Kept => unreachable!("returned above"),
         };
-        drop(dense);
+        let view = self.send(t, whole)?;
         let mut stats = self.stats.lock().unwrap();
         stats.offloaded += 1;
         stats.offloaded_bytes += t.nbytes() as u64;
-        Ok(Box::new(Slot::Offloaded(Offloaded {
-            device,
-            host,
-            shape: t.shape().to_vec(),
-            copied_out,
-            back: Mutex::new(None),
-        })))
+        Ok(Box::new(Slot::Offloaded(view)))
     }
 
     fn unpack(&self, packed: &Packed) -> Result<Tensor> {
-        let o = match downcast(packed)? {
+        self.backward_begun();
+        let view = match downcast(packed)? {
             Slot::OnDevice(t) => return Ok(t.clone()),
-            Slot::Offloaded(o) => o,
+            Slot::Offloaded(view) => view,
         };
+        let o = &view.copy;
         self.release_in_flight()?;
-        let started_now = self.start_copy_back(o)?;
-        {
+        self.start_copy_back(o, false)?;
+        // Once every view has been unpacked, taken, so that a retained graph's next
+        // pass copies it back again rather than keeping a device copy alive between
+        // passes.
+        let (t, done) = {
+            let mut back = o.back.lock().unwrap();
+            let (t, done) = back.copy.clone().expect("a copy back was started");
             let mut stats = self.stats.lock().unwrap();
-            if started_now {
-                stats.fetched_on_demand += 1;
-            } else {
+            if back.prefetched {
                 stats.prefetched += 1;
+            } else {
+                stats.fetched_on_demand += 1;
             }
-        }
-        // Taken, so that a retained graph's next pass copies it back again rather than
-        // keeping a device copy alive between passes.
-        let (t, done) = o
-            .back
-            .lock()
-            .unwrap()
-            .take()
-            .expect("a copy back was started");
+            drop(stats);
+            back.unpacked += 1;
+            if back.unpacked >= o.views.load(Ordering::Relaxed) {
+                *back = Back::default();
+            }
+            (t, done)
+        };
         o.device.default_stream()?.wait(&done)?;
-        Ok(t)
+        t.over(&view.layout)
     }
 
     fn resident(&self, packed: &Packed) -> Option<Tensor> {
@@ -428,9 +569,10 @@ impl SavedTensorsHooks for OffloadHooks {
     }
 
     fn prefetch(&self, packed: &Packed) -> Result<bool> {
-        if let (true, Slot::Offloaded(o)) = (self.options.prefetch, downcast(packed)?) {
+        self.backward_begun();
+        if let (true, Slot::Offloaded(view)) = (self.options.prefetch, downcast(packed)?) {
             self.release_in_flight()?;
-            self.start_copy_back(o)?;
+            self.start_copy_back(&view.copy, true)?;
             return Ok(true);
         }
         Ok(false)
@@ -447,7 +589,7 @@ impl Drop for OffloadHooks {
 /// the compute stream waits for it before its memory can be reused.
 impl Drop for Offloaded {
     fn drop(&mut self) {
-        if let Some((t, done)) = self.back.get_mut().unwrap().take() {
+        if let Some((t, done)) = self.back.get_mut().unwrap().copy.take() {
             if let Ok(compute) = self.device.default_stream() {
                 let _ = compute.wait(&done);
             }

@@ -55,11 +55,44 @@ pub use saved_hooks::{
     SavedTensorsHooks, SavedTensorsHooksGuard,
 };
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::alloc::{Allocation, Category};
 use crate::device::{copy_between, CopyPath, CopyVia, Device, DevicePtr};
 use crate::error::{Error, Result};
+
+/// A weak name for a tensor's storage ([`Tensor::storage_key`]). Held, it keeps the
+/// storage's record (not its memory) from being reused, so two keys are equal exactly
+/// when they name one storage.
+#[derive(Clone)]
+pub struct StorageKey(Weak<Storage>);
+
+impl StorageKey {
+    /// Whether the storage is gone (every tensor on it dropped).
+    pub fn expired(&self) -> bool {
+        self.0.strong_count() == 0
+    }
+}
+
+impl PartialEq for StorageKey {
+    fn eq(&self, other: &StorageKey) -> bool {
+        Weak::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for StorageKey {}
+
+impl std::hash::Hash for StorageKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.0.as_ptr() as usize).hash(state)
+    }
+}
+
+impl std::fmt::Debug for StorageKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StorageKey({:p})", self.0.as_ptr())
+    }
+}
 
 /// A block of the device's caching allocator, returned to the cache when the last
 /// tensor using it goes away.
@@ -253,6 +286,45 @@ impl Tensor {
     /// Do two tensors share storage (as `a.untyped_storage().data_ptr()` would tell)?
     pub fn shares_storage(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
+    /// A name for this tensor's storage that outlives it without keeping its memory
+    /// (PyTorch's `StorageWeakRef`): equal for every view of one storage, and never
+    /// equal to a later storage, even one given the same device memory.
+    pub fn storage_key(&self) -> StorageKey {
+        StorageKey(Arc::downgrade(&self.storage))
+    }
+
+    /// The whole storage behind this tensor as a flat, dense, detached tensor, when
+    /// this tensor's elements are exactly the storage's (a dense tensor, or a
+    /// transpose or permutation of one, starting at its first element): one copy of it
+    /// serves every view of the storage ([`Tensor::over`] rebuilds them).
+    pub(crate) fn whole_storage(&self) -> Option<Tensor> {
+        let layout = &self.layout;
+        let dense = layout.is_contiguous() || layout.dense_order().is_some();
+        let bytes = (layout.numel() * self.dtype.size()) as u64;
+        (dense && layout.offset() == 0 && layout.numel() > 0 && bytes == self.storage_nbytes())
+            .then(|| self.with_layout(Layout::contiguous(&[layout.numel()], 0)))
+    }
+
+    /// `layout` over this tensor's storage, detached: a view of another copy of a
+    /// storage rebuilt over this one (a flat copy from [`Tensor::whole_storage`]).
+    pub(crate) fn over(&self, layout: &Layout) -> Result<Tensor> {
+        if layout.end() * self.dtype.size() > self.storage_nbytes() as usize {
+            return Err(Error::InvalidArgument(format!(
+                "a view of shape {:?} reaching element {} does not fit a storage of {} bytes",
+                layout.shape(),
+                layout.end(),
+                self.storage_nbytes()
+            )));
+        }
+        Ok(self.with_layout(layout.clone()))
+    }
+
+    /// The bytes of the storage behind this tensor, all of it: what freeing it gives
+    /// back (the size asked of the allocator, as `untyped_storage().nbytes()`).
+    pub fn storage_nbytes(&self) -> u64 {
+        self.storage.block.requested()
     }
 
     // ANCHOR: tensor_to

