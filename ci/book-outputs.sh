@@ -4,10 +4,12 @@
 # Chapters include these files whole, never by line range (ci/check-includes.sh rejects
 # that), so regenerating them cannot shift what a chapter shows.
 #
-#   ci/book-outputs.sh gpu LOGS_DIR RUN_LOG   from a GPU bundle run (ci/run.sh): LOGS_DIR
+#   ci/book-outputs.sh gpu LOGS_DIR RUN_LOG [LAB]
+#                                             from a GPU bundle run (ci/run.sh): LOGS_DIR
 #                                             is its log folder, RUN_LOG its output, whose
 #                                             first line is nvidia-smi's GPU name, driver
-#                                             and memory
+#                                             and memory; with LAB (lab-10), only that
+#                                             lab's files, from a run of its lines alone
 #   ci/book-outputs.sh multi LOGS_DIR RUN_LOG from the multi part of a GPU bundle run
 #                                             (RUN_PARTS=multi, two GPUs or more): lab-04's
 #                                             outputs and the data-parallel scaling table
@@ -225,8 +227,8 @@ parts() {
 
 case "${1:-}" in
 gpu)
-  [ $# -eq 3 ] || { echo "usage: $0 gpu LOGS_DIR RUN_LOG" >&2; exit 2; }
-  logs=$2 run_log=$3 device=gpu
+  [ $# -eq 3 ] || [ $# -eq 4 ] || { echo "usage: $0 gpu LOGS_DIR RUN_LOG [LAB]" >&2; exit 2; }
+  logs=$2 run_log=$3 device=gpu only=${4:-}
   IFS=, read -r gpu driver _ < <(head -n 1 "$run_log")
   note="   # $gpu, driver ${driver# }"
   # The log run.sh keeps for one line of commands.txt.
@@ -270,7 +272,9 @@ gpu)
   whole lab-08/bench-gpu "lab-08 bench --device cuda --json --pytorch {pytorch}"
 
   # PyTorch's figures from the same run (run.sh wrote them before the labs ran).
-  if [ -f "$logs/pytorch-reference.json" ]; then
+  if [ -n "$only" ]; then
+    :
+  elif [ -f "$logs/pytorch-reference.json" ]; then
     { echo "\$ python3 ci/pytorch-reference.py > pytorch-reference.json$note"; cat "$logs/pytorch-reference.json"; } \
       >"$out/pytorch-reference-gpu.txt"
     echo "wrote $out/pytorch-reference-gpu.txt"
@@ -288,7 +292,7 @@ gpu)
   whole lab-10/compare-dry-gpu "lab-03 compare gpt2-bf16-dry.json gpt2-bf16-cuda.json"
 
   # What each PyTorch snippet printed (ci/check-snippets.py, run by run.sh).
-  if [ -d "$logs/snippets" ]; then
+  if [ -z "$only" ] && [ -d "$logs/snippets" ]; then
     while IFS= read -r txt; do
       rel=${txt#"$logs/snippets/"}
       dest=$out/snippets/$rel

@@ -23,8 +23,9 @@ The techniques are PyTorch's own: torch.utils.checkpoint.checkpoint(use_reentran
 around every layer (`--checkpoint layers`), the same with a selective-checkpoint policy
 that saves matrix products and attention and recomputes the rest (`selective`),
 torch.autograd.graph.save_on_cpu(pin_memory=True) (`--offload`; with `--offload-share S`
-below 1, save_on_cpu's copies through saved_tensors_hooks that send a tensor only while
-the bytes sent stay within S of those that could go, as lab-10's hooks decide),
+below 1, save_on_cpu's copies through saved_tensors_hooks that send a storage only while
+the bytes sent stay within S of those that could go in that forward pass, as lab-10's
+hooks decide),
 torch.nn.attention.sdpa_kernel(SDPBackend.MATH) (`--attention naive`; `fused` leaves
 PyTorch's own choice), torch.autocast with torch.amp.GradScaler for float16 (`--amp`),
 gradient accumulation (`--accum K`).
