@@ -501,27 +501,23 @@ impl SavedTensorsHooks for OffloadHooks {
             return Ok(Box::new(Slot::OnDevice(t.detach())));
         }
         let (fate, counted) = self.ledger.lock().unwrap().decide(t, self.options.share);
-        {
-            let mut stats = self.stats.lock().unwrap();
-            stats.share_could_bytes += counted;
-            match fate {
-                Fate::Kept => {
-                    stats.kept_for_share += 1;
-                    stats.kept_for_share_bytes += t.nbytes() as u64;
-                    drop(stats);
-                    t.mark_saved(saved_by);
-                    return Ok(Box::new(Slot::OnDevice(t.detach())));
-                }
-                Fate::Sent(_) => stats.share_sent_bytes += counted,
-            }
-        }
+        let mut stats = self.stats.lock().unwrap();
+        stats.share_could_bytes += counted;
         // A view of a storage already on its way shares that copy. Its contents cannot
         // have changed since: a saved tensor written in place would be wrong for
         // backward with or without offload.
         let whole = match fate {
             Fate::Sent(whole) => whole,
-            Fate::Kept => unreachable!("returned above"),
+            Fate::Kept => {
+                stats.kept_for_share += 1;
+                stats.kept_for_share_bytes += t.nbytes() as u64;
+                drop(stats);
+                t.mark_saved(saved_by);
+                return Ok(Box::new(Slot::OnDevice(t.detach())));
+            }
         };
+        stats.share_sent_bytes += counted;
+        drop(stats);
         let view = self.send(t, whole)?;
         let mut stats = self.stats.lock().unwrap();
         stats.offloaded += 1;
