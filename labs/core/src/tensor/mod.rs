@@ -67,13 +67,6 @@ use crate::error::{Error, Result};
 #[derive(Clone)]
 pub struct StorageKey(Weak<Storage>);
 
-impl StorageKey {
-    /// Whether the storage is gone (every tensor on it dropped).
-    pub fn expired(&self) -> bool {
-        self.0.strong_count() == 0
-    }
-}
-
 impl PartialEq for StorageKey {
     fn eq(&self, other: &StorageKey) -> bool {
         Weak::ptr_eq(&self.0, &other.0)
