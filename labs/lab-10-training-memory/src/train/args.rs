@@ -62,7 +62,7 @@ pub struct TrainArgs {
     /// newest alone): more lets forward run on past copies saved close together, at
     /// the cost of the memory held. Ours only: PyTorch's save_on_cpu copies on the
     /// compute stream.
-    #[arg(long, requires = "offload", value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, requires = "offload", value_name = "SIZE", value_parser = labs_core::format::parse_bytes)]
     pub offload_in_flight: Option<u64>,
     /// The attention kernel: naive (math) or fused.
     #[arg(long, value_enum, default_value = "fused")]
@@ -172,11 +172,6 @@ pub fn parse_flags(flags: &str) -> Result<TrainConfig> {
     let config = parsed.args.config();
     config.validate()?;
     Ok(config)
-}
-
-/// A size such as 64MiB, for `--offload-in-flight`.
-fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    labs_core::format::parse_bytes(s)
 }
 
 /// A share in (0, 1], for `--offload-share`.

@@ -23,8 +23,9 @@ pub struct OffloadReport {
     /// bytes.
     pub kept_for_share: usize,
     pub kept_for_share_bytes: u64,
-    /// With `--offload-share`, what the share is kept on, summed over forward passes:
-    /// the bytes of the distinct storages sent, and of those that could have gone.
+    /// What the share is kept on, summed over forward passes: the bytes of the
+    /// distinct storages sent, and of those that could have gone (equal without
+    /// `--offload-share`).
     pub share_sent_bytes: u64,
     pub share_could_bytes: u64,
     /// Bytes copied to the host: below `offloaded_bytes` where views of one storage
