@@ -130,7 +130,9 @@ header() {
   args=${args//\{data\}/data}
   args=${args//\{pytorch\}/pytorch-reference.json}
   args=${args//\{ci\}/ci}
-  if [ -n "$args" ]; then
+  if [ "$bin" = python3 ]; then
+    echo "\$ python3 $args$note"
+  elif [ -n "$args" ]; then
     echo "\$ cargo run --release -p $bin -- $args$note"
   else
     echo "\$ cargo run --release -p $bin$note"
@@ -245,13 +247,23 @@ gpu)
   parts lab-02 "lab-02 --device cuda" "${LAB02_PARTS[@]}"
   whole lab-02/bench-gpu "lab-02 bench --device cuda --json"
   whole lab-02/replay-gpu \
-    "lab-02 replay {data}/traces/resnet50_fp32.trace.csv.gz --device cuda --json" \
-    "lab-02 replay {data}/traces/gpt2_fp32.trace.csv.gz --device cuda --json" \
-    "lab-02 replay {data}/traces/gpt2_varlen.trace.csv.gz --device cuda --json" \
-    "lab-02 replay {data}/traces/seed_transformer_b64.trace.csv.gz --device cuda --json" \
-    "lab-02 replay {data}/traces/seed_transformer_accum4x16.trace.csv.gz --device cuda --json" \
-    "lab-02 replay {data}/traces/gpt2_fp32.trace.csv.gz --device cuda --json --conf expandable_segments:False" \
-    "lab-02 replay {data}/traces/gpt2_varlen.trace.csv.gz --device cuda --json --conf expandable_segments:False"
+    "lab-02 replay {data}/traces/resnet50_fp32.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py" \
+    "lab-02 replay {data}/traces/gpt2_fp32.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py" \
+    "lab-02 replay {data}/traces/gpt2_varlen.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py" \
+    "lab-02 replay {data}/traces/seed_transformer_b64.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py" \
+    "lab-02 replay {data}/traces/seed_transformer_accum4x16.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py" \
+    "lab-02 replay {data}/traces/gpt2_fp32.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False" \
+    "lab-02 replay {data}/traces/gpt2_varlen.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False" \
+    "lab-02 replay {data}/traces/resnet50_fp32.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False" \
+    "lab-02 replay {data}/traces/seed_transformer_b64.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False" \
+    "lab-02 replay {data}/traces/seed_transformer_accum4x16.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False"
+  whole lab-02/replay-pytorch-gpu \
+    "lab-02 replay {data}/traces/gpt2_fp32.trace.csv.gz --device cuda --pytorch {ci}/pytorch-replay.py" \
+    "python3 {ci}/pytorch-replay.py {data}/traces/resnet50_fp32.trace.csv.gz --conf backend:cudaMallocAsync" \
+    "python3 {ci}/pytorch-replay.py {data}/traces/gpt2_fp32.trace.csv.gz --conf backend:cudaMallocAsync" \
+    "python3 {ci}/pytorch-replay.py {data}/traces/gpt2_varlen.trace.csv.gz --conf backend:cudaMallocAsync" \
+    "python3 {ci}/pytorch-replay.py {data}/traces/seed_transformer_b64.trace.csv.gz --conf backend:cudaMallocAsync" \
+    "python3 {ci}/pytorch-replay.py {data}/traces/seed_transformer_accum4x16.trace.csv.gz --conf backend:cudaMallocAsync"
   whole lab-03/demo-gpu "lab-03 demo --device cuda -o lab-03-demo"
   parts lab-03 "lab-03 demo --device cuda -o lab-03-demo" "${LAB03_DEMO_PARTS[@]}"
   whole lab-03/smi-gpu "lab-03 smi --device cuda"

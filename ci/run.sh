@@ -141,6 +141,7 @@ run_commands() {
       args=${args//\{ci\}/$here/ci}
     else
       args=${args//--pytorch \{ci\}\/pytorch-train.py/}
+      args=${args//--pytorch \{ci\}\/pytorch-replay.py/}
       args=${args//\{ci\}/$here/ci}
     fi
     # `--pytorch {pytorch}`: the reference's file, or nothing where it was not measured

@@ -122,6 +122,34 @@ fn expandable_segments_record_mappings_and_failures() {
     assert_eq!(a.memory_reserved(), 0);
 }
 
+/// `max_mapping_mb` bounds each driver mapping of an expandable segment: a 40 MiB
+/// block is mapped as 16 + 16 + 8 MiB by default, whole under 64 MiB, and a page at a
+/// time under 3 MiB (rounded down to whole 2 MiB pages).
+#[test]
+fn max_mapping_mb_bounds_each_driver_mapping() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    for (conf, want) in [
+        ("expandable_segments:True", vec![16, 16, 8]),
+        ("expandable_segments:True,max_mapping_mb:64", vec![40]),
+        ("expandable_segments:True,max_mapping_mb:3", vec![2; 20]),
+    ] {
+        let a = allocator(&device, conf);
+        a.record_memory_history(1000, false);
+        let b = a.malloc(40 * MIB as usize, &stream).unwrap();
+        let (events, _) = a.history();
+        let maps: Vec<u64> = (events.iter())
+            .filter(|e| e.action == TraceAction::SegmentMap)
+            .map(|e| e.size / MIB)
+            .collect();
+        assert_eq!(maps, want, "{conf}");
+        assert_eq!(a.memory_reserved(), 40 * MIB, "{conf}");
+        a.free(b).unwrap();
+        a.empty_cache().unwrap();
+        assert_eq!(a.memory_reserved(), 0, "{conf}");
+    }
+}
+
 #[test]
 fn a_free_on_another_streams_work_completes_later() {
     let device = test_device();

@@ -4,6 +4,7 @@
 
 mod bench;
 mod experiments;
+mod pytorch;
 mod vm_costs;
 
 use std::path::PathBuf;
@@ -46,6 +47,10 @@ enum Command {
         /// The most CSV text the trace may hold, after decompression (default 256MiB).
         #[arg(long, value_name = "SIZE")]
         max_trace_size: Option<String>,
+        /// Also replays the trace through PyTorch's allocator in the same mode with
+        /// this script (ci/pytorch-replay.py), and prints the two side by side.
+        #[arg(long, value_name = "SCRIPT")]
+        pytorch: Option<PathBuf>,
     },
     /// Times the cached alloc+free pair against the driver's paths.
     Bench {
@@ -70,6 +75,7 @@ fn run(cli: Cli) -> Result<()> {
             json,
             lenient,
             max_trace_size,
+            pytorch,
         }) => run_replay(
             cli.device.name.as_deref(),
             &file,
@@ -79,6 +85,7 @@ fn run(cli: Cli) -> Result<()> {
                 json,
                 lenient,
                 max_trace_size,
+                pytorch,
             },
         ),
     }
@@ -94,6 +101,7 @@ struct ReplayFlags {
     json: bool,
     lenient: bool,
     max_trace_size: Option<String>,
+    pytorch: Option<PathBuf>,
 }
 
 /// A size from a flag or the environment: exact, and more than zero.
@@ -122,6 +130,12 @@ fn run_replay(
     // The reader's errors name the file; no context is added that would name it again.
     let trace = replay::read_trace_with(file, limits)?;
     let device = labs_core::cli::open_device(device_flag)?;
+    if flags.pytorch.is_some() && matches!(device.id(), DeviceId::Sim(_)) {
+        bail!(
+            "--pytorch compares the two allocators on one GPU, and this replay runs on the \
+             simulated {device}: add --device cuda"
+        );
+    }
     let backend = if matches!(device.id(), DeviceId::Sim(_)) {
         // A fresh simulated GPU the size of the trace's, not the shared sim device.
         let env = std::env::var(ENV_SIM_CAPACITY).ok();
@@ -137,10 +151,28 @@ fn run_replay(
         }
         device.backend_arc()
     };
-    let allocator = Allocator::new(backend, conf)?;
+    let allocator = Allocator::new(backend, conf.clone())?;
     let r = replay::replay_with(&trace, &allocator, flags.lenient)?;
+    // PyTorch's allocator in the same mode, on the same device, after ours.
+    let twin = match &flags.pytorch {
+        Some(script) => {
+            let t = pytorch::replay(script, file, &conf.to_pytorch_conf_string())?;
+            if t.ops != r.ops || t.peak_requested != r.peak_requested {
+                bail!(
+                    "PyTorch's replay saw {} operations peaking at {} requested, ours {} at {}: \
+                     not the same trace",
+                    t.ops,
+                    t.peak_requested,
+                    r.ops,
+                    r.peak_requested
+                );
+            }
+            Some(t)
+        }
+        None => None,
+    };
     if flags.json {
-        let object = serde_json::json!({
+        let mut object = serde_json::json!({
             "trace": r.trace,
             "conf": r.conf,
             "ops": r.ops,
@@ -157,6 +189,9 @@ fn run_replay(
             "unknown_frees": r.unknown_frees,
             "ns_per_op": r.ns_per_op(),
         });
+        if let Some(t) = &twin {
+            object["pytorch"] = t.report.clone();
+        }
         println!("{object}");
     } else {
         println!("trace            {}", r.trace);
@@ -182,6 +217,33 @@ fn run_replay(
         if r.unknown_frees > 0 {
             println!("unknown frees    {} (skipped)", r.unknown_frees);
         }
+        if let Some(t) = &twin {
+            print_twin(&r, t);
+        }
     }
     Ok(())
+}
+
+/// PyTorch's figures for the same trace and mode, each beside ours.
+fn print_twin(r: &replay::ReplayReport, t: &pytorch::TwinReplay) {
+    let loop_note = match t.loop_kind.as_str() {
+        "c++" => "a C++ loop",
+        _ => "a Python loop: its time per op includes the interpreter's",
+    };
+    println!();
+    println!("PyTorch ({}, {}), {loop_note}:", t.conf, t.device);
+    println!(
+        "peak reserved    {}  ({:.3}x requested; ours {:.3}x)",
+        bytes(t.peak_reserved),
+        t.fragmentation(),
+        r.fragmentation()
+    );
+    println!("peak allocated   {}", bytes(t.peak_allocated));
+    println!("device allocs    {}  (ours {})", t.device_allocs, r.device_allocs);
+    println!(
+        "time per op      {:.0} ns  (ours {:.0} ns, {:.2}x PyTorch's)",
+        t.ns_per_op,
+        r.ns_per_op(),
+        r.ns_per_op() / t.ns_per_op
+    );
 }

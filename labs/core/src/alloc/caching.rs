@@ -70,6 +70,7 @@ pub(super) struct State {
 impl State {
     pub fn new(conf: Config, device: DeviceId, total: u64, page: u64) -> State {
         let limit = (total as f64 * conf.per_process_memory_fraction) as u64;
+        let max_mapping = conf.max_mapping;
         State {
             conf,
             device,
@@ -82,7 +83,7 @@ impl State {
             unparked: Vec::new(),
             segments: Vec::new(),
             vacant_segments: Vec::new(),
-            pages: PageMap::new(page),
+            pages: PageMap::new(page, max_mapping),
             deferred: Deferred::default(),
             stats: Stats::default(),
             streams: Vec::new(),

@@ -2,8 +2,8 @@
 //! idle, and the driver calls that map and unmap them.
 //!
 //! An expandable segment is a large reserved address range whose pages get memory
-//! only while some block uses them, mapped in runs of up to [`MAX_RUN_PAGES`] pages per
-//! driver mapping. A mapping no block uses is "idle". Reserved memory grows freely up
+//! only while some block uses them, mapped in runs of up to `max_mapping_mb` (16 MiB
+//! by default, see `config::DEFAULT_MAX_MAPPING`) per driver mapping. A mapping no block uses is "idle". Reserved memory grows freely up
 //! to its high-water mark; past it, idle mappings are recycled first (those idle since
 //! the last wait for their streams, so no new wait is needed; else one wait for the
 //! streams that own idle memory makes every idle mapping safe at once). An idle mapping
@@ -26,15 +26,6 @@ use super::pool::Segment;
 use crate::backend::{Backend, PhysicalMemory};
 use crate::error::Result;
 use crate::snapshot::TraceAction;
-
-/// The most pages one driver mapping covers. A mapping is unmapped only as a whole, so
-/// the idle pages of a mapping that one block still uses are stranded: longer runs mean
-/// fewer driver calls but more stranded memory. Measured on the shared traces (peak
-/// reserved / peak requested; page mappings for gpt2_fp32): 1 page 1.002 (12,903), 4
-/// pages 1.006 (3,060), 8 pages 1.012 (1,619), 16 pages 1.029 with seed_accum at 1.048,
-/// above PyTorch's best; unbounded 1.11 (262). 8 pages (16 MiB) keeps every trace
-/// under PyTorch's best.
-pub(super) const MAX_RUN_PAGES: usize = 8;
 
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Page {
@@ -79,6 +70,14 @@ impl Page {
 pub(super) struct PageMap {
     /// Bytes per page (the driver's mapping granularity); 0 with fixed segments.
     pub page: u64,
+    /// The most pages one driver mapping covers. A mapping is unmapped only as a
+    /// whole, so the idle pages of a mapping that one block still uses are stranded:
+    /// longer runs mean fewer driver calls but more stranded memory. Measured on the
+    /// shared traces (peak reserved / peak requested; page mappings for gpt2_fp32): 1
+    /// page 1.002 (12,903), 4 pages 1.006 (3,060), 8 pages 1.012 (1,543), 16 pages
+    /// 1.029 with seed_accum at 1.048, above PyTorch's best; 32 pages 1.037 (528);
+    /// unbounded 1.098 (260).
+    pub max_run: usize,
     /// Epochs closed so far (the current epoch).
     pub(super) epoch: u64,
     /// Idle mappings (segment, first page) that fell idle in a closed epoch: safe to
@@ -99,9 +98,12 @@ pub(super) struct PageMap {
 }
 
 impl PageMap {
-    pub fn new(page: u64) -> PageMap {
+    /// The page map of pages of `page` bytes, mapped at most `max_mapping` bytes (whole
+    /// pages, at least one) at a time.
+    pub fn new(page: u64, max_mapping: u64) -> PageMap {
         PageMap {
             page,
+            max_run: (max_mapping.checked_div(page).unwrap_or(1) as usize).max(1),
             ..PageMap::default()
         }
     }
@@ -258,7 +260,7 @@ impl State {
             }
             let mut end = p + 1;
             while end < span.end
-                && end - p < MAX_RUN_PAGES
+                && end - p < self.pages.max_run
                 && !self.segments[s as usize].pages[end].mapped
             {
                 end += 1;
