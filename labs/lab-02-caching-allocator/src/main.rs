@@ -1,9 +1,11 @@
 //! Lab 02: the caching allocator. With no subcommand, the chapter's experiments as
-//! tables; `replay` runs a real allocation trace through the allocator; `bench` times
-//! the cached path against the driver.
+//! tables; `replay` runs a real allocation trace through the allocator; `mappings`
+//! replays every shared trace at several mapping sizes; `bench` times the cached path
+//! against the driver.
 
 mod bench;
 mod experiments;
+mod mappings;
 mod pytorch;
 mod vm_costs;
 
@@ -52,6 +54,14 @@ enum Command {
         #[arg(long, value_name = "SCRIPT")]
         pytorch: Option<PathBuf>,
     },
+    /// Replays every shared trace with fixed segments and with expandable segments at
+    /// several mapping sizes (and through PyTorch's three modes with --pytorch): what
+    /// the size of one driver mapping buys.
+    Mappings {
+        /// PyTorch's replay twin (ci/pytorch-replay.py); needs --device cuda.
+        #[arg(long, value_name = "SCRIPT")]
+        pytorch: Option<PathBuf>,
+    },
     /// Times the cached alloc+free pair against the driver's paths.
     Bench {
         #[arg(long)]
@@ -68,6 +78,9 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         None => experiments::run(&cli.device.open()?),
         Some(Command::Bench { json }) => bench::run(&cli.device.open()?, json),
+        Some(Command::Mappings { pytorch }) => {
+            mappings::run(&cli.device.open()?, pytorch.as_deref())
+        }
         Some(Command::Replay {
             file,
             conf,
@@ -239,7 +252,10 @@ fn print_twin(r: &replay::ReplayReport, t: &pytorch::TwinReplay) {
         r.fragmentation()
     );
     println!("peak allocated   {}", bytes(t.peak_allocated));
-    println!("device allocs    {}  (ours {})", t.device_allocs, r.device_allocs);
+    println!(
+        "device allocs    {}  (ours {})",
+        t.device_allocs, r.device_allocs
+    );
     println!(
         "time per op      {:.0} ns  (ours {:.0} ns, {:.2}x PyTorch's)",
         t.ns_per_op,

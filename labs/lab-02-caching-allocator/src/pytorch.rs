@@ -120,6 +120,9 @@ mod tests {
         let e = replay(Path::new("/nonexistent/twin.py"), Path::new("t.csv"), "x")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("--pytorch /nonexistent/twin.py: no such script"), "{e}");
+        assert!(
+            e.contains("--pytorch /nonexistent/twin.py: no such script"),
+            "{e}"
+        );
     }
 }

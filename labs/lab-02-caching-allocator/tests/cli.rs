@@ -239,3 +239,56 @@ fn trace_errors_name_the_file_once_and_limits_can_be_set() {
         stderr(&out)
     );
 }
+
+/// `mappings` prints one table per shared trace: fixed segments, then expandable
+/// segments at 2, 16 (the default), 64 MiB and one mapping per block, each with fewer
+/// driver mappings than the one before; 2 MiB mappings strand the least.
+#[test]
+fn mappings_prints_a_table_per_trace_with_every_mapping_size() {
+    let out = lab().arg("mappings").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let tables: Vec<&str> = text
+        .split("\n\n")
+        .filter(|t| t.contains("operations"))
+        .collect();
+    assert_eq!(tables.len(), 5, "{text}");
+    for table in tables {
+        let rows: Vec<(f64, u64)> = (table.lines())
+            .filter(|l| l.trim_start().starts_with("ours"))
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().rev().take(4).collect();
+                (f[3].parse().unwrap(), f[2].parse().unwrap())
+            })
+            .collect();
+        assert_eq!(rows.len(), 5, "{table}");
+        assert!(
+            table.contains("mappings of up to 16 MiB (default)"),
+            "{table}"
+        );
+        let expandable = &rows[1..];
+        assert!(expandable.windows(2).all(|w| w[0].1 >= w[1].1), "{table}");
+        assert!(expandable.iter().all(|r| r.0 <= rows[0].0), "{table}");
+        assert!(expandable[0].0 <= expandable[1].0, "{table}");
+    }
+}
+
+/// PyTorch's twin runs on the GPU, beside ours on the same GPU: asked for beside the
+/// simulated GPU, both commands refuse, saying what to add.
+#[test]
+fn a_pytorch_comparison_needs_a_gpu() {
+    for args in [
+        vec!["mappings", "--pytorch", "ci/pytorch-replay.py"],
+        vec!["replay", "--pytorch", "ci/pytorch-replay.py"],
+    ] {
+        let mut cmd = lab();
+        cmd.args(&args);
+        if args[0] == "replay" {
+            cmd.arg(trace("seed_transformer_b64"));
+        }
+        let out = cmd.output().unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("add --device cuda"), "{args:?}: {err}");
+    }
+}

@@ -1,0 +1,180 @@
+//! `lab-02 mappings`: what the size of one driver mapping buys, on every shared trace.
+//!
+//! An expandable segment maps memory in driver mappings of at most `max_mapping_mb`,
+//! and gives memory back a whole mapping at a time. Each mapping costs tens of
+//! microseconds of driver time (create, map, grant access), so larger mappings replay a
+//! trace faster, and strand more memory: the idle pages of a mapping that one block
+//! still uses cannot go anywhere else. This replays each trace with fixed segments and
+//! with expandable segments at several mapping sizes, and, with `--pytorch SCRIPT`,
+//! through PyTorch's allocator in its three modes on the same GPU, so that the whole
+//! trade-off is one table per trace.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use labs_core::alloc::replay::{self, ReplayReport, Trace};
+use labs_core::alloc::{Allocator, Config};
+use labs_core::backend::Backend;
+use labs_core::format::bytes;
+use labs_core::{Device, DeviceId};
+
+use crate::pytorch;
+
+/// The mapping sizes compared, in MiB; the last stands for "one mapping per block"
+/// (larger than any block of the traces).
+const SIZES_MB: [u64; 4] = [2, 16, 64, 1 << 20];
+
+/// PyTorch's modes, as PYTORCH_CUDA_ALLOC_CONF.
+const PYTORCH_MODES: [(&str, &str); 3] = [
+    ("PyTorch native", "expandable_segments:False"),
+    ("PyTorch expandable_segments", "expandable_segments:True"),
+    ("PyTorch cudaMallocAsync", "backend:cudaMallocAsync"),
+];
+
+/// The capacity of the GPU the shared traces came from (the simulated GPU's size).
+const TRACE_GPU: u64 = 80 << 30;
+
+/// One row of a trace's table.
+struct Row {
+    name: String,
+    fragmentation: f64,
+    /// Driver mappings for expandable segments, segments (`cuMemAlloc`) for fixed ones,
+    /// PyTorch's `num_device_alloc` for its rows.
+    calls: u64,
+    ns_per_op: f64,
+}
+
+pub fn run(device: &Device, pytorch_script: Option<&Path>) -> Result<()> {
+    let on_sim = matches!(device.id(), DeviceId::Sim(_));
+    if pytorch_script.is_some() && on_sim {
+        bail!(
+            "--pytorch compares the two allocators on one GPU, and this runs on the simulated \
+             {device}: add --device cuda"
+        );
+    }
+    let files = trace_files()?;
+    let per_trace = 1 + SIZES_MB.len() + pytorch_script.map_or(0, |_| PYTORCH_MODES.len());
+    let bar = progress((files.len() * per_trace) as u64);
+    let mut tables = Vec::new();
+    for path in &files {
+        let trace = replay::read_trace(path)?;
+        bar.set_message(trace.name.clone());
+        let mut rows = Vec::new();
+        let fixed = replay_once(device, on_sim, &trace, Config::pytorch_native())?;
+        bar.inc(1);
+        rows.push(Row {
+            name: "ours, fixed segments".into(),
+            fragmentation: fixed.fragmentation(),
+            calls: fixed.device_allocs,
+            ns_per_op: fixed.ns_per_op(),
+        });
+        for mb in SIZES_MB {
+            let conf = Config::parse(&format!("max_mapping_mb:{mb}"))?;
+            let default = conf == Config::default();
+            let r = replay_once(device, on_sim, &trace, conf)?;
+            bar.inc(1);
+            let size = match mb {
+                m if m >= 1 << 20 => "one mapping per block".to_string(),
+                m => format!("mappings of up to {m} MiB"),
+            };
+            rows.push(Row {
+                name: format!("ours, {size}{}", if default { " (default)" } else { "" }),
+                fragmentation: r.fragmentation(),
+                calls: r.num_maps,
+                ns_per_op: r.ns_per_op(),
+            });
+        }
+        if let Some(script) = pytorch_script {
+            for (name, conf) in PYTORCH_MODES {
+                let t = pytorch::replay(script, path, conf)?;
+                bar.inc(1);
+                if t.ops != fixed.ops || t.peak_requested != fixed.peak_requested {
+                    bail!("{}: PyTorch's replay is not of the same trace", trace.name);
+                }
+                rows.push(Row {
+                    name: name.into(),
+                    fragmentation: t.fragmentation(),
+                    calls: t.device_allocs,
+                    ns_per_op: t.ns_per_op,
+                });
+            }
+        }
+        tables.push((trace.name.clone(), fixed, rows));
+    }
+    bar.finish_and_clear();
+    for (name, fixed, rows) in &tables {
+        print_table(name, fixed, rows);
+    }
+    println!(
+        "(reserved/requested: peak reserved over peak requested; calls: driver mappings for \
+         expandable segments, segments for fixed ones, PyTorch's num_device_alloc for its rows; \
+         x fixed: time per operation over ours with fixed segments)"
+    );
+    Ok(())
+}
+
+/// The shared traces, by name.
+fn trace_files() -> Result<Vec<PathBuf>> {
+    let dir = labs_core::testing::data_dir().join("traces");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        bail!("no traces at {} (set LABS_DATA_DIR)", dir.display());
+    };
+    let mut files: Vec<PathBuf> = (entries.filter_map(|e| e.ok().map(|e| e.path())))
+        .filter(|p| p.to_string_lossy().ends_with(".trace.csv.gz"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        bail!("no *.trace.csv.gz in {}", dir.display());
+    }
+    Ok(files)
+}
+
+/// Replays `trace` through a new allocator of `conf` on the device (a fresh simulated
+/// GPU the size of the traces' on sim), and gives its memory back afterwards so that
+/// the next replay starts from nothing.
+fn replay_once(device: &Device, on_sim: bool, trace: &Trace, conf: Config) -> Result<ReplayReport> {
+    let backend: Arc<dyn Backend> = if on_sim {
+        labs_core::device::sim_backend(TRACE_GPU)
+    } else {
+        device.backend_arc()
+    };
+    let allocator = Allocator::new(backend, conf)?;
+    let r = replay::replay(trace, &allocator)?;
+    allocator.empty_cache()?;
+    Ok(r)
+}
+
+fn print_table(name: &str, fixed: &ReplayReport, rows: &[Row]) {
+    println!(
+        "{name}: {} operations, peak requested {}",
+        fixed.ops,
+        bytes(fixed.peak_requested)
+    );
+    println!(
+        "  {:<46} {:>18} {:>7} {:>9} {:>8}",
+        "allocator", "reserved/requested", "calls", "ns/op", "x fixed"
+    );
+    for r in rows {
+        println!(
+            "  {:<46} {:>18.4} {:>7} {:>9.0} {:>8.2}",
+            r.name,
+            r.fragmentation,
+            r.calls,
+            r.ns_per_op,
+            r.ns_per_op / fixed.ns_per_op()
+        );
+    }
+    println!();
+}
+
+fn progress(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>28} [{bar:40}] {pos}/{len} replays {elapsed}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    bar
+}
