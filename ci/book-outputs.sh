@@ -257,7 +257,12 @@ gpu)
     "lab-02 replay {data}/traces/resnet50_fp32.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False" \
     "lab-02 replay {data}/traces/seed_transformer_b64.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False" \
     "lab-02 replay {data}/traces/seed_transformer_accum4x16.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False"
-  whole lab-02/mappings-gpu "lab-02 mappings --device cuda --pytorch {ci}/pytorch-replay.py"
+  whole lab-02/mappings-gpu \
+    "lab-02 mappings resnet50_fp32 --device cuda --pytorch {ci}/pytorch-replay.py" \
+    "lab-02 mappings gpt2_fp32 --device cuda --pytorch {ci}/pytorch-replay.py" \
+    "lab-02 mappings gpt2_varlen --device cuda --pytorch {ci}/pytorch-replay.py" \
+    "lab-02 mappings seed_transformer_b64 --device cuda --pytorch {ci}/pytorch-replay.py" \
+    "lab-02 mappings seed_transformer_accum4x16 --device cuda --pytorch {ci}/pytorch-replay.py"
   whole lab-02/replay-pytorch-gpu \
     "lab-02 replay {data}/traces/gpt2_fp32.trace.csv.gz --device cuda --pytorch {ci}/pytorch-replay.py" \
     "python3 {ci}/pytorch-replay.py {data}/traces/resnet50_fp32.trace.csv.gz --conf backend:cudaMallocAsync" \

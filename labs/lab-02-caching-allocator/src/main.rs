@@ -58,6 +58,8 @@ enum Command {
     /// several mapping sizes (and through PyTorch's three modes with --pytorch): what
     /// the size of one driver mapping buys.
     Mappings {
+        /// The traces to replay, by name (gpt2_fp32, ...); all of them when none.
+        traces: Vec<String>,
         /// PyTorch's replay twin (ci/pytorch-replay.py); needs --device cuda.
         #[arg(long, value_name = "SCRIPT")]
         pytorch: Option<PathBuf>,
@@ -78,8 +80,8 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         None => experiments::run(&cli.device.open()?),
         Some(Command::Bench { json }) => bench::run(&cli.device.open()?, json),
-        Some(Command::Mappings { pytorch }) => {
-            mappings::run(&cli.device.open()?, pytorch.as_deref())
+        Some(Command::Mappings { traces, pytorch }) => {
+            mappings::run(&cli.device.open()?, &traces, pytorch.as_deref())
         }
         Some(Command::Replay {
             file,

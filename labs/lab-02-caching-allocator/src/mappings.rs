@@ -46,7 +46,7 @@ struct Row {
     ns_per_op: f64,
 }
 
-pub fn run(device: &Device, pytorch_script: Option<&Path>) -> Result<()> {
+pub fn run(device: &Device, names: &[String], pytorch_script: Option<&Path>) -> Result<()> {
     let on_sim = matches!(device.id(), DeviceId::Sim(_));
     if pytorch_script.is_some() && on_sim {
         bail!(
@@ -54,7 +54,7 @@ pub fn run(device: &Device, pytorch_script: Option<&Path>) -> Result<()> {
              {device}: add --device cuda"
         );
     }
-    let files = trace_files()?;
+    let files = trace_files(names)?;
     let per_trace = 1 + SIZES_MB.len() + pytorch_script.map_or(0, |_| PYTORCH_MODES.len());
     let bar = progress((files.len() * per_trace) as u64);
     let mut tables = Vec::new();
@@ -115,21 +115,37 @@ pub fn run(device: &Device, pytorch_script: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
-/// The shared traces, by name.
-fn trace_files() -> Result<Vec<PathBuf>> {
+/// The shared traces named (all of them when none is), in the order given.
+fn trace_files(names: &[String]) -> Result<Vec<PathBuf>> {
     let dir = labs_core::testing::data_dir().join("traces");
     let Ok(entries) = std::fs::read_dir(&dir) else {
         bail!("no traces at {} (set LABS_DATA_DIR)", dir.display());
     };
     let mut files: Vec<PathBuf> = (entries.filter_map(|e| e.ok().map(|e| e.path())))
-        .filter(|p| p.to_string_lossy().ends_with(".trace.csv.gz"))
+        .filter(|p| p.to_string_lossy().ends_with(SUFFIX))
         .collect();
     files.sort();
     if files.is_empty() {
-        bail!("no *.trace.csv.gz in {}", dir.display());
+        bail!("no *{SUFFIX} in {}", dir.display());
     }
-    Ok(files)
+    let name_of = |p: &PathBuf| {
+        let file = p.file_name().unwrap_or_default().to_string_lossy();
+        file.trim_end_matches(SUFFIX).to_string()
+    };
+    if names.is_empty() {
+        return Ok(files);
+    }
+    let known: Vec<String> = files.iter().map(name_of).collect();
+    names
+        .iter()
+        .map(|n| match known.iter().position(|k| k == n) {
+            Some(i) => Ok(files[i].clone()),
+            None => bail!("no trace {n} in {} (known: {})", dir.display(), known.join(", ")),
+        })
+        .collect()
 }
+
+const SUFFIX: &str = ".trace.csv.gz";
 
 /// Replays `trace` through a new allocator of `conf` on the device (a fresh simulated
 /// GPU the size of the traces' on sim), and gives its memory back afterwards so that
@@ -152,6 +168,7 @@ fn print_table(name: &str, fixed: &ReplayReport, rows: &[Row]) {
         fixed.ops,
         bytes(fixed.peak_requested)
     );
+    println!();
     println!(
         "  {:<46} {:>18} {:>7} {:>9} {:>8}",
         "allocator", "reserved/requested", "calls", "ns/op", "x fixed"

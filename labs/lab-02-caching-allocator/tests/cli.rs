@@ -250,7 +250,7 @@ fn mappings_prints_a_table_per_trace_with_every_mapping_size() {
     let text = String::from_utf8(out.stdout).unwrap();
     let tables: Vec<&str> = text
         .split("\n\n")
-        .filter(|t| t.contains("operations"))
+        .filter(|t| t.contains("allocator"))
         .collect();
     assert_eq!(tables.len(), 5, "{text}");
     for table in tables {
@@ -271,6 +271,14 @@ fn mappings_prints_a_table_per_trace_with_every_mapping_size() {
         assert!(expandable.iter().all(|r| r.0 <= rows[0].0), "{table}");
         assert!(expandable[0].0 <= expandable[1].0, "{table}");
     }
+    let one = lab().args(["mappings", "gpt2_fp32"]).output().unwrap();
+    let text = String::from_utf8(one.stdout).unwrap();
+    assert_eq!(text.matches("operations, peak requested").count(), 1, "{text}");
+    assert!(text.starts_with("gpt2_fp32: "), "{text}");
+    let bad = lab().args(["mappings", "gpt3"]).output().unwrap();
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success());
+    assert!(err.contains("no trace gpt3") && err.contains("gpt2_varlen"), "{err}");
 }
 
 /// PyTorch's twin runs on the GPU, beside ours on the same GPU: asked for beside the
