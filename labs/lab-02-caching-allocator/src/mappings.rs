@@ -140,7 +140,11 @@ fn trace_files(names: &[String]) -> Result<Vec<PathBuf>> {
         .iter()
         .map(|n| match known.iter().position(|k| k == n) {
             Some(i) => Ok(files[i].clone()),
-            None => bail!("no trace {n} in {} (known: {})", dir.display(), known.join(", ")),
+            None => bail!(
+                "no trace {n} in {} (known: {})",
+                dir.display(),
+                known.join(", ")
+            ),
         })
         .collect()
 }

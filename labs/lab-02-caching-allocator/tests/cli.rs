@@ -273,12 +273,19 @@ fn mappings_prints_a_table_per_trace_with_every_mapping_size() {
     }
     let one = lab().args(["mappings", "gpt2_fp32"]).output().unwrap();
     let text = String::from_utf8(one.stdout).unwrap();
-    assert_eq!(text.matches("operations, peak requested").count(), 1, "{text}");
+    assert_eq!(
+        text.matches("operations, peak requested").count(),
+        1,
+        "{text}"
+    );
     assert!(text.starts_with("gpt2_fp32: "), "{text}");
     let bad = lab().args(["mappings", "gpt3"]).output().unwrap();
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(!bad.status.success());
-    assert!(err.contains("no trace gpt3") && err.contains("gpt2_varlen"), "{err}");
+    assert!(
+        err.contains("no trace gpt3") && err.contains("gpt2_varlen"),
+        "{err}"
+    );
 }
 
 /// PyTorch's twin runs on the GPU, beside ours on the same GPU: asked for beside the
