@@ -263,6 +263,15 @@ gpu)
     "lab-02 mappings gpt2_varlen --device cuda --pytorch {ci}/pytorch-replay.py" \
     "lab-02 mappings seed_transformer_b64 --device cuda --pytorch {ci}/pytorch-replay.py" \
     "lab-02 mappings seed_transformer_accum4x16 --device cuda --pytorch {ci}/pytorch-replay.py"
+  whole lab-02/replay-checkpointed-gpu \
+    "lab-02 replay {data}/synthetic/checkpointed_gpt2_fixed.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py" \
+    "lab-02 replay {data}/synthetic/checkpointed_gpt2_fixed.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False" \
+    "lab-02 replay {data}/synthetic/checkpointed_gpt2_fixed.trace.csv.gz --device cuda --json --conf max_mapping_mb:64" \
+    "python3 {ci}/pytorch-replay.py {data}/synthetic/checkpointed_gpt2_fixed.trace.csv.gz --conf backend:cudaMallocAsync" \
+    "lab-02 replay {data}/synthetic/checkpointed_gpt2_varlen.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py" \
+    "lab-02 replay {data}/synthetic/checkpointed_gpt2_varlen.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False" \
+    "lab-02 replay {data}/synthetic/checkpointed_gpt2_varlen.trace.csv.gz --device cuda --json --conf max_mapping_mb:64" \
+    "python3 {ci}/pytorch-replay.py {data}/synthetic/checkpointed_gpt2_varlen.trace.csv.gz --conf backend:cudaMallocAsync"
   whole lab-02/replay-pytorch-gpu \
     "lab-02 replay {data}/traces/gpt2_fp32.trace.csv.gz --device cuda --pytorch {ci}/pytorch-replay.py" \
     "python3 {ci}/pytorch-replay.py {data}/traces/resnet50_fp32.trace.csv.gz --conf backend:cudaMallocAsync" \
