@@ -171,7 +171,7 @@ fn run_replay(
     // PyTorch's allocator in the same mode, on the same device, after ours.
     let twin = match &flags.pytorch {
         Some(script) => {
-            let t = pytorch::replay(script, file, &conf.to_pytorch_conf_string())?;
+            let t = pytorch::replay(script, file, &conf.to_pytorch_conf_string(), 0)?;
             if t.ops != r.ops || t.peak_requested != r.peak_requested {
                 bail!(
                     "PyTorch's replay saw {} operations peaking at {} requested, ours {} at {}: \

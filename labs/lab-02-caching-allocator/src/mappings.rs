@@ -8,6 +8,11 @@
 //! with expandable segments at several mapping sizes, and, with `--pytorch SCRIPT`,
 //! through PyTorch's allocator in its three modes on the same GPU, so that the whole
 //! trade-off is one table per trace.
+//!
+//! Before a trace's rows, the trace is replayed once untimed (ours on a throwaway
+//! allocator, PyTorch's with `--warmup 1`), so that no row pays for a driver that has
+//! not yet done this work: the first replay in a process is the slowest, and without
+//! the warm-up the first row would be measured cold and the others warm.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -55,13 +60,16 @@ pub fn run(device: &Device, names: &[String], pytorch_script: Option<&Path>) -> 
         );
     }
     let files = trace_files(names)?;
-    let per_trace = 1 + SIZES_MB.len() + pytorch_script.map_or(0, |_| PYTORCH_MODES.len());
+    let per_trace = 2 + SIZES_MB.len() + pytorch_script.map_or(0, |_| PYTORCH_MODES.len());
     let bar = progress((files.len() * per_trace) as u64);
     let mut tables = Vec::new();
     for path in &files {
         let trace = replay::read_trace(path)?;
         bar.set_message(trace.name.clone());
         let mut rows = Vec::new();
+        // The warm-up, untimed: a fresh allocator for each row below all the same.
+        replay_once(device, on_sim, &trace, Config::default())?;
+        bar.inc(1);
         let fixed = replay_once(device, on_sim, &trace, Config::pytorch_native())?;
         bar.inc(1);
         rows.push(Row {
@@ -88,7 +96,7 @@ pub fn run(device: &Device, names: &[String], pytorch_script: Option<&Path>) -> 
         }
         if let Some(script) = pytorch_script {
             for (name, conf) in PYTORCH_MODES {
-                let t = pytorch::replay(script, path, conf)?;
+                let t = pytorch::replay(script, path, conf, 1)?;
                 bar.inc(1);
                 if t.ops != fixed.ops || t.peak_requested != fixed.peak_requested {
                     bail!("{}: PyTorch's replay is not of the same trace", trace.name);
@@ -110,7 +118,8 @@ pub fn run(device: &Device, names: &[String], pytorch_script: Option<&Path>) -> 
     println!(
         "(reserved/requested: peak reserved over peak requested; calls: driver mappings for \
          expandable segments, segments for fixed ones, PyTorch's num_device_alloc for its rows; \
-         x fixed: time per operation over ours with fixed segments)"
+         x fixed: time per operation over ours with fixed segments; every row after one \
+         untimed replay of the trace in its process)"
     );
     Ok(())
 }

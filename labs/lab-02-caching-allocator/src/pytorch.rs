@@ -32,8 +32,9 @@ impl TwinReplay {
     }
 }
 
-/// Runs `python3 script trace --conf conf` and reads its one-line JSON report.
-pub fn replay(script: &Path, trace: &Path, conf: &str) -> Result<TwinReplay> {
+/// Runs `python3 script trace --conf conf --warmup warmup` and reads its one-line JSON
+/// report: `warmup` untimed replays first, as ours had (see `mappings`).
+pub fn replay(script: &Path, trace: &Path, conf: &str, warmup: u32) -> Result<TwinReplay> {
     if !script.is_file() {
         bail!("--pytorch {}: no such script", script.display());
     }
@@ -41,12 +42,13 @@ pub fn replay(script: &Path, trace: &Path, conf: &str) -> Result<TwinReplay> {
         .arg(script)
         .arg(trace)
         .args(["--conf", conf])
+        .args(["--warmup", &warmup.to_string()])
         .output()
         .context("--pytorch: cannot run python3")?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let Some(line) = stdout.lines().rev().find(|l| l.starts_with('{')) else {
         bail!(
-            "python3 {} {} --conf {conf}: no report ({}):\n{}",
+            "python3 {} {} --conf {conf} --warmup {warmup}: no report ({}):\n{}",
             script.display(),
             trace.display(),
             out.status,
@@ -117,9 +119,14 @@ mod tests {
 
     #[test]
     fn a_missing_script_is_named() {
-        let e = replay(Path::new("/nonexistent/twin.py"), Path::new("t.csv"), "x")
-            .unwrap_err()
-            .to_string();
+        let e = replay(
+            Path::new("/nonexistent/twin.py"),
+            Path::new("t.csv"),
+            "x",
+            0,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains("--pytorch /nonexistent/twin.py: no such script"),
             "{e}"
