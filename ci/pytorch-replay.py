@@ -97,7 +97,6 @@ def main():
     p.add_argument("--warmup", type=int, default=0,
                    help="untimed replays first, each followed by empty_cache(), so that the "
                         "timed one does not pay for a cold driver (default 0)")
-    p.add_argument("--json", action="store_true", help="(the output is always one JSON object)")
     args = p.parse_args()
     if args.warmup < 0:
         sys.exit("pytorch-replay: --warmup must be 0 or more")

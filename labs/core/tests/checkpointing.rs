@@ -193,6 +193,24 @@ fn checkpointed_training(model: &Model, steps: usize, seq: impl Fn(usize) -> u64
     }
 }
 
+/// The two loops the tests replay, by the names of their files in `data/synthetic`:
+/// 4 steps of GPT-2 small at 4 × 512 tokens, and 6 steps of varying length.
+fn generated_loops() -> [(&'static str, Trace); 2] {
+    let model = gpt2_small();
+    let fixed = model.seq;
+    let varying = [512, 384, 448, 320, 512, 256];
+    [
+        (
+            "checkpointed_gpt2_fixed",
+            checkpointed_training(&model, 4, |_| fixed),
+        ),
+        (
+            "checkpointed_gpt2_varlen",
+            checkpointed_training(&model, 6, |s| varying[s % 6]),
+        ),
+    ]
+}
+
 fn gpt2_small() -> Model {
     Model {
         layers: 12,
@@ -237,23 +255,10 @@ fn gpt2_small() -> Model {
 /// resnet50's synchronisations from 18 to 45).
 #[test]
 fn checkpointed_training_stays_close_to_its_requests() {
-    let model = gpt2_small();
-    let fixed = model.seq;
-    // (name, trace, today's ceiling, PyTorch's best mode on an H100)
-    for (name, trace, ceiling, pytorch_best) in [
-        (
-            "fixed length",
-            checkpointed_training(&model, 4, |_| fixed),
-            1.044,
-            1.1096,
-        ),
-        (
-            "varying length",
-            checkpointed_training(&model, 6, |s| [512, 384, 448, 320, 512, 256][s % 6]),
-            1.032,
-            1.1236,
-        ),
-    ] {
+    // Today's ceiling and PyTorch's best mode on an H100, for each loop.
+    let [fixed, varying] = generated_loops();
+    for ((name, trace), ceiling, pytorch_best) in [(fixed, 1.044, 1.1096), (varying, 1.032, 1.1236)]
+    {
         let ours = labs_core::device::replay_on_sim(&trace, Config::default(), GPU).unwrap();
         let native =
             labs_core::device::replay_on_sim(&trace, Config::pytorch_native(), GPU).unwrap();
@@ -309,19 +314,7 @@ fn the_generated_loop_recomputes_in_backward() {
 #[test]
 fn the_generated_loops_are_in_the_repository_as_traces() {
     use std::io::{Read, Write};
-    let model = gpt2_small();
-    let fixed = model.seq;
-    let varying = [512, 384, 448, 320, 512, 256];
-    for (name, trace) in [
-        (
-            "checkpointed_gpt2_fixed",
-            checkpointed_training(&model, 4, |_| fixed),
-        ),
-        (
-            "checkpointed_gpt2_varlen",
-            checkpointed_training(&model, 6, |s| varying[s % 6]),
-        ),
-    ] {
+    for (name, trace) in generated_loops() {
         let mut csv = String::from("action,addr,size,stream\n");
         for e in &trace.events {
             csv.push_str(&format!(

@@ -168,25 +168,20 @@ fn fragmentation() -> Result<()> {
         "5. Fragmentation on real traces (peak reserved / peak requested, simulated 80 GiB GPU)"
     );
     let dir = labs_core::testing::data_dir().join("traces");
-    let mut files: Vec<_> = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.to_string_lossy().ends_with(".trace.csv.gz"))
-            .collect(),
-        Err(_) => {
-            println!("(no traces at {}; set LABS_DATA_DIR)\n", dir.display());
-            return Ok(());
-        }
+    let Ok(files) = crate::mappings::trace_files_in(&dir) else {
+        println!("(no traces at {}; set LABS_DATA_DIR)\n", dir.display());
+        return Ok(());
     };
-    files.sort();
     println!(
         "{:<28} {:>14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8}",
         "trace", "peak requested", "fixed", "allocs", "expand.", "maps", "unmaps", "syncs", "ns/op"
     );
     for path in files {
         let trace = replay::read_trace(&path)?;
-        let fixed = labs_core::device::replay_on_sim(&trace, Config::pytorch_native(), 80 << 30)?;
-        let expandable = labs_core::device::replay_on_sim(&trace, Config::default(), 80 << 30)?;
+        let fixed =
+            labs_core::device::replay_on_sim(&trace, Config::pytorch_native(), crate::TRACE_GPU)?;
+        let expandable =
+            labs_core::device::replay_on_sim(&trace, Config::default(), crate::TRACE_GPU)?;
         println!(
             "{:<28} {:>14} {:>8.3} {:>8} {:>8.3} {:>8} {:>8} {:>6} {:>8.0}",
             trace.name,

@@ -106,7 +106,8 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-/// The capacity of the GPU the shared traces came from.
+/// The capacity of the GPU the shared traces came from (the simulated GPU's size for
+/// `replay` and `mappings`).
 const TRACE_GPU: u64 = 80 << 30;
 
 /// `replay`'s options, as given.
@@ -145,11 +146,8 @@ fn run_replay(
     // The reader's errors name the file; no context is added that would name it again.
     let trace = replay::read_trace_with(file, limits)?;
     let device = labs_core::cli::open_device(device_flag)?;
-    if flags.pytorch.is_some() && matches!(device.id(), DeviceId::Sim(_)) {
-        bail!(
-            "--pytorch compares the two allocators on one GPU, and this replay runs on the \
-             simulated {device}: add --device cuda"
-        );
+    if flags.pytorch.is_some() {
+        pytorch::require_gpu(&device)?;
     }
     let backend = if matches!(device.id(), DeviceId::Sim(_)) {
         // A fresh simulated GPU the size of the trace's, not the shared sim device.
@@ -172,16 +170,7 @@ fn run_replay(
     let twin = match &flags.pytorch {
         Some(script) => {
             let t = pytorch::replay(script, file, &conf.to_pytorch_conf_string(), 0)?;
-            if t.ops != r.ops || t.peak_requested != r.peak_requested {
-                bail!(
-                    "PyTorch's replay saw {} operations peaking at {} requested, ours {} at {}: \
-                     not the same trace",
-                    t.ops,
-                    t.peak_requested,
-                    r.ops,
-                    r.peak_requested
-                );
-            }
+            t.check_same_trace(&r)?;
             Some(t)
         }
         None => None,

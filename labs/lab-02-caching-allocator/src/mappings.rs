@@ -38,9 +38,6 @@ const PYTORCH_MODES: [(&str, &str); 3] = [
     ("PyTorch cudaMallocAsync", "backend:cudaMallocAsync"),
 ];
 
-/// The capacity of the GPU the shared traces came from (the simulated GPU's size).
-const TRACE_GPU: u64 = 80 << 30;
-
 /// One row of a trace's table.
 struct Row {
     name: String,
@@ -53,11 +50,8 @@ struct Row {
 
 pub fn run(device: &Device, names: &[String], pytorch_script: Option<&Path>) -> Result<()> {
     let on_sim = matches!(device.id(), DeviceId::Sim(_));
-    if pytorch_script.is_some() && on_sim {
-        bail!(
-            "--pytorch compares the two allocators on one GPU, and this runs on the simulated \
-             {device}: add --device cuda"
-        );
+    if pytorch_script.is_some() {
+        pytorch::require_gpu(device)?;
     }
     let files = trace_files(names)?;
     let per_trace = 2 + SIZES_MB.len() + pytorch_script.map_or(0, |_| PYTORCH_MODES.len());
@@ -98,9 +92,7 @@ pub fn run(device: &Device, names: &[String], pytorch_script: Option<&Path>) -> 
             for (name, conf) in PYTORCH_MODES {
                 let t = pytorch::replay(script, path, conf, 1)?;
                 bar.inc(1);
-                if t.ops != fixed.ops || t.peak_requested != fixed.peak_requested {
-                    bail!("{}: PyTorch's replay is not of the same trace", trace.name);
-                }
+                t.check_same_trace(&fixed)?;
                 rows.push(Row {
                     name: name.into(),
                     fragmentation: t.fragmentation(),
@@ -124,26 +116,33 @@ pub fn run(device: &Device, names: &[String], pytorch_script: Option<&Path>) -> 
     Ok(())
 }
 
+/// The `*.trace.csv.gz` files of `dir`, sorted by name (the chapter's fragmentation
+/// table lists them too).
+pub(crate) fn trace_files_in(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = (std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path())))
+    .filter(|p| p.to_string_lossy().ends_with(SUFFIX))
+    .collect();
+    files.sort();
+    Ok(files)
+}
+
 /// The shared traces named (all of them when none is), in the order given.
 fn trace_files(names: &[String]) -> Result<Vec<PathBuf>> {
     let dir = labs_core::testing::data_dir().join("traces");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
+    let Ok(files) = trace_files_in(&dir) else {
         bail!("no traces at {} (set LABS_DATA_DIR)", dir.display());
     };
-    let mut files: Vec<PathBuf> = (entries.filter_map(|e| e.ok().map(|e| e.path())))
-        .filter(|p| p.to_string_lossy().ends_with(SUFFIX))
-        .collect();
-    files.sort();
     if files.is_empty() {
         bail!("no *{SUFFIX} in {}", dir.display());
+    }
+    if names.is_empty() {
+        return Ok(files);
     }
     let name_of = |p: &PathBuf| {
         let file = p.file_name().unwrap_or_default().to_string_lossy();
         file.trim_end_matches(SUFFIX).to_string()
     };
-    if names.is_empty() {
-        return Ok(files);
-    }
     let known: Vec<String> = files.iter().map(name_of).collect();
     names
         .iter()
@@ -165,7 +164,7 @@ const SUFFIX: &str = ".trace.csv.gz";
 /// the next replay starts from nothing.
 fn replay_once(device: &Device, on_sim: bool, trace: &Trace, conf: Config) -> Result<ReplayReport> {
     let backend: Arc<dyn Backend> = if on_sim {
-        labs_core::device::sim_backend(TRACE_GPU)
+        labs_core::device::sim_backend(crate::TRACE_GPU)
     } else {
         device.backend_arc()
     };

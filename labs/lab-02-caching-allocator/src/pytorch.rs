@@ -6,6 +6,8 @@ use std::path::Path;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+use labs_core::alloc::replay::ReplayReport;
+use labs_core::{Device, DeviceId};
 use serde_json::Value;
 
 /// What the twin measured: the figures `replay` prints for ours.
@@ -30,6 +32,33 @@ impl TwinReplay {
     pub fn fragmentation(&self) -> f64 {
         self.peak_reserved as f64 / self.peak_requested.max(1) as f64
     }
+
+    /// Fails unless the twin replayed what `ours` did: the same operations, peaking at
+    /// the same bytes requested.
+    pub fn check_same_trace(&self, ours: &ReplayReport) -> Result<()> {
+        if self.ops != ours.ops || self.peak_requested != ours.peak_requested {
+            bail!(
+                "PyTorch's replay saw {} operations peaking at {} requested, ours {} at {}: \
+                 not the same trace",
+                self.ops,
+                self.peak_requested,
+                ours.ops,
+                ours.peak_requested
+            );
+        }
+        Ok(())
+    }
+}
+
+/// PyTorch's twin runs on the GPU, so ours must too for the two to be compared.
+pub fn require_gpu(device: &Device) -> Result<()> {
+    if matches!(device.id(), DeviceId::Sim(_)) {
+        bail!(
+            "--pytorch compares the two allocators on one GPU, and this runs on the \
+             simulated {device}: add --device cuda"
+        );
+    }
+    Ok(())
 }
 
 /// Runs `python3 script trace --conf conf --warmup warmup` and reads its one-line JSON

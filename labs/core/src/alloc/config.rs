@@ -9,12 +9,14 @@ pub const ENV_ALLOC_CONF: &str = "LABS_ALLOC_CONF";
 
 const MIB: u64 = 1 << 20;
 
-/// The default of `max_mapping_mb`: 16 MiB, eight pages of 2 MiB. Measured on an H100
-/// over the five traces of `data/traces` (peak reserved / peak requested, and time per
-/// operation of the replay): 16 MiB keeps every trace at 1.005-1.021, where 64 MiB gives
-/// 1.008-1.050 at about 2.5 times less driver time, and one mapping per block
-/// 1.008-1.182 (`lab-02 replay --conf max_mapping_mb:N` measures it; chapter 2 has the
-/// table).
+/// The default of `max_mapping_mb`: 16 MiB, eight pages of 2 MiB. Peak reserved over
+/// peak requested on the traces of `data/traces` (exact, the same on every backend):
+/// 2 MiB 1.002-1.021, 16 MiB 1.005-1.021, 64 MiB 1.008-1.050, one mapping per block
+/// 1.008-1.182, where PyTorch's best mode gives 1.017-1.132; on the checkpointing loops
+/// of `data/synthetic`, 16 MiB 1.031-1.044 and 64 MiB 1.110-1.134, against PyTorch's
+/// best 1.110-1.124. Time follows the number of mappings: on an H100, 64 MiB replays
+/// the traces 1.0-4.3 times faster than 16 MiB, 2 MiB 2-7 times slower. `lab-02
+/// mappings` measures it; chapter 2 has the tables.
 pub const DEFAULT_MAX_MAPPING: u64 = 16 * MIB;
 
 // ANCHOR: config

@@ -3,14 +3,14 @@
 //!
 //! An expandable segment is a large reserved address range whose pages get memory
 //! only while some block uses them, mapped in runs of up to `max_mapping_mb` (16 MiB
-//! by default, see `config::DEFAULT_MAX_MAPPING`) per driver mapping. A mapping no block uses is "idle". Reserved memory grows freely up
-//! to its high-water mark; past it, idle mappings are recycled first (those idle since
-//! the last wait for their streams, so no new wait is needed; else one wait for the
-//! streams that own idle memory makes every idle mapping safe at once). An idle mapping
-//! of the length needed moves whole: its physical memory is unmapped and mapped where
-//! it is needed, with no release and no create. Reserved memory then only passes its
-//! high-water mark when no memory is idle, which keeps peak reserved close to peak
-//! allocated. The device gets access to what one block needed mapped with one call.
+//! by default) per driver mapping. A mapping no block uses is "idle". Reserved memory
+//! grows freely up to its high-water mark; past it, idle mappings are recycled first
+//! (those idle since the last wait for their streams, so no new wait is needed; else
+//! one wait for the streams that own idle memory makes every idle mapping safe at
+//! once). An idle mapping of the length needed moves whole: its physical memory is
+//! unmapped and mapped where it is needed, with no release and no create. Reserved
+//! memory then only passes its high-water mark when no memory is idle, which keeps
+//! peak reserved close to peak allocated. The device gets access to what one block needed mapped with one call.
 //!
 //! The page map answers questions (how many pages of a range lack memory, where in a
 //! block a request would lie on mapped pages) and counts users; it never calls back
@@ -70,13 +70,10 @@ impl Page {
 pub(super) struct PageMap {
     /// Bytes per page (the driver's mapping granularity); 0 with fixed segments.
     pub page: u64,
-    /// The most pages one driver mapping covers. A mapping is unmapped only as a
-    /// whole, so the idle pages of a mapping that one block still uses are stranded:
-    /// longer runs mean fewer driver calls but more stranded memory. Measured on the
-    /// shared traces (peak reserved / peak requested; page mappings for gpt2_fp32): 1
-    /// page 1.002 (12,903), 4 pages 1.006 (3,060), 8 pages 1.012 (1,543), 16 pages
-    /// 1.029 with seed_accum at 1.048, above PyTorch's best; 32 pages 1.037 (528);
-    /// unbounded 1.098 (260).
+    /// The most pages one driver mapping covers (`max_mapping_mb`). A mapping is
+    /// unmapped only as a whole, so the idle pages of a mapping that one block still
+    /// uses are stranded: longer runs mean fewer driver calls but more stranded memory
+    /// (the figures are at `config::DEFAULT_MAX_MAPPING`).
     pub max_run: usize,
     /// Epochs closed so far (the current epoch).
     pub(super) epoch: u64,
