@@ -66,10 +66,12 @@ def main():
             out = out.decode() if isinstance(out, bytes) else out
         seconds = time.perf_counter() - t
         status = "ok" if code == 0 else "FAILED"
-        print(f"{str(rel):50} {status:7} {seconds:6.1f} s")
+        # Flushed a line at a time: a run cut short by a time limit still shows how far
+        # it got (the pipeline sends this to a file, which Python would buffer).
+        print(f"{str(rel):50} {status:7} {seconds:6.1f} s", flush=True)
         if code != 0:
             failed.append(str(rel))
-            print("\n".join(("  | " + line) for line in (out + err).splitlines()[-20:]))
+            print("\n".join(("  | " + line) for line in (out + err).splitlines()[-20:]), flush=True)
             continue
         if args.out:
             dest = args.out / rel.with_suffix(".txt")
