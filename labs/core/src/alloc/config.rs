@@ -22,9 +22,9 @@ const MIB: u64 = 1 << 20;
 /// on an H100, `cuMemCreate` 16 µs, `cuMemMap` 2 µs, `cuMemSetAccess` 26-36 µs per
 /// mapping in its range, against about 50 µs per fixed segment), so staying near the
 /// fixed segments' time leaves room for about as many mappings as they have segments:
-/// one per block, a row whose memory is pinned two ways: by the page a block shares with its neighbour (a 48 MiB mapping
-/// stays while the next block uses its last page) and by smaller blocks reusing part
-/// of an idle mapping. Mapping those edge pages apart and remapping an idle mapping
+/// one per block, a row whose memory is pinned two ways: by the page a block shares
+/// with its neighbour (a 48 MiB mapping stays while the next block uses its last page)
+/// and by smaller blocks reusing part of an idle mapping. Mapping those edge pages apart and remapping an idle mapping
 /// that a smaller block would use in part was tried: 1.004-1.024 on every trace and
 /// loop but accum4x16 (1.043), the tightest of all, at 1-3.6 times the default's
 /// mappings and 3.5-30 times its synchronisations (remapping needs idle memory safe now).

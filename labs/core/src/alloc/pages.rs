@@ -10,7 +10,8 @@
 //! once). An idle mapping of the length needed moves whole: its physical memory is
 //! unmapped and mapped where it is needed, with no release and no create. Reserved
 //! memory then only passes its high-water mark when no memory is idle, which keeps
-//! peak reserved close to peak allocated. The device gets access to what one block needed mapped with one call.
+//! peak reserved close to peak allocated. The device gets access to what one block
+//! needed mapped with one call.
 //!
 //! The page map answers questions (how many pages of a range lack memory, where in a
 //! block a request would lie on mapped pages) and counts users; it never calls back
