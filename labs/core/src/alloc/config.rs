@@ -24,10 +24,11 @@ const MIB: u64 = 1 << 20;
 /// fixed segments' time leaves room for about as many mappings as they have segments:
 /// one per block, a row whose memory is pinned two ways: by the page a block shares
 /// with its neighbour (a 48 MiB mapping stays while the next block uses its last page)
-/// and by smaller blocks reusing part of an idle mapping. Mapping those edge pages apart and remapping an idle mapping
-/// that a smaller block would use in part was tried: 1.004-1.024 on every trace and
-/// loop but accum4x16 (1.043), the tightest of all, at 1-3.6 times the default's
-/// mappings and 3.5-30 times its synchronisations (remapping needs idle memory safe now).
+/// and by smaller blocks reusing part of an idle mapping. Mapping those edge pages
+/// apart and remapping an idle mapping that a smaller block would use in part was
+/// tried: 1.004-1.024 on every trace and loop but accum4x16 (1.043), the tightest of
+/// all, at 1-3.6 times the default's mappings and 3.5-30 times its synchronisations
+/// (remapping needs idle memory safe now).
 pub const DEFAULT_MAX_MAPPING: u64 = 16 * MIB;
 
 // ANCHOR: config
