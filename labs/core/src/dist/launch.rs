@@ -1,13 +1,20 @@
 //! A launcher like `torchrun --nproc-per-node N`: starts one process per rank with
 //! PyTorch's environment variables, prefixes each line they print with its rank, and
-//! when one fails stops the others and says which rank failed and how.
+//! when one fails stops the others and says which rank failed and how. Each job gets a
+//! random token (`LABS_JOB_TOKEN`) that admits its ranks, and only them, to its
+//! rendezvous. The launcher never leaves a rank behind: whether it returns, fails or
+//! panics (in the output handler), the ranks still running are killed and reaped.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::time::Duration;
 
+use super::env::{new_job_token, ENV_JOB_TOKEN};
 use crate::error::{Error, Result};
+
+/// The most ranks one launch starts (processes on this machine).
+pub const MAX_LOCAL_RANKS: usize = 1024;
 
 /// Which of a child's outputs a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,14 +79,27 @@ fn forward(
     stream: OutputStream,
     from: impl Read + Send + 'static,
     to: Sender<OutputLine>,
-) {
-    std::thread::spawn(move || {
+) -> Result<()> {
+    let name = format!("launch-rank{rank}-{stream:?}");
+    let what = format!("the reader of rank {rank}'s {stream:?}");
+    crate::threads::spawn(name, &what, move || {
         for text in BufReader::new(from).lines().map_while(std::io::Result::ok) {
             if to.send(OutputLine { rank, stream, text }).is_err() {
                 break;
             }
         }
-    });
+    })
+    .map(drop)
+}
+
+/// The ranks a launch started; those still running when it is dropped (the launch
+/// returns, fails or unwinds) are killed and reaped.
+struct Ranks(Vec<Option<Child>>);
+
+impl Drop for Ranks {
+    fn drop(&mut self) {
+        stop(&mut self.0);
+    }
 }
 
 /// How a process ended, in words.
@@ -105,14 +125,16 @@ pub fn launch_with(
     args: &[String],
     mut on_line: impl FnMut(OutputLine),
 ) -> Result<ExitStatus> {
-    if nproc == 0 {
-        return Err(Error::InvalidArgument(
-            "launch: nproc must be at least 1".into(),
-        ));
+    if nproc == 0 || nproc > MAX_LOCAL_RANKS {
+        return Err(Error::InvalidArgument(format!(
+            "launch: nproc={nproc} is out of range: 1 to {MAX_LOCAL_RANKS} ranks on one machine"
+        )));
     }
     let port = free_loopback_port()?;
+    let token = new_job_token();
     let (lines, received) = channel();
-    let mut children: Vec<Option<Child>> = Vec::with_capacity(nproc);
+    let mut ranks = Ranks(Vec::with_capacity(nproc));
+    let children = &mut ranks.0;
     for rank in 0..nproc {
         let spawned = Command::new(program)
             .args(args)
@@ -122,32 +144,34 @@ pub fn launch_with(
             .env("LOCAL_WORLD_SIZE", nproc.to_string())
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", port.to_string())
+            .env(ENV_JOB_TOKEN, &token)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn();
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                stop(&mut children);
-                return Err(Error::Distributed(format!(
-                    "launch: cannot start rank {rank} ({program}): {e}"
-                )));
-            }
-        };
-        forward(
-            rank,
-            OutputStream::Stdout,
-            child.stdout.take().unwrap(),
-            lines.clone(),
-        );
-        forward(
-            rank,
-            OutputStream::Stderr,
-            child.stderr.take().unwrap(),
-            lines.clone(),
-        );
+        let mut child = spawned.map_err(|e| {
+            Error::Distributed(format!(
+                "launch: cannot start rank {rank} ({program}): {e}; the ranks started were \
+                 stopped"
+            ))
+        })?;
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
         children.push(Some(child));
+        for (stream, from) in [
+            (
+                OutputStream::Stdout,
+                stdout.map(|s| Box::new(s) as Box<dyn Read + Send>),
+            ),
+            (
+                OutputStream::Stderr,
+                stderr.map(|s| Box::new(s) as Box<dyn Read + Send>),
+            ),
+        ] {
+            let from = from.expect("a piped output");
+            forward(rank, stream, from, lines.clone()).map_err(|e| {
+                Error::Distributed(format!("launch: {e}; the ranks started were stopped"))
+            })?;
+        }
     }
     drop(lines);
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; nproc];
@@ -170,7 +194,7 @@ pub fn launch_with(
             }
         }
     }
-    stop(&mut children);
+    stop(children);
     // What the ranks printed before they ended: the readers end with the pipes, unless
     // a process the rank started still holds them, hence the quiet period.
     while let Ok(line) = received.recv_timeout(Duration::from_millis(500)) {
