@@ -144,6 +144,10 @@ fn run(cli: Cli) -> Result<()> {
         if nproc == 0 {
             bail!("--nproc must be at least 1");
         }
+        let most = labs_core::dist::MAX_LOCAL_RANKS;
+        if nproc > most {
+            bail!("--nproc {nproc} is more than {most}, the most ranks one machine runs");
+        }
         if device.is_cuda() {
             return relaunch(nproc);
         }
