@@ -125,7 +125,9 @@ impl Rendezvous {
         let mut missing = env.world_size - 1;
         while missing > 0 {
             let mut busy = false;
-            loop {
+            // At most a pending table's worth per round, so that a flood of
+            // connections cannot keep rank 0 from reading greetings.
+            for _ in 0..MAX_PENDING {
                 match listener.accept() {
                     Ok((s, from)) => {
                         busy = true;
