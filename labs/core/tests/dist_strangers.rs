@@ -209,3 +209,91 @@ fn a_huge_world_is_refused_before_anything_is_sized_by_it() {
         "{e}"
     );
 }
+
+#[test]
+fn a_member_that_claims_a_huge_barrier_message_is_an_error_not_an_abort() {
+    use std::io::Read;
+    let port = dist::free_loopback_port().unwrap();
+    let root = std::thread::spawn(move || {
+        Rendezvous::join(&env(0, 2, port), Duration::from_secs(15), || Ok(ID))
+            .map(|_| ())
+            .expect_err("rank 0 fails")
+            .to_string()
+    });
+    // Rank 1 by hand: the right greeting, then a barrier message claiming ~6 EB.
+    let hello = format!("labs-rendezvous/2 rank=1 world=2 token={TOKEN}");
+    let mut one = stranger(port, &framed(hello.as_bytes()));
+    let mut reply = [0u8; 8 + 1 + 128];
+    one.read_exact(&mut reply).unwrap();
+    assert_eq!(reply[8], 0, "rank 0 admitted rank 1");
+    assert_eq!(&reply[9..], &ID);
+    one.write_all(&(u64::MAX / 3).to_le_bytes()).unwrap();
+    let e = root.join().unwrap();
+    assert!(
+        e.contains("rank 1") && e.contains("more than the limit"),
+        "{e}"
+    );
+    assert!(e.len() < 300, "{e}");
+}
+
+/// A job's variables with `name` set to `value` (`None`: the usual ones).
+fn vars(change: Option<(&'static str, String)>) -> impl Fn(&str) -> Option<String> {
+    let mut pairs: Vec<(&str, String)> = [
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "29500"),
+    ]
+    .iter()
+    .map(|(n, v)| (*n, v.to_string()))
+    .collect();
+    if let Some((name, value)) = change {
+        pairs.retain(|(n, _)| *n != name);
+        pairs.push((name, value));
+    }
+    move |name| {
+        pairs
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
+    }
+}
+
+#[test]
+fn the_environment_is_checked_before_it_is_used() {
+    let ok = DistEnv::from_vars(vars(None)).unwrap();
+    assert_eq!((ok.rank, ok.world_size, ok.job_token), (0, 2, None));
+    let token = DistEnv::from_vars(vars(Some((dist::ENV_JOB_TOKEN, TOKEN.into())))).unwrap();
+    assert_eq!(token.job_token.as_deref(), Some(TOKEN));
+    for (name, value, says) in [
+        ("WORLD_SIZE", "1099511627776".to_string(), "1 to 65536"),
+        ("WORLD_SIZE", "0".into(), "1 to 65536"),
+        ("RANK", "2".into(), "not a rank of WORLD_SIZE=2"),
+        ("LOCAL_RANK", "100000".into(), "LOCAL_RANK=100000"),
+        ("MASTER_PORT", "65536".into(), "MASTER_PORT"),
+        (dist::ENV_JOB_TOKEN, "has spaces".into(), "LABS_JOB_TOKEN"),
+        ("RANK", "9".repeat(1 << 20), "RANK"),
+    ] {
+        let e = DistEnv::from_vars(vars(Some((name, value))))
+            .expect_err(name)
+            .to_string();
+        assert!(e.contains(says) && e.len() < 200, "{name}: {e}");
+    }
+}
+
+#[test]
+fn launched_ranks_get_a_fresh_random_token() {
+    let mut lines = Vec::new();
+    dist::launch_with(
+        2,
+        "sh",
+        &["-c".into(), "echo $LABS_JOB_TOKEN".into()],
+        |l| lines.push(l.text),
+    )
+    .unwrap();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0], lines[1], "every rank of a job has its token");
+    assert_eq!(lines[0].len(), 32);
+    assert!(lines[0].bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_ne!(dist::new_job_token(), dist::new_job_token());
+}

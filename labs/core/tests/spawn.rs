@@ -11,8 +11,7 @@ fn a_stream_worker_that_cannot_start_is_an_error() {
     let device = Device::new_sim(64 << 20);
     let e = Tensor::full(&[4], 1.0, &device)
         .and_then(|t| t.to_vec::<f32>())
-        .err()
-        .expect("work on a stream without its worker is an error");
+        .expect_err("work on a stream without its worker is an error");
     let e = e.to_string();
     assert!(e.contains("cannot start a stream worker"), "{e}");
     assert!(!e.contains('\n'), "{e}");
@@ -54,9 +53,7 @@ fn a_launcher_that_panics_stops_and_reaps_its_ranks() {
 #[test]
 fn a_launcher_whose_output_reader_cannot_start_stops_its_ranks() {
     fail_thread_spawns(3);
-    let e = dist::launch_with(2, "sh", &sh("exit 0"), |_| {})
-        .err()
-        .expect("an error");
+    let e = dist::launch_with(2, "sh", &sh("exit 0"), |_| {}).expect_err("an error");
     let e = e.to_string();
     assert!(e.contains("cannot start"), "{e}");
     assert!(!e.contains('\n'), "{e}");
@@ -66,8 +63,7 @@ fn a_launcher_whose_output_reader_cannot_start_stops_its_ranks() {
 fn a_launch_of_too_many_ranks_is_refused_before_any_starts() {
     let started = std::time::Instant::now();
     let e = dist::launch_with(100_000, "sh", &sh("exit 0"), |_| {})
-        .err()
-        .expect("an error")
+        .expect_err("an error")
         .to_string();
     assert!(e.contains("100000") && e.contains("1024"), "{e}");
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
@@ -76,8 +72,7 @@ fn a_launch_of_too_many_ranks_is_refused_before_any_starts() {
 #[test]
 fn simulated_gpu_counts_are_bounded() {
     let e = labs_core::device::set_sim_device_count(100_000)
-        .err()
-        .expect("an error")
+        .expect_err("an error")
         .to_string();
     assert!(e.contains("100000") && e.contains("1024"), "{e}");
     labs_core::device::set_sim_device_count(1024).unwrap();

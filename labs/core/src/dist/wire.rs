@@ -170,8 +170,8 @@ pub(crate) fn same_token(expected: Option<&str>, given: Option<&str>) -> bool {
         (Some(a), Some(b)) => {
             let (a, b) = (a.as_bytes(), b.as_bytes());
             let mut diff = (a.len() != b.len()) as u8;
-            for i in 0..a.len() {
-                diff |= a[i] ^ b.get(i).copied().unwrap_or(!a[i]);
+            for (i, x) in a.iter().enumerate() {
+                diff |= x ^ b.get(i).copied().unwrap_or(!x);
             }
             std::hint::black_box(diff) == 0
         }
