@@ -289,10 +289,13 @@ fn relaunch(nproc: usize) -> Result<()> {
             args.push(a);
         }
     }
-    labs_core::dist::launch_with(nproc, &exe.to_string_lossy(), &args, |line| {
+    labs_core::dist::launch_writing(nproc, &exe.to_string_lossy(), &args, |line| {
+        use std::io::Write;
         match (line.rank, line.stream) {
-            (0, labs_core::dist::OutputStream::Stdout) => println!("{}", line.text),
-            _ => eprintln!("{line}"),
+            (0, labs_core::dist::OutputStream::Stdout) => {
+                writeln!(std::io::stdout().lock(), "{}", line.text)
+            }
+            _ => writeln!(std::io::stderr().lock(), "{line}"),
         }
     })?;
     Ok(())

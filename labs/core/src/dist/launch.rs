@@ -39,12 +39,92 @@ impl std::fmt::Display for OutputLine {
 
 /// Runs `program args` as `nproc` ranks on this machine and forwards their output to
 /// ours, each line prefixed with `[rank N]`. Returns rank 0's status once all have
-/// succeeded; the first rank to fail stops the others and is the error.
+/// succeeded; the first rank to fail stops the others and is the error. When our own
+/// output is closed (`… | head -1`), the ranks are stopped and that is the error.
 pub fn launch(nproc: usize, program: &str, args: &[String]) -> Result<ExitStatus> {
-    launch_with(nproc, program, args, |line| match line.stream {
-        OutputStream::Stdout => println!("{line}"),
-        OutputStream::Stderr => eprintln!("{line}"),
+    use std::io::Write;
+    launch_writing(nproc, program, args, |line| match line.stream {
+        OutputStream::Stdout => writeln!(std::io::stdout().lock(), "{line}"),
+        OutputStream::Stderr => writeln!(std::io::stderr().lock(), "{line}"),
     })
+}
+
+/// [`launch`], each line written by `write`: a write that fails (our output closed)
+/// stops the ranks and is the error, and a closed pipe is such a failure rather than
+/// this process's death by `SIGPIPE` while the launch runs.
+pub fn launch_writing(
+    nproc: usize,
+    program: &str,
+    args: &[String],
+    mut write: impl FnMut(&OutputLine) -> std::io::Result<()>,
+) -> Result<ExitStatus> {
+    /// A write of the ranks' output that failed: it ends the launch.
+    struct OutputClosed(OutputStream, std::io::Error);
+    let _ignored = BrokenPipeIgnored::new();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        launch_with(nproc, program, args, |line| {
+            if let Err(e) = write(&line) {
+                // Unwinds through launch_with, whose guard stops the ranks.
+                std::panic::resume_unwind(Box::new(OutputClosed(line.stream, e)));
+            }
+        })
+    }));
+    match outcome {
+        Ok(status) => status,
+        Err(payload) => match payload.downcast::<OutputClosed>() {
+            Ok(closed) => Err(Error::Distributed(format!(
+                "launch: cannot write rank output to {}: {}; the ranks were stopped",
+                match closed.0 {
+                    OutputStream::Stdout => "stdout",
+                    OutputStream::Stderr => "stderr",
+                },
+                closed.1
+            ))),
+            Err(other) => std::panic::resume_unwind(other),
+        },
+    }
+}
+
+/// While it lives, a write to a closed pipe is an error (`EPIPE`) rather than the death
+/// of this process by `SIGPIPE`, which would leave the ranks running. The ranks start
+/// with the default disposition (the standard library restores it in each child).
+struct BrokenPipeIgnored {
+    #[cfg(unix)]
+    previous: usize,
+}
+
+#[cfg(unix)]
+extern "C" {
+    fn signal(signum: i32, handler: usize) -> usize;
+}
+
+/// `SIGPIPE` and `SIG_IGN`: the same numbers on Linux and macOS.
+#[cfg(unix)]
+const SIGPIPE: i32 = 13;
+#[cfg(unix)]
+const SIG_IGN: usize = 1;
+
+impl BrokenPipeIgnored {
+    fn new() -> Self {
+        BrokenPipeIgnored {
+            // SAFETY: sets the disposition of one signal to "ignore"; no handler code
+            // is installed.
+            #[cfg(unix)]
+            previous: unsafe { signal(SIGPIPE, SIG_IGN) },
+        }
+    }
+}
+
+impl Drop for BrokenPipeIgnored {
+    fn drop(&mut self) {
+        // SAFETY: restores the disposition `new` found (SIG_ERR, all ones, is not one).
+        #[cfg(unix)]
+        if self.previous != usize::MAX {
+            unsafe {
+                signal(SIGPIPE, self.previous);
+            }
+        }
+    }
 }
 
 /// A free TCP port on the loopback interface, for a rendezvous, chosen below Linux's

@@ -46,7 +46,8 @@ pub use communicator::{Communicator, ReduceOp, Work};
 pub use ddp::{DdpEvent, DdpOptions, DistributedDataParallel, NoSync};
 pub use env::{new_job_token, DistEnv, ENV_JOB_TOKEN, MAX_TOKEN_BYTES, MAX_WORLD_SIZE};
 pub use launch::{
-    free_loopback_port, launch, launch_with, OutputLine, OutputStream, MAX_LOCAL_RANKS,
+    free_loopback_port, launch, launch_with, launch_writing, OutputLine, OutputStream,
+    MAX_LOCAL_RANKS,
 };
 pub use nccl::nccl_group;
 pub use process_group::{init_process_group, init_process_group_with, ProcessGroupOptions};
