@@ -297,3 +297,26 @@ fn launched_ranks_get_a_fresh_random_token() {
     assert!(lines[0].bytes().all(|b| b.is_ascii_hexdigit()));
     assert_ne!(dist::new_job_token(), dist::new_job_token());
 }
+
+#[test]
+fn a_rank_with_another_token_is_told_why() {
+    let port = dist::free_loopback_port().unwrap();
+    let root = std::thread::spawn(move || {
+        Rendezvous::join(&env(0, 2, port), Duration::from_secs(2), || Ok(ID))
+            .map(|_| ())
+            .expect_err("rank 1 never joins")
+            .to_string()
+    });
+    let mut one = env(1, 2, port);
+    one.job_token = Some("another-job".into());
+    let e = Rendezvous::join(&one, Duration::from_secs(10), || Ok(ID))
+        .map(|_| ())
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.contains("refused this rank") && e.contains("LABS_JOB_TOKEN"),
+        "{e}"
+    );
+    let e = root.join().unwrap();
+    assert!(e.contains("1 of 2 ranks never connected"), "{e}");
+}

@@ -7,7 +7,10 @@ use crate::error::{Error, Result};
 /// The environment variable holding the job's token: the launchers ([`launch`],
 /// `lab-04 launch`, `lab-10 train --nproc`) make a random one per job and give it to
 /// every rank; a job started otherwise (`torchrun`, by hand) sets the same value in
-/// every rank's environment. Rank 0 admits only greetings that carry it.
+/// every rank's environment. Rank 0 admits only greetings that carry its token, compared
+/// in constant time. Unset (or empty) everywhere, the job is open: rank 0 admits the
+/// greetings without a token, from whichever process reaches its port, and warns so on
+/// stderr; a rank with a token and a rank 0 without one (or the reverse) do not meet.
 ///
 /// [`launch`]: super::launch
 pub const ENV_JOB_TOKEN: &str = "LABS_JOB_TOKEN";
@@ -26,14 +29,15 @@ pub struct DistEnv {
     pub world_size: usize,
     pub master_addr: String,
     pub master_port: u16,
-    /// The job's token (`LABS_JOB_TOKEN`); `None` makes an open job, which any local
-    /// process can join as any missing rank (rank 0 warns of it).
+    /// The job's token (`LABS_JOB_TOKEN`); `None` makes an open job, which any process
+    /// that reaches rank 0's port can join as a missing rank (rank 0 warns of it).
     pub job_token: Option<String>,
 }
 
 impl DistEnv {
     /// A place in a job of `world_size` ranks meeting at `master_addr:master_port`,
-    /// with `rank` as its local rank and no token; checked as [`DistEnv::check`] does.
+    /// with `rank` as its local rank and `job_token` as its token; checked as
+    /// [`DistEnv::check`] does.
     pub fn new(
         rank: usize,
         world_size: usize,

@@ -118,7 +118,8 @@ impl Rendezvous {
         if env.job_token.is_none() {
             eprintln!(
                 "rendezvous on {at}: {ENV_JOB_TOKEN} is not set, so this job is open: any \
-                 local process can join it as a missing rank (the launchers set it)"
+                 process that reaches this port can join it as a missing rank (the \
+                 launchers set it)"
             );
         }
         let mut peers: Vec<Option<TcpStream>> = (0..env.world_size).map(|_| None).collect();
