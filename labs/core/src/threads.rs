@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 
 thread_local! {
     /// How many of the next threads started from this thread fail, as the system's
-    /// refusal would ([`crate::testing::fail_thread_spawns`]).
+    /// refusal would (set by the testing module's `fail_thread_spawns`).
     static FAIL_NEXT: Cell<usize> = const { Cell::new(0) };
 }
 
