@@ -42,6 +42,7 @@ pub mod snapshot;
 pub mod table;
 pub mod tensor;
 pub mod testing;
+mod threads;
 pub mod timing;
 
 pub use device::{select_device, Device, DeviceId, Event, Selection, Stream};

@@ -174,3 +174,10 @@ pub fn launch_count(rows: &[KernelTime], needle: &str) -> u64 {
         .map(|l| l.launches)
         .sum()
 }
+
+/// Makes the next `count` threads the runtime starts from the calling thread (a
+/// simulated stream's worker, a launcher's output readers) fail to start, as they do
+/// when the system's limit on threads or memory is reached.
+pub fn fail_thread_spawns(count: usize) {
+    crate::threads::fail_next_spawns(count);
+}

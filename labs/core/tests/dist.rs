@@ -450,3 +450,23 @@ fn benchmark_times_and_scales_bandwidth() {
         assert!((row.busbw - row.algbw * factor).abs() <= 1e-9 * row.algbw.max(1.0));
     }
 }
+
+/// A large group whose ranks all disagree: the error names a few calls and counts the
+/// rest, on one short line.
+#[test]
+fn a_large_groups_disagreement_is_one_short_line() {
+    let dry: Vec<Device> = (0..48).map(|_| Device::new_dry(64 << 20)).collect();
+    let errors = on_ranks(dist::sim_group(&dry).unwrap(), |c| {
+        let odd = Tensor::empty(&[1 + c.rank()], DType::BF16, c.device()).unwrap();
+        distributed_message(c.all_reduce(&odd, ReduceOp::Sum).err().unwrap())
+    });
+    for e in errors {
+        assert!(e.contains("differs across ranks"), "{e}");
+        assert!(
+            e.contains("rank 0 called all_reduce(sum) of 1 bfloat16"),
+            "{e}"
+        );
+        assert!(e.len() < 400 && !e.contains('\n'), "{} bytes: {e}", e.len());
+        assert!(e.contains("44 more ranks made 44 other calls"), "{e}");
+    }
+}

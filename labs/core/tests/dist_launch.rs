@@ -26,6 +26,7 @@ fn env(rank: usize, world_size: usize, port: u16) -> DistEnv {
         world_size,
         master_addr: "127.0.0.1".into(),
         master_port: port,
+        job_token: None,
     }
 }
 
@@ -87,7 +88,7 @@ fn rendezvous_fails_clearly_when_ranks_are_missing_or_vanish() {
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     };
-    let hello = b"labs-rendezvous rank=1 world=2";
+    let hello = b"labs-rendezvous/2 rank=1 world=2 token=-";
     let mut frame = (hello.len() as u64).to_le_bytes().to_vec();
     frame.extend_from_slice(hello);
     std::io::Write::write_all(&mut peer, &frame).unwrap();

@@ -76,7 +76,7 @@ pub fn measure(devices: &[Device], o: Options) -> Result<Vec<Row>> {
             .iter()
             .map(|c| {
                 let counts = &counts;
-                s.spawn(move || {
+                std::thread::Builder::new().spawn_scoped(s, move || {
                     counts
                         .iter()
                         .map(|&count| {
@@ -89,9 +89,11 @@ pub fn measure(devices: &[Device], o: Options) -> Result<Vec<Row>> {
             .collect();
         handles
             .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| bail!("a rank's thread panicked"))
+            .map(|h| match h {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| bail!("a rank's thread panicked")),
+                Err(e) => bail!("cannot start the rank's thread: {e}"),
             })
             .collect()
     });

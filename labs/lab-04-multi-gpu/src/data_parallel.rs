@@ -222,7 +222,9 @@ fn distributed(devices: &[Device], s: Sizes, zero: bool) -> Result<Vec<Row>> {
         let handles: Vec<_> = comms
             .into_iter()
             .map(|c| {
-                sc.spawn(move || -> Result<(u64, f64)> {
+                // A thread that cannot start drops its communicator: the other ranks
+                // see that rank leave.
+                std::thread::Builder::new().spawn_scoped(sc, move || -> Result<(u64, f64)> {
                     let comm = Arc::new(c);
                     let (rank, d) = (comm.rank(), comm.device().clone());
                     let m = model(s, &d)?;
@@ -262,9 +264,11 @@ fn distributed(devices: &[Device], s: Sizes, zero: bool) -> Result<Vec<Row>> {
             .collect();
         handles
             .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| bail!("a rank's thread panicked"))
+            .map(|h| match h {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| bail!("a rank's thread panicked")),
+                Err(e) => bail!("cannot start the rank's thread: {e}"),
             })
             .collect()
     });

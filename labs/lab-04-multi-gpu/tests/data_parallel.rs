@@ -181,3 +181,58 @@ fn launch_runs_a_command_per_rank() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("rank 1 of 2 exited with code 1"), "{err}");
 }
+
+/// `lab-04 launch … | head -1`: the reader of the ranks' output goes away; the launcher
+/// stops and reaps its ranks and says why, rather than dying and leaving them running.
+#[test]
+fn launch_stops_its_ranks_when_its_output_is_closed() {
+    use std::io::{BufRead, BufReader, Read};
+    let dir = std::env::temp_dir().join(format!("lab04-launch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Each rank notes its pid, prints a line, and again a second later.
+    let script = "echo $$ > \"$PIDS/$RANK\"; echo $$; sleep 1; echo later; exec sleep 60";
+    let mut child = Command::new(binary())
+        .args(["launch", "--nproc", "2", "--", "sh", "-c", script])
+        .env("PIDS", &dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("[rank "), "{first}");
+    // The reader is gone: stdout is closed.
+    let started = std::time::Instant::now();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{stderr}"
+    );
+    let pids: Vec<u32> = (0..2)
+        .filter_map(|rank| std::fs::read_to_string(dir.join(rank.to_string())).ok())
+        .map(|p| p.trim().parse().unwrap())
+        .collect();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(pids.len(), 2, "{stderr}");
+    for pid in pids {
+        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+        assert!(
+            !alive,
+            "rank process {pid} outlived lab-04 launch ({status})"
+        );
+    }
+    assert!(!status.success());
+    assert!(
+        stderr.contains("stopped") && stderr.contains("stdout"),
+        "{stderr}"
+    );
+}

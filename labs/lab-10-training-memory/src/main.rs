@@ -144,6 +144,10 @@ fn run(cli: Cli) -> Result<()> {
         if nproc == 0 {
             bail!("--nproc must be at least 1");
         }
+        let most = labs_core::dist::MAX_LOCAL_RANKS;
+        if nproc > most {
+            bail!("--nproc {nproc} is more than {most}, the most ranks one machine runs");
+        }
         if device.is_cuda() {
             return relaunch(nproc);
         }
@@ -285,10 +289,13 @@ fn relaunch(nproc: usize) -> Result<()> {
             args.push(a);
         }
     }
-    labs_core::dist::launch_with(nproc, &exe.to_string_lossy(), &args, |line| {
+    labs_core::dist::launch_writing(nproc, &exe.to_string_lossy(), &args, |line| {
+        use std::io::Write;
         match (line.rank, line.stream) {
-            (0, labs_core::dist::OutputStream::Stdout) => println!("{}", line.text),
-            _ => eprintln!("{line}"),
+            (0, labs_core::dist::OutputStream::Stdout) => {
+                writeln!(std::io::stdout().lock(), "{}", line.text)
+            }
+            _ => writeln!(std::io::stderr().lock(), "{line}"),
         }
     })?;
     Ok(())

@@ -175,6 +175,7 @@ fn bad_input_is_refused_with_a_clear_message() {
         (&["--capacity", "lots"], "--capacity"),
         (&["--gemm-workspace", "lots"], "--gemm-workspace"),
         (&["--nproc", "0"], "--nproc must be at least 1"),
+        (&["--nproc", "100000"], "--nproc 100000 is more than 1024"),
         (&["--zero1", "--amp", "f16"], "--zero1 with --amp f16"),
         (&["--offload", "--offload-share", "0"], "not a share"),
         (&["--offload", "--offload-share", "1.5"], "not a share"),

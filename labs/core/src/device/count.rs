@@ -9,14 +9,19 @@ use super::select::ENV_SIM_DEVICES;
 use crate::device_id::DeviceKind;
 use crate::error::{Error, Result};
 
+/// The most simulated GPUs (and dry-run devices) a process may have configured: each
+/// costs host memory and, once used, a thread per stream.
+pub const MAX_SIM_DEVICES: usize = 1024;
+
 /// The count [`set_sim_device_count`] set, or the environment's once read.
 static SIM_COUNT: Mutex<Option<usize>> = Mutex::new(None);
 
 fn parse_sim_count(text: &str) -> Result<usize> {
     match text.trim().parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
+        Ok(n) if (1..=MAX_SIM_DEVICES).contains(&n) => Ok(n),
         _ => Err(Error::InvalidArgument(format!(
-            "{ENV_SIM_DEVICES}={text}: expected a number of simulated GPUs, 1 or more"
+            "{ENV_SIM_DEVICES}={}: expected a number of simulated GPUs, 1 to {MAX_SIM_DEVICES}",
+            crate::format::quote(text)
         ))),
     }
 }
@@ -44,6 +49,11 @@ pub fn set_sim_device_count(count: usize) -> Result<()> {
         return Err(Error::InvalidArgument(
             "set_sim_device_count(0): there is always at least one simulated GPU".into(),
         ));
+    }
+    if count > MAX_SIM_DEVICES {
+        return Err(Error::InvalidArgument(format!(
+            "set_sim_device_count({count}): at most {MAX_SIM_DEVICES} simulated GPUs"
+        )));
     }
     *SIM_COUNT.lock().unwrap() = Some(count);
     Ok(())
@@ -74,10 +84,11 @@ mod tests {
     #[test]
     fn counts_parse_strictly() {
         assert_eq!(parse_sim_count(" 4 ").unwrap(), 4);
-        for bad in ["0", "-1", "two", ""] {
+        assert_eq!(parse_sim_count("1024").unwrap(), MAX_SIM_DEVICES);
+        for bad in ["0", "-1", "two", "", "1025", "100000"] {
             let err = parse_sim_count(bad).unwrap_err().to_string();
             assert!(
-                err.contains(ENV_SIM_DEVICES) && err.contains("1 or more"),
+                err.contains(ENV_SIM_DEVICES) && err.contains("1 to 1024"),
                 "{err}"
             );
         }

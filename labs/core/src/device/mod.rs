@@ -16,7 +16,7 @@ pub use crate::backend::{
     MemInfo, MemLocation, Stream, StreamImpl,
 };
 pub use crate::device_id::{DeviceId, DeviceKind};
-pub use count::{device_count, set_sim_device_count};
+pub use count::{device_count, set_sim_device_count, MAX_SIM_DEVICES};
 pub use current::{current_device, set_device, with_device, DeviceGuard};
 pub use select::{
     select_device, Selection, DEFAULT_SIM_CAPACITY, ENV_DEVICE, ENV_SIM_CAPACITY, ENV_SIM_DEVICES,

@@ -28,12 +28,14 @@ mod bench;
 mod buckets;
 mod communicator;
 mod ddp;
+mod env;
 mod launch;
 mod nccl;
 mod process_group;
 mod reduce;
 mod rendezvous;
 mod sim;
+mod wire;
 mod zero;
 
 pub use bench::{bus_bandwidth_factor, time_collective, BenchOp, CollectiveTiming};
@@ -42,11 +44,16 @@ pub use buckets::{
 };
 pub use communicator::{Communicator, ReduceOp, Work};
 pub use ddp::{DdpEvent, DdpOptions, DistributedDataParallel, NoSync};
-pub use launch::{free_loopback_port, launch, launch_with, OutputLine, OutputStream};
+pub use env::{new_job_token, DistEnv, ENV_JOB_TOKEN, MAX_TOKEN_BYTES, MAX_WORLD_SIZE};
+pub use launch::{
+    free_loopback_port, launch, launch_with, launch_writing, OutputLine, OutputStream,
+    MAX_LOCAL_RANKS,
+};
 pub use nccl::nccl_group;
 pub use process_group::{init_process_group, init_process_group_with, ProcessGroupOptions};
-pub use rendezvous::{DistEnv, Rendezvous, DEFAULT_TIMEOUT};
+pub use rendezvous::{Rendezvous, DEFAULT_TIMEOUT, GREETING_TIMEOUT};
 pub use sim::{sim_group, sim_group_with_timeout};
+pub use wire::{MAX_GREETING_BYTES, MAX_MESSAGE_BYTES};
 pub use zero::ZeroRedundancyOptimizer;
 
 use crate::device::Device;

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::communicator::Communicator;
-use super::rendezvous::{DistEnv, Rendezvous, DEFAULT_TIMEOUT};
+use super::env::DistEnv;
+use super::rendezvous::{Rendezvous, DEFAULT_TIMEOUT};
 use super::sim::{Exchange, Inputs, SimTransport};
 use crate::cuda::nccl::UNIQUE_ID_BYTES;
 use crate::device::{Device, DeviceId, ENV_DEVICE};

@@ -54,20 +54,58 @@ struct InProcess {
     arrived: Condvar,
 }
 
-/// Every rank's call, when they differ: the error each of them reports.
+/// Every rank's call, when they differ: the error each of them reports, one line that
+/// names the first few calls (ranks that made the same call together) and counts the
+/// ranks of the rest.
 pub(crate) fn mismatch(seq: u64, deposits: &[Option<(String, Vec<u8>)>]) -> Option<String> {
+    const CALLS_NAMED: usize = 4;
+    const RANKS_NAMED: usize = 4;
     let first = &deposits[0].as_ref()?.0;
     if deposits.iter().flatten().all(|(s, _)| s == first) {
         return None;
     }
-    let calls: Vec<String> = deposits
+    let mut calls: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (r, d) in deposits.iter().enumerate() {
+        let Some((s, _)) = d else { continue };
+        match calls.iter_mut().find(|(c, _)| c == s) {
+            Some((_, ranks)) => ranks.push(r),
+            None => calls.push((s, vec![r])),
+        }
+    }
+    let mut named: Vec<String> = calls
         .iter()
-        .enumerate()
-        .filter_map(|(r, d)| d.as_ref().map(|(s, _)| format!("rank {r} called {s}")))
+        .take(CALLS_NAMED)
+        .map(|(call, ranks)| match ranks.as_slice() {
+            [one] => format!("rank {one} called {call}"),
+            _ => {
+                let shown: Vec<String> = ranks
+                    .iter()
+                    .take(RANKS_NAMED)
+                    .map(usize::to_string)
+                    .collect();
+                let more = if ranks.len() > RANKS_NAMED {
+                    ", …"
+                } else {
+                    ""
+                };
+                format!(
+                    "ranks {}{more} ({}) called {call}",
+                    shown.join(", "),
+                    ranks.len()
+                )
+            }
+        })
         .collect();
+    if calls.len() > CALLS_NAMED {
+        let rest: usize = calls[CALLS_NAMED..].iter().map(|(_, r)| r.len()).sum();
+        named.push(format!(
+            "{rest} more ranks made {} other calls",
+            calls.len() - CALLS_NAMED
+        ));
+    }
     Some(format!(
         "collective #{seq} differs across ranks: {}",
-        calls.join(", ")
+        named.join(", ")
     ))
 }
 

@@ -1,6 +1,7 @@
 //! Streams and events of the simulated GPU. Each stream is a worker thread that runs
 //! its queue in order, so work really is asynchronous: a host that reads results
-//! without synchronising sees stale data, just as on a GPU.
+//! without synchronising sees stale data, just as on a GPU. The thread starts with the
+//! stream's first work; a thread the system cannot start is that work's error.
 
 use std::any::Any;
 use std::sync::mpsc::{channel, Sender};
@@ -31,49 +32,58 @@ struct Progress {
 pub(crate) struct SimStream {
     handle: u64,
     /// `None` for the host device, whose "stream" runs work inline.
-    queue: Option<Mutex<Sender<Work>>>,
+    queue: Option<Mutex<Queue>>,
     progress: Arc<(Mutex<Progress>, Condvar)>,
 }
 
+/// A threaded stream's queue: its worker's name, and the way to it once started.
+struct Queue {
+    name: String,
+    worker: Option<Sender<Work>>,
+}
+
 impl SimStream {
-    // ANCHOR: stream_worker
+    /// A stream whose work runs in order on a worker thread of its own, started with
+    /// its first work.
     pub fn threaded(handle: u64, name: String) -> Arc<Self> {
-        let (tx, rx) = channel::<Work>();
-        let progress: Arc<(Mutex<Progress>, Condvar)> = Arc::default();
-        let worker_progress = progress.clone();
-        std::thread::Builder::new()
-            .name(name)
-            .spawn(move || {
-                // Ends when the stream, and so the sender, is dropped.
-                for work in rx {
-                    let (outcome, signal) = match work {
-                        Work::Run(job) => (job(), None),
-                        Work::Signal(event, generation) => (Ok(()), Some((event, generation))),
-                    };
-                    let (lock, cv) = &*worker_progress;
-                    let mut p = lock.lock().unwrap();
-                    p.completed += 1;
-                    if let Err(e) = outcome {
-                        p.error.get_or_insert(e);
-                    }
-                    // The event fires while the progress lock is held, so that the
-                    // stream's being done and its events' completion are seen together
-                    // from either side: a synchronize that returns finds every recorded
-                    // event complete, and whoever sees an event complete finds the stream
-                    // done.
-                    if let Some((event, generation)) = signal {
-                        event.complete(generation);
-                    }
-                    cv.notify_all();
-                    drop(p);
-                }
-            })
-            .expect("spawning a stream worker thread");
         Arc::new(SimStream {
             handle,
-            queue: Some(Mutex::new(tx)),
-            progress,
+            queue: Some(Mutex::new(Queue { name, worker: None })),
+            progress: Arc::default(),
         })
+    }
+
+    // ANCHOR: stream_worker
+    /// Starts the worker thread that runs the queue `rx` in order, reporting to
+    /// `progress`.
+    fn start_worker(name: &str, progress: Arc<(Mutex<Progress>, Condvar)>) -> Result<Sender<Work>> {
+        let (tx, rx) = channel::<Work>();
+        crate::threads::spawn(name.to_string(), "a stream worker", move || {
+            // Ends when the stream, and so the sender, is dropped.
+            for work in rx {
+                let (outcome, signal) = match work {
+                    Work::Run(job) => (job(), None),
+                    Work::Signal(event, generation) => (Ok(()), Some((event, generation))),
+                };
+                let (lock, cv) = &*progress;
+                let mut p = lock.lock().unwrap();
+                p.completed += 1;
+                if let Err(e) = outcome {
+                    p.error.get_or_insert(e);
+                }
+                // The event fires while the progress lock is held, so that the
+                // stream's being done and its events' completion are seen together
+                // from either side: a synchronize that returns finds every recorded
+                // event complete, and whoever sees an event complete finds the stream
+                // done.
+                if let Some((event, generation)) = signal {
+                    event.complete(generation);
+                }
+                cv.notify_all();
+                drop(p);
+            }
+        })?;
+        Ok(tx)
     }
     // ANCHOR_END: stream_worker
 
@@ -100,11 +110,21 @@ impl SimStream {
                 }
             },
             Some(q) => {
+                let mut guard = q.lock().unwrap();
+                let q = &mut *guard;
+                let worker = match &mut q.worker {
+                    Some(w) => w,
+                    none => {
+                        let started = Self::start_worker(&q.name, self.progress.clone())?;
+                        none.insert(started)
+                    }
+                };
                 self.progress.0.lock().unwrap().submitted += 1;
-                q.lock()
-                    .unwrap()
-                    .send(work)
-                    .map_err(|_| Error::driver("stream enqueue", "stream worker has stopped"))
+                worker.send(work).map_err(|_| {
+                    // Nothing was queued: a synchronize waits for no more than before.
+                    self.progress.0.lock().unwrap().submitted -= 1;
+                    Error::driver("stream enqueue", "stream worker has stopped")
+                })
             }
         }
     }

@@ -61,26 +61,31 @@ pub fn run_in_process(
     bar: &ProgressBar,
 ) -> Result<TrainReport> {
     let comms = dist::group(devices).context("forming the group")?;
-    let results: Vec<Result<TrainReport>> = std::thread::scope(|s| {
-        let handles: Vec<_> = comms
+    // A rank whose thread cannot start is the error; the ranks already started find
+    // their communicators' peers gone (the unstarted ones are dropped) and end.
+    let results: Vec<Result<TrainReport>> = std::thread::scope(|s| -> Result<_> {
+        let handles = comms
             .into_iter()
             .enumerate()
             .map(|(rank, comm)| {
                 let hidden = ProgressBar::hidden();
-                s.spawn(move || {
-                    let bar = if rank == 0 { bar } else { &hidden };
-                    run_rank(config, Arc::new(comm), how, bar)
-                })
+                std::thread::Builder::new()
+                    .name(format!("rank {rank}"))
+                    .spawn_scoped(s, move || {
+                        let bar = if rank == 0 { bar } else { &hidden };
+                        run_rank(config, Arc::new(comm), how, bar)
+                    })
+                    .with_context(|| format!("cannot start the thread of rank {rank}"))
             })
-            .collect();
-        handles
+            .collect::<Result<Vec<_>>>()?;
+        Ok(handles
             .into_iter()
             .map(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err(anyhow!("a rank's thread panicked")))
             })
-            .collect()
-    });
+            .collect())
+    })?;
     let mut reports = Vec::with_capacity(results.len());
     for (rank, r) in results.into_iter().enumerate() {
         reports.push(r.with_context(|| format!("rank {rank}"))?);
