@@ -75,6 +75,12 @@ impl SimMemory {
         self.capacity
     }
 
+    /// Hands out the following addresses from `base` (rounded down to the alignment)
+    /// on: an address space elsewhere than the usual one, such as above 2^49.
+    pub fn start_addresses_at(&self, base: u64) {
+        self.state.write().unwrap().next_address = base - base % ALIGNMENT;
+    }
+
     pub fn used(&self) -> u64 {
         self.state.read().unwrap().used
     }
