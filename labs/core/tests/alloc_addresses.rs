@@ -55,3 +55,53 @@ fn allocators_work_at_addresses_above_2_to_49() {
         }
     }
 }
+
+/// A simulated GPU never reuses an address (so that a stale pointer is caught); near
+/// the end of its 64-bit space, what does not fit is a one-line error, never a wrapped
+/// address or an overflow, and the allocator above it passes the error on.
+#[test]
+fn the_simulator_refuses_what_passes_the_end_of_its_address_space() {
+    use labs_core::backend::prelude::*;
+    const GIB: u64 = 1 << 30;
+    let top = u64::MAX - (u64::MAX % (2 << 20)) - 4 * GIB;
+    let sim = device_from(top);
+    let mut bases = Vec::new();
+    let err = loop {
+        match sim.vm_reserve(GIB as usize) {
+            Ok(base) => {
+                assert!(base >= top && base.checked_add(GIB).is_some(), "{base:#x}");
+                assert!(bases.last().is_none_or(|&b| base > b), "{base:#x} reused");
+                bases.push(base);
+            }
+            Err(e) => break e.to_string(),
+        }
+        assert!(bases.len() < 4, "1 GiB ranges at {bases:x?} past the end");
+    };
+    assert!(!bases.is_empty(), "nothing reserved below the end: {err}");
+    for needle in ["address space", "sim:0"] {
+        assert!(err.contains(needle), "{err}");
+    }
+    assert!(!err.contains('\n'), "{err}");
+    assert!(sim.raw_alloc(4 << 30).is_err());
+    assert!(sim.vm_reserve(usize::MAX).is_err());
+    for base in bases {
+        sim.vm_release(base, GIB as usize).unwrap();
+    }
+
+    // The allocator's expandable segments reserve 1 GiB each: the error reaches the
+    // caller, and the allocator stays consistent.
+    let mut run = Run::new(device_from(top), "expandable_segments:True", None);
+    let mut refused = None;
+    for stream in 0..alloc_ops::STREAMS {
+        for size in [512, 64 << 20] {
+            match run.allocator.malloc(size, &run.streams[stream]) {
+                Ok(b) => run.live.push(b),
+                Err(e) => refused = Some(e.to_string()),
+            }
+            run.allocator.check_invariants().unwrap();
+        }
+    }
+    let refused = refused.expect("six 1 GiB segments fitted in 4 GiB of address space");
+    assert!(refused.contains("address space"), "{refused}");
+    run.finish();
+}
