@@ -311,3 +311,32 @@ pub fn assert_stats_match_snapshot(a: &Allocator) {
         }
     }
 }
+
+/// Runs `fuzz_cases(default)` cases of `strategy` through `test`, drawn from
+/// `fuzz_seed(name)` (fixed in CI; `LABS_FUZZ_SEED=random` prints the seed it drew), with
+/// proptest's shrinking and its record of past failures beside `source_file`; says how
+/// many cases ran, from which seed.
+pub fn property<S: proptest::strategy::Strategy>(
+    name: &str,
+    source_file: &'static str,
+    default: u32,
+    strategy: S,
+    test: impl Fn(S::Value),
+) {
+    use labs_core::testing::{fuzz_cases, fuzz_seed, ENV_FUZZ_CASES, ENV_FUZZ_SEED};
+    use proptest::test_runner::{Config, RngSeed, TestRunner};
+    let (cases, seed) = (fuzz_cases(default), fuzz_seed(name));
+    let mut runner = TestRunner::new(Config {
+        cases,
+        rng_seed: RngSeed::Fixed(seed),
+        source_file: Some(source_file),
+        ..Config::default()
+    });
+    if let Err(e) = runner.run(&strategy, |value| {
+        test(value);
+        Ok(())
+    }) {
+        panic!("{name} ({ENV_FUZZ_SEED}={seed} {ENV_FUZZ_CASES}={cases}): {e}");
+    }
+    eprintln!("{name}: {cases} cases from {ENV_FUZZ_SEED}={seed}");
+}
