@@ -181,3 +181,53 @@ pub fn launch_count(rows: &[KernelTime], needle: &str) -> u64 {
 pub fn fail_thread_spawns(count: usize) {
     crate::threads::fail_next_spawns(count);
 }
+
+/// The number of cases a fuzz target or property test runs: `LABS_FUZZ_CASES`.
+pub const ENV_FUZZ_CASES: &str = "LABS_FUZZ_CASES";
+/// The seed a fuzz target or property test draws its cases from: `LABS_FUZZ_SEED`.
+pub const ENV_FUZZ_SEED: &str = "LABS_FUZZ_SEED";
+/// The seed when `LABS_FUZZ_SEED` is unset: fixed, so that CI runs the same cases every
+/// time and a failure there is reproducible.
+pub const DEFAULT_FUZZ_SEED: u64 = 0x1ab5_f022;
+
+/// How many cases a fuzz target or property test runs: `default` (CI's), else
+/// `LABS_FUZZ_CASES` (or proptest's own `PROPTEST_CASES`) for a longer campaign. A value
+/// that is not a number fails the test, naming the variable.
+pub fn fuzz_cases(default: u32) -> u32 {
+    for var in [ENV_FUZZ_CASES, "PROPTEST_CASES"] {
+        match std::env::var(var) {
+            Ok(v) if !v.trim().is_empty() => {
+                return v.trim().parse().unwrap_or_else(|_| {
+                    panic!("{var}={v}: not a number of cases (0 to {})", u32::MAX)
+                })
+            }
+            _ => {}
+        }
+    }
+    default
+}
+
+/// The seed of fuzz target `name`: [`DEFAULT_FUZZ_SEED`], or `LABS_FUZZ_SEED=N`, or, for
+/// `LABS_FUZZ_SEED=random`, a new one each run, printed on stderr as
+/// `name: LABS_FUZZ_SEED=N` so that a failure it finds can be run again.
+pub fn fuzz_seed(name: &str) -> u64 {
+    match std::env::var(ENV_FUZZ_SEED).as_deref().map(str::trim) {
+        Ok("random") => {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos()),
+            );
+            h.write_u32(std::process::id());
+            let seed = h.finish();
+            eprintln!("{name}: {ENV_FUZZ_SEED}={seed}");
+            seed
+        }
+        Ok("") | Err(_) => DEFAULT_FUZZ_SEED,
+        Ok(v) => v.parse().unwrap_or_else(|_| {
+            panic!("{ENV_FUZZ_SEED}={v}: not a number (0 to 2^64 - 1) or `random`")
+        }),
+    }
+}

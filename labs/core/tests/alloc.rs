@@ -4,10 +4,16 @@
 
 use std::sync::Arc;
 
-use labs_core::alloc::{Allocator, BlockState, Category, Config, Pool};
+mod alloc_ops;
+
+use alloc_ops::{
+    assert_no_overlap, assert_stats_match_snapshot, property, Op, Run, RECURRING, SIZE_RANGES,
+    STREAMS,
+};
+use labs_core::alloc::{Allocator, BlockState, Category, Config};
 use labs_core::device::FillPattern;
 use labs_core::testing::test_device;
-use labs_core::{Device, Stream, Tensor};
+use labs_core::{Device, Tensor};
 use proptest::prelude::*;
 
 const MIB: u64 = 1 << 20;
@@ -25,221 +31,79 @@ fn small_device_conf(device: &Device, bytes: u64, conf: &str) -> Allocator {
     a
 }
 
-fn assert_no_overlap(blocks: &[labs_core::alloc::Allocation]) {
-    let mut spans: Vec<(u64, u64)> = blocks
-        .iter()
-        .map(|b| (b.ptr(), b.ptr() + b.size()))
-        .collect();
-    spans.sort();
-    for w in spans.windows(2) {
-        assert!(
-            w[0].1 <= w[1].0,
-            "live blocks overlap: {:x?} and {:x?}",
-            w[0],
-            w[1]
-        );
-    }
-}
-
-#[derive(Debug, Clone)]
-enum Op {
-    Alloc {
-        size: u64,
-        stream: usize,
-    },
-    Free(usize),
-    RecordStream {
-        block: usize,
-        stream: usize,
-    },
-    EmptyCache,
-    /// Counts a live block under another category.
-    Categorise {
-        block: usize,
-        category: usize,
-    },
-}
-
 fn op() -> impl Strategy<Value = Op> {
+    let [tiny, small, large, huge] = SIZE_RANGES.map(|(lo, hi)| lo..hi);
     let size = prop_oneof![
-        // Sizes that recur, as a training loop's do: freed small blocks are parked
-        // for exactly these.
-        prop::sample::select(vec![512u64, 3000, 65536, 1 << 20, 4 << 20, 20 << 20]),
-        1u64..4096,
-        4096u64..(1 << 20),
-        (1u64 << 20)..(12 << 20),
-        (12u64 << 20)..(40 << 20),
+        prop::sample::select(RECURRING.to_vec()),
+        tiny,
+        small,
+        large,
+        huge,
     ];
+    let stream = || 0..STREAMS;
+    let category = 0..Category::ALL.len();
+    // The weights of `alloc_ops::random_op`.
     prop_oneof![
-        6 => (size, 0usize..3).prop_map(|(size, stream)| Op::Alloc { size, stream }),
+        6 => (size, stream()).prop_map(|(size, stream)| Op::Alloc { size, stream }),
         4 => (0usize..64).prop_map(Op::Free),
-        1 => (0usize..64, 0usize..3).prop_map(|(block, stream)| Op::RecordStream { block, stream }),
+        1 => (0usize..64, stream()).prop_map(|(block, stream)| Op::RecordStream { block, stream }),
         1 => Just(Op::EmptyCache),
-        1 => (0usize..64, 0usize..7).prop_map(|(block, category)| Op::Categorise { block, category }),
+        1 => (0usize..64, category).prop_map(|(block, category)| Op::Categorise { block, category }),
     ]
 }
 
-fn run_ops(conf: &str, ops: &[Op]) {
-    run_ops_limited(conf, None, ops)
+/// `ops` on a fresh allocator of configuration `conf` (with a limit of about `limit`
+/// bytes when given), every check after each.
+fn run_ops(conf: &str, limit: Option<u64>, ops: &[Op]) {
+    let mut run = Run::new(test_device().backend_arc(), conf, limit);
+    for (i, op) in ops.iter().enumerate() {
+        run.apply(op);
+        run.check(op);
+        if i % 4 == 3 {
+            run.check_stats();
+        }
+    }
+    run.finish();
 }
 
-/// With a limit, allocations may fail: the failure paths (waiting for events, releasing
-/// the cache, undoing a half-mapped block) must leave everything consistent.
-fn run_ops_limited(conf: &str, limit: Option<u64>, ops: &[Op]) {
-    let device = test_device();
-    let a = match limit {
-        Some(bytes) => small_device_conf(&device, bytes, conf),
-        None => allocator(&device, conf),
-    };
-    let streams: Vec<Stream> = vec![
-        device.default_stream().unwrap(),
-        device.new_stream().unwrap(),
-        device.new_stream().unwrap(),
-    ];
-    let mut live = Vec::new();
-    for (i, op) in ops.iter().enumerate() {
-        match *op {
-            Op::Alloc { size, stream } => match a.malloc(size as usize, &streams[stream]) {
-                Ok(b) => {
-                    assert!(b.size() >= size && b.size() & 511 == 0);
-                    live.push(b);
-                }
-                Err(e) if limit.is_some() && e.is_out_of_memory() => {}
-                Err(e) => panic!("{e}"),
-            },
-            Op::Free(i) if !live.is_empty() => {
-                let b = live.swap_remove(i % live.len());
-                a.free(b).unwrap();
-            }
-            Op::RecordStream { block, stream } if !live.is_empty() => {
-                let b = live[block % live.len()];
-                a.record_stream(&b, &streams[stream]).unwrap();
-            }
-            Op::EmptyCache => {
-                a.empty_cache().unwrap();
-            }
-            Op::Categorise { block, category } if !live.is_empty() => {
-                let b = live[block % live.len()];
-                let c = Category::ALL[category];
-                a.set_category(&b, c).unwrap();
-                assert_eq!(a.category(&b).unwrap(), c);
-            }
-            _ => {}
+/// A property test of `ops` in `conf`: 24 cases in CI, `LABS_FUZZ_CASES` for more.
+fn random_operations(name: &str, confs: &[(&str, Option<u64>)]) {
+    let ops = prop::collection::vec(op(), 1..80);
+    property(name, file!(), 24, ops, |ops| {
+        for &(conf, limit) in confs {
+            run_ops(conf, limit, &ops);
         }
-        // Checks the parked blocks too, and recounts every `current` statistic.
-        a.check_invariants()
-            .unwrap_or_else(|e| panic!("after {op:?}: {e}"));
-        assert_no_overlap(&live);
-        assert_eq!(
-            a.memory_allocated(),
-            live.iter().map(|b| b.size()).sum::<u64>()
-        );
-        // Reading the statistics merges parked blocks, so only now and then: most
-        // requests of a recurring size must find its parked block.
-        if i % 4 == 3 {
-            assert_stats_match_snapshot(&a);
-            assert_eq!(
-                a.stats().requested.current,
-                live.iter().map(|b| b.requested()).sum::<u64>()
-            );
-        }
-    }
-    for b in live {
-        a.free(b).unwrap();
-    }
-    a.empty_cache().unwrap();
-    a.check_invariants().unwrap();
-    assert_eq!(
-        a.stats().reserved.current,
-        0,
-        "empty_cache with nothing live returns everything"
+    });
+}
+
+#[test]
+fn random_operations_keep_the_invariants_expandable() {
+    random_operations(
+        "random_operations_keep_the_invariants_expandable",
+        &[("expandable_segments:True", None)],
     );
 }
 
-/// Recounts every `current` figure of `memory_stats()` from the segments and blocks
-/// that `snapshot()` reports, pool by pool, and checks the running totals.
-fn assert_stats_match_snapshot(a: &Allocator) {
-    let stats = a.memory_stats();
-    let snapshot = a.segments();
-    for (pool, key) in [(Pool::Small, "small_pool"), (Pool::Large, "large_pool")] {
-        let segs: Vec<_> = snapshot.iter().filter(|s| s.pool == pool).collect();
-        let blocks = || {
-            segs.iter()
-                .flat_map(|s| s.blocks.iter().map(|b| (s.blocks.len(), b)))
-        };
-        let in_state = |state| blocks().filter(move |(_, b)| b.state == state);
-        let active = || blocks().filter(|(_, b)| b.state != BlockState::Free);
-        // PyTorch leaves expandable segments out of `inactive_split`.
-        let split_free = || {
-            segs.iter()
-                .filter(|s| !s.expandable && s.blocks.len() > 1)
-                .flat_map(|s| s.blocks.iter())
-                .filter(|b| b.state == BlockState::Free)
-        };
-        let expected = [
-            (
-                "allocated_bytes",
-                in_state(BlockState::Allocated)
-                    .map(|(_, b)| b.size)
-                    .sum::<u64>(),
-            ),
-            (
-                "requested_bytes",
-                in_state(BlockState::Allocated)
-                    .map(|(_, b)| b.requested)
-                    .sum(),
-            ),
-            ("allocation", in_state(BlockState::Allocated).count() as u64),
-            ("reserved_bytes", segs.iter().map(|s| s.mapped()).sum()),
-            ("segment", segs.len() as u64),
-            ("active", active().count() as u64),
-            ("active_bytes", active().map(|(_, b)| b.size).sum()),
-            ("inactive_split", split_free().count() as u64),
-            ("inactive_split_bytes", split_free().map(|b| b.size).sum()),
-        ];
-        for (name, want) in expected {
-            assert_eq!(
-                stats[&format!("{name}.{key}.current")],
-                want,
-                "{name}.{key}"
-            );
-        }
-    }
-    for (k, &v) in &stats {
-        if let Some(stem) = k.strip_suffix(".current") {
-            let total = |f: &str| stats[&format!("{stem}.{f}")];
-            assert_eq!(
-                total("allocated") - total("freed"),
-                v,
-                "{stem}: allocated - freed"
-            );
-            assert!(total("peak") >= v, "{stem}: peak below current");
-        }
-        if let Some(stem) = k.strip_suffix(".all.current") {
-            let pool = |p: &str| stats[&format!("{stem}.{p}.current")];
-            assert_eq!(pool("small_pool") + pool("large_pool"), v, "{stem}: pools");
-        }
-    }
+#[test]
+fn random_operations_keep_the_invariants_near_the_limit() {
+    random_operations(
+        "random_operations_keep_the_invariants_near_the_limit",
+        &[
+            ("expandable_segments:True", Some(96 * MIB)),
+            ("expandable_segments:False", Some(96 * MIB)),
+        ],
+    );
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
-
-    #[test]
-    fn random_operations_keep_the_invariants_expandable(ops in prop::collection::vec(op(), 1..80)) {
-        run_ops("expandable_segments:True", &ops);
-    }
-
-    #[test]
-    fn random_operations_keep_the_invariants_near_the_limit(ops in prop::collection::vec(op(), 1..80)) {
-        run_ops_limited("expandable_segments:True", Some(96 * MIB), &ops);
-        run_ops_limited("expandable_segments:False", Some(96 * MIB), &ops);
-    }
-
-    #[test]
-    fn random_operations_keep_the_invariants_fixed(ops in prop::collection::vec(op(), 1..80)) {
-        run_ops("expandable_segments:False,max_split_size_mb:32,roundup_power2_divisions:4", &ops);
-    }
+#[test]
+fn random_operations_keep_the_invariants_fixed() {
+    random_operations(
+        "random_operations_keep_the_invariants_fixed",
+        &[(
+            "expandable_segments:False,max_split_size_mb:32,roundup_power2_divisions:4",
+            None,
+        )],
+    );
 }
 
 #[test]
@@ -799,4 +663,30 @@ fn memory_summary_shows_pytorch_rows_and_figures() {
     // The tails split off both segments; the large one merged back when `big` went.
     assert_eq!(row("Non-releasable allocs", 0), ["1", "2", "2", "1"]);
     a.free(small).unwrap();
+}
+
+/// The property tests take `LABS_FUZZ_CASES` and `LABS_FUZZ_SEED` as the fuzz targets
+/// do, and say how many cases they ran from which seed: this test runs one of them in a
+/// child process of this test binary.
+#[test]
+fn property_tests_take_the_fuzz_cases_and_seed() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["random_operations_keep_the_invariants_fixed", "--exact"])
+        .args(["--nocapture", "--test-threads=1"])
+        .env("LABS_FUZZ_SEED", "random")
+        .env("LABS_FUZZ_CASES", "3")
+        .env_remove("PROPTEST_CASES")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let name = "random_operations_keep_the_invariants_fixed";
+    assert!(
+        stderr.contains(&format!("{name}: 3 cases")),
+        "no count of 3 cases in:\n{stderr}"
+    );
+    assert!(
+        (stderr.lines()).any(|l| l.starts_with(name) && l.contains("LABS_FUZZ_SEED=")),
+        "no seed in:\n{stderr}"
+    );
 }

@@ -78,3 +78,39 @@ fn mutated_sizes_parse_exactly_or_fail_cleanly() {
     });
     assert!(tally.contains_key("parsed"), "{tally:?}");
 }
+
+/// `LABS_FUZZ_SEED=random` prints the seed it drew, in a form that can be pasted back,
+/// and that seed repeats the run: this test runs one of its neighbours twice, in child
+/// processes of this test binary.
+#[test]
+fn a_random_seed_is_printed_and_repeats_the_run() {
+    let run = |seed: &str| {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["mutated_sizes_parse_exactly_or_fail_cleanly", "--exact"])
+            .args(["--nocapture", "--test-threads=1"])
+            .env("LABS_FUZZ_SEED", seed)
+            .env("LABS_FUZZ_CASES", "40")
+            .env_remove("PROPTEST_CASES")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        stderr
+    };
+    let first = run("random");
+    let seed = (first.lines())
+        .find_map(|l| {
+            l.split_once("LABS_FUZZ_SEED=")
+                .map(|(_, s)| s.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no LABS_FUZZ_SEED=<n> line in:\n{first}"));
+    assert!(seed.parse::<u64>().is_ok(), "{seed:?}");
+    let tally = |text: &str| {
+        (text.lines())
+            .find(|l| l.starts_with("fuzz_config: sizes: ") && l.contains(" cases: "))
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no tally in:\n{text}"))
+    };
+    assert!(tally(&first).contains(" 40 cases"), "{first}");
+    assert_eq!(tally(&run(&seed)), tally(&first), "seed {seed}");
+}

@@ -58,8 +58,10 @@ impl Default for Parked {
     }
 }
 
-/// One integer for (stream and pool, size): sizes are multiples of 512 below 2^49, pool
-/// keys below 2^16 (see `pool::FreeKey`), so neither part overlaps the other; never 0.
+/// One integer for (stream and pool, size): sizes are multiples of 512 below 2^57 (no
+/// block is larger than a segment, and no segment much larger than
+/// [`MAX_REQUEST`](super::size::MAX_REQUEST)), pool keys below 2^16 (see
+/// `pool::FreeKey`), so neither part overlaps the other; never 0.
 #[inline]
 fn key(pool: PoolKey, size: u64) -> u64 {
     (pool.bits() << 48) | (size >> 9)

@@ -2,7 +2,7 @@
 //! neighbours inside a segment, and the ordered set of free blocks that best fit
 //! searches.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use super::category::Category;
 use super::pages::Page;
@@ -194,68 +194,77 @@ impl std::ops::IndexMut<u32> for Blocks {
 // ANCHOR: free_key
 /// A free block's place in the search order: stream and pool first (blocks are reused
 /// only by their own stream and pool), then size (best fit), then address (lowest
-/// first, which packs live blocks together), then the block's slot. Packed into one
-/// integer (sizes and addresses are multiples of 512) because comparing keys is most of
-/// the cost of a search.
+/// first, which packs live blocks together). Packed into one integer because comparing
+/// keys is most of the cost of a search: sizes and addresses are multiples of 512, so
+/// 55 bits hold any 64-bit size or address, and the pool key, below 2^16 (at most
+/// [`MAX_STREAMS`] streams, checked when a stream is first seen), takes the top bits.
+/// No two free blocks share an address, so the key names the block; its slot is the
+/// entry's value.
 type FreeKey = u128;
 
+/// The bits of a key's size and address fields: a 64-bit value shifted right by 9.
+const FIELD: u32 = 64 - 9;
+
 #[inline]
-fn key(prefix: u64, size: u64, addr: u64, id: u32) -> FreeKey {
-    debug_assert!(prefix < 1 << 16 && size >> 9 < 1 << 40 && addr >> 9 < 1 << 40);
-    ((prefix as u128) << 112)
-        | (((size >> 9) as u128) << 72)
-        | (((addr >> 9) as u128) << 32)
-        | id as u128
+fn key(prefix: u64, size: u64, addr: u64) -> FreeKey {
+    ((prefix as u128) << (2 * FIELD)) | (((size >> 9) as u128) << FIELD) | (addr >> 9) as u128
+}
+
+/// The size and address of a key.
+#[inline]
+fn size_addr(k: FreeKey) -> (u64, u64) {
+    const MASK: u128 = (1 << FIELD) - 1;
+    (
+        (((k >> FIELD) & MASK) as u64) << 9,
+        ((k & MASK) as u64) << 9,
+    )
 }
 // ANCHOR_END: free_key
 
 #[derive(Default)]
-pub(crate) struct FreeSet(BTreeSet<FreeKey>);
+pub(crate) struct FreeSet(BTreeMap<FreeKey, u32>);
 
 impl FreeSet {
     #[inline]
     pub fn insert(&mut self, pool: PoolKey, size: u64, addr: u64, id: u32) {
-        let fresh = self.0.insert(key(pool.bits(), size, addr, id));
+        let fresh = self.0.insert(key(pool.bits(), size, addr), id).is_none();
         debug_assert!(fresh, "free block listed twice");
     }
     #[inline]
     pub fn remove(&mut self, pool: PoolKey, size: u64, addr: u64, id: u32) {
-        let found = self.0.remove(&key(pool.bits(), size, addr, id));
-        debug_assert!(found, "free block missing from the free set");
+        let found = self.0.remove(&key(pool.bits(), size, addr));
+        debug_assert!(found == Some(id), "free block missing from the free set");
     }
     /// The smallest free block of `pool` holding at least `size` bytes, as
     /// (size, slot).
     #[inline]
     pub fn best_fit(&self, pool: PoolKey, size: u64) -> Option<(u64, u32)> {
-        let from = key(pool.bits(), size, 0, 0);
-        let to = key(pool.bits() + 1, 0, 0, 0);
+        let from = key(pool.bits(), size, 0);
+        let to = key(pool.bits() + 1, 0, 0);
         // An open range descends the tree once; a closed one would find both ends.
         self.0
             .range(from..)
             .next()
-            .filter(|&&k| k < to)
-            .map(|&k| ((((k >> 72) as u64) & ((1 << 40) - 1)) << 9, k as u32))
+            .filter(|&(&k, _)| k < to)
+            .map(|(&k, &id)| (size_addr(k).0, id))
     }
     /// The free blocks of `pool` holding at least `size` bytes, best fit first, as
     /// (size, address, slot).
     #[inline]
     pub fn fits(&self, pool: PoolKey, size: u64) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
-        let from = key(pool.bits(), size, 0, 0);
-        let to = key(pool.bits() + 1, 0, 0, 0);
+        let from = key(pool.bits(), size, 0);
+        let to = key(pool.bits() + 1, 0, 0);
         // An open range descends the tree once; a closed one would find both ends.
         self.0
             .range(from..)
-            .take_while(move |&&k| k < to)
-            .map(|&k| {
-                (
-                    (((k >> 72) as u64) & ((1 << 40) - 1)) << 9,
-                    (((k >> 32) as u64) & ((1 << 40) - 1)) << 9,
-                    k as u32,
-                )
+            .take_while(move |&(&k, _)| k < to)
+            .map(|(&k, &id)| {
+                let (size, addr) = size_addr(k);
+                (size, addr, id)
             })
     }
     pub fn contains(&self, pool: PoolKey, size: u64, addr: u64, id: u32) -> bool {
-        self.0.contains(&key(pool.bits(), size, addr, id))
+        self.0.get(&key(pool.bits(), size, addr)) == Some(&id)
     }
     pub fn len(&self) -> usize {
         self.0.len()

@@ -50,8 +50,8 @@ pub fn round_size(size: u64, divisions: u32) -> u64 {
 // ANCHOR_END: round_size
 
 /// The largest request the allocator considers: its rounding, the largest segment it
-/// could need and the 40-bit size field of the free-set key (`pool.rs`) all stay in
-/// range below it (256 TiB, far beyond any GPU).
+/// could need and the 48-bit size field of the parked table's key (`parked.rs`) all
+/// stay in range below it (256 TiB, far beyond any GPU).
 pub const MAX_REQUEST: u64 = 1 << 48;
 
 /// [`round_size`] for a size from outside (a program, a trace): `None` when the request

@@ -41,6 +41,42 @@ struct State {
     next_handle: u64,
 }
 
+impl State {
+    /// The base of `bytes` of new address space aligned to `align` (its length rounded
+    /// up to `align`), with `gap` unused bytes after it. Addresses are never reused, so
+    /// that a stale pointer is caught; past the end of the 64-bit space (2^64 bytes
+    /// handed out, or a length no space holds) `call` fails with a one-line error,
+    /// and every range ends below 2^64, so that `base + size` never wraps.
+    fn take_addresses(
+        &mut self,
+        device: DeviceId,
+        call: &'static str,
+        bytes: usize,
+        align: u64,
+        gap: u64,
+    ) -> Result<u64> {
+        let base = self.next_address.checked_next_multiple_of(align);
+        let len = (bytes as u64).max(1).checked_next_multiple_of(align);
+        let end = base
+            .zip(len)
+            .and_then(|(b, l)| b.checked_add(l)?.checked_add(gap));
+        match (base, end) {
+            (Some(base), Some(end)) => {
+                self.next_address = end;
+                Ok(base)
+            }
+            _ => Err(Error::Driver {
+                call,
+                message: format!(
+                    "{bytes} bytes do not fit in what is left of {device}'s address space \
+                     (from {:#x} to 2^64; the simulated GPU never reuses an address)",
+                    self.next_address
+                ),
+            }),
+        }
+    }
+}
+
 // ANCHOR: sim_allocation
 struct Allocation {
     base: u64,
@@ -75,6 +111,12 @@ impl SimMemory {
         self.capacity
     }
 
+    /// Hands out the following addresses from `base` (rounded down to the alignment)
+    /// on: an address space elsewhere than the usual one, such as above 2^49.
+    pub fn start_addresses_at(&self, base: u64) {
+        self.state.write().unwrap().next_address = base - base % ALIGNMENT;
+    }
+
     pub fn used(&self) -> u64 {
         self.state.read().unwrap().used
     }
@@ -92,9 +134,7 @@ impl SimMemory {
                 report: None,
             });
         }
-        let base = s.next_address;
-        let span = (bytes as u64).max(1).div_ceil(ALIGNMENT) * ALIGNMENT + GUARD;
-        s.next_address += span;
+        let base = s.take_addresses(self.device, "cuMemAlloc", bytes, ALIGNMENT, GUARD)?;
         s.used += bytes as u64;
         s.allocations.insert(
             base,
@@ -114,9 +154,8 @@ impl SimMemory {
     /// the OS commits page by page.
     pub fn reserve(&self, bytes: usize) -> Result<DevicePtr> {
         let mut s = self.state.write().unwrap();
-        let base = s.next_address.div_ceil(PAGE) * PAGE;
+        let base = s.take_addresses(self.device, "cuMemAddressReserve", bytes, PAGE, PAGE)?;
         let size = (bytes as u64).max(1).div_ceil(PAGE) * PAGE;
-        s.next_address = base + size + PAGE;
         s.allocations.insert(
             base,
             Arc::new(Allocation {
@@ -327,9 +366,7 @@ impl SimMemory {
     /// capacity, because it is not device memory.
     pub fn alloc_mapped(&self, bytes: usize) -> Result<(DevicePtr, *mut u8)> {
         let mut s = self.state.write().unwrap();
-        let base = s.next_address;
-        let span = (bytes as u64).max(1).div_ceil(ALIGNMENT) * ALIGNMENT + GUARD;
-        s.next_address += span;
+        let base = s.take_addresses(self.device, "cuMemHostAlloc", bytes, ALIGNMENT, GUARD)?;
         let mut data = vec![0u8; bytes.max(1)].into_boxed_slice();
         // The boxed bytes never move, so the pointer stays valid while the allocation lives.
         let host = data.as_mut_ptr();

@@ -90,6 +90,13 @@ impl SimBackend {
         }
     }
 
+    /// The same simulated GPU handing out addresses from `base` on, rather than from
+    /// the usual place: a device whose addresses need all 64 bits.
+    pub fn with_addresses_from(self, base: u64) -> Self {
+        self.memory.start_addresses_at(base);
+        self
+    }
+
     /// Whether this is a dry run.
     pub fn is_dry(&self) -> bool {
         self.dry

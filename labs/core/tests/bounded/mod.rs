@@ -126,32 +126,6 @@ impl FloorCharBoundary for str {
     }
 }
 
-/// A number of proptest cases: `default` in CI, `LABS_FUZZ_CASES` (or proptest's own
-/// `PROPTEST_CASES`) for a longer run on demand.
-/// The seed of a fuzz run: fixed, so that CI runs the same cases every time and a
-/// failure there is reproducible; `LABS_FUZZ_SEED=N` picks another, and
-/// `LABS_FUZZ_SEED=random` a new one each run (for longer campaigns).
-pub fn seed() -> proptest::test_runner::RngSeed {
-    use proptest::test_runner::RngSeed;
-    match std::env::var("LABS_FUZZ_SEED").as_deref().map(str::trim) {
-        Ok("random") => RngSeed::Random,
-        Ok(v) => RngSeed::Fixed(
-            v.parse()
-                .unwrap_or_else(|_| panic!("LABS_FUZZ_SEED={v}: not a number or `random`")),
-        ),
-        Err(_) => RngSeed::Fixed(0x1ab5_f022),
-    }
-}
-
-pub fn cases(default: u32) -> u32 {
-    for var in ["LABS_FUZZ_CASES", "PROPTEST_CASES"] {
-        if let Some(n) = std::env::var(var).ok().and_then(|v| v.trim().parse().ok()) {
-            return n;
-        }
-    }
-    default
-}
-
 /// A file in a fresh temporary directory of this test process.
 pub fn temp_file(name: &str, bytes: &[u8]) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("labs-bad-inputs-{}", std::process::id()));
@@ -195,7 +169,7 @@ pub fn check_snapshot(bytes: &[u8], per_byte: usize) -> &'static str {
     }
 }
 
-/// Runs `cases(default)` cases of `strategy` through `test`, which returns what the case
+/// Runs `fuzz_cases(default)` cases of `strategy` through `test`, which returns what the case
 /// came to (a short label such as "read" or "error"); prints the tally, so that a run
 /// says what it covered, and returns it.
 pub fn fuzz<S: proptest::strategy::Strategy>(
@@ -204,11 +178,13 @@ pub fn fuzz<S: proptest::strategy::Strategy>(
     strategy: S,
     test: impl Fn(S::Value) -> &'static str,
 ) -> std::collections::BTreeMap<&'static str, usize> {
+    use labs_core::testing::{fuzz_cases, fuzz_seed, ENV_FUZZ_CASES, ENV_FUZZ_SEED};
     use std::cell::RefCell;
     let tally = RefCell::new(std::collections::BTreeMap::new());
+    let (cases, seed) = (fuzz_cases(default), fuzz_seed(name));
     let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
-        cases: cases(default),
-        rng_seed: seed(),
+        cases,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(seed),
         failure_persistence: None,
         ..Default::default()
     });
@@ -217,7 +193,7 @@ pub fn fuzz<S: proptest::strategy::Strategy>(
         Ok(())
     });
     if let Err(e) = result {
-        panic!("{name}: {e}");
+        panic!("{name} ({ENV_FUZZ_SEED}={seed} {ENV_FUZZ_CASES}={cases}): {e}");
     }
     let tally = tally.into_inner();
     eprintln!("{name}: {} cases: {tally:?}", tally.values().sum::<usize>());
