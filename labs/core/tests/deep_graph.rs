@@ -46,7 +46,10 @@ fn a_million_node_chain_drops_on_a_small_stack() {
         drop(root);
         (deepest, root_weak)
     });
-    assert!(root_weak.upgrade().is_none(), "the root outlived its last Arc");
+    assert!(
+        root_weak.upgrade().is_none(),
+        "the root outlived its last Arc"
+    );
     assert!(
         deepest.upgrade().is_none(),
         "the deepest node of the chain was not freed with the root"

@@ -11,6 +11,8 @@
 //! points into that buffer.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use crate::dtype::FillPattern;
 use crate::kernels::cpu;
@@ -23,7 +25,7 @@ pub(crate) const CHUNK: usize = super::memory::PAGE as usize;
 pub(crate) enum Backing {
     /// Device memory: chunk `i` holds bytes `i * CHUNK..` of the allocation, present
     /// once touched. The last chunk is as long as what is left (at least one byte).
-    Chunks(BTreeMap<usize, Box<[u8]>>),
+    Chunks(BTreeMap<usize, HostBytes>),
     /// Mapped host memory: one buffer, allocated whole, because the host writes it
     /// through its own pointer.
     Whole(Box<[u8]>),
@@ -35,7 +37,93 @@ pub(crate) struct Staged {
     pub alloc: usize,
     /// Its offset in the allocation.
     start: usize,
-    buffer: Vec<u8>,
+    buffer: HostBytes,
+}
+
+/// Host bytes behind simulated device memory, counted against [`budget`] while they
+/// live.
+pub(crate) struct HostBytes(Box<[u8]>);
+
+/// Host bytes behind the simulated devices of this process, chunks and temporary
+/// buffers.
+static BACKED: AtomicU64 = AtomicU64::new(0);
+
+/// The most host memory the simulated devices of this process back: three quarters of
+/// its address-space limit (`ulimit -v`, `RLIMIT_AS`), so that a run too large for the
+/// host ends in an error while the rest of the process can still allocate; no bound
+/// without a limit.
+pub(crate) fn budget() -> u64 {
+    static BUDGET: OnceLock<u64> = OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/limits")
+            .ok()
+            .and_then(|limits| {
+                let line = limits
+                    .lines()
+                    .find(|l| l.starts_with("Max address space"))?;
+                line.split_whitespace().nth(3)?.parse::<u64>().ok()
+            })
+            .map_or(u64::MAX, |limit| limit / 4 * 3)
+    })
+}
+
+impl HostBytes {
+    /// `len` (at least 1) zeroed bytes; `Err(len)` when the budget or the host has no
+    /// room for them: the simulated device reports that as an error rather than
+    /// aborting the process.
+    fn zeroed(len: usize) -> Result<Self, usize> {
+        let len = len.max(1);
+        let before = BACKED.fetch_add(len as u64, Ordering::Relaxed);
+        if before.saturating_add(len as u64) > budget() {
+            BACKED.fetch_sub(len as u64, Ordering::Relaxed);
+            return Err(len);
+        }
+        let layout = std::alloc::Layout::array::<u8>(len).map_err(|_| len)?;
+        // SAFETY: the layout is not empty.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        if p.is_null() {
+            BACKED.fetch_sub(len as u64, Ordering::Relaxed);
+            return Err(len);
+        }
+        // SAFETY: `p` holds `len` bytes from the global allocator, as a boxed slice of
+        // that length does.
+        Ok(HostBytes(unsafe {
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len))
+        }))
+    }
+}
+
+impl Drop for HostBytes {
+    fn drop(&mut self) {
+        BACKED.fetch_sub(self.0.len() as u64, Ordering::Relaxed);
+    }
+}
+
+impl std::ops::Deref for HostBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for HostBytes {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+/// The chunk `index` of an allocation of `size` bytes, allocated zeroed if absent;
+/// `Err` with its length when the host has no memory for it.
+fn chunk_at(
+    chunks: &mut BTreeMap<usize, HostBytes>,
+    size: usize,
+    index: usize,
+) -> Result<&mut HostBytes, usize> {
+    use std::collections::btree_map::Entry;
+    match chunks.entry(index) {
+        Entry::Occupied(e) => Ok(e.into_mut()),
+        Entry::Vacant(e) => Ok(e.insert(HostBytes::zeroed(chunk_len(size, index))?)),
+    }
 }
 
 /// The length of chunk `index` of an allocation of `size` bytes.
@@ -71,7 +159,8 @@ impl Backing {
     /// Points `pointers[i]` at the bytes of each `(offset, len, i)` range of this
     /// allocation of `size` bytes, allocating the chunks the ranges touch. Groups that
     /// span chunks are gathered into buffers, returned tagged with `alloc` for
-    /// [`Backing::scatter`] once the kernel is done.
+    /// [`Backing::scatter`] once the kernel is done. `Err`: the bytes the host could
+    /// not give.
     pub fn resolve(
         &mut self,
         size: usize,
@@ -79,14 +168,14 @@ impl Backing {
         mut ranges: Vec<(usize, usize, usize)>,
         pointers: &mut [*mut u8],
         staged: &mut Vec<Staged>,
-    ) {
+    ) -> Result<(), usize> {
         let chunks = match self {
             Backing::Whole(buffer) => {
                 for (offset, _, i) in ranges {
                     // SAFETY: the range was checked to lie inside the allocation.
                     pointers[i] = unsafe { buffer.as_mut_ptr().add(offset) };
                 }
-                return;
+                return Ok(());
             }
             Backing::Chunks(chunks) => chunks,
         };
@@ -104,17 +193,19 @@ impl Backing {
             }
             let group = &ranges[j..k];
             let first = (start / CHUNK).min(last_chunk);
-            let last = if end > start { (end - 1) / CHUNK } else { first };
+            let last = if end > start {
+                (end - 1) / CHUNK
+            } else {
+                first
+            };
             if first == last {
-                let chunk = chunks
-                    .entry(first)
-                    .or_insert_with(|| vec![0u8; chunk_len(size, first)].into_boxed_slice());
+                let chunk = chunk_at(chunks, size, first)?;
                 for &(offset, _, i) in group {
                     // SAFETY: the range lies inside this chunk (or, empty, at its end).
                     pointers[i] = unsafe { chunk.as_mut_ptr().add(offset - first * CHUNK) };
                 }
             } else {
-                let mut buffer = vec![0u8; end - start];
+                let mut buffer = HostBytes::zeroed(end - start)?;
                 // Chunks never touched read as zeros, which the buffer already holds.
                 for (&c, chunk) in chunks.range(first..=last) {
                     let (from, to) = overlap(c, start, end);
@@ -133,33 +224,40 @@ impl Backing {
             }
             j = k;
         }
+        Ok(())
     }
 
     /// Writes a gathered group back into the chunks of an allocation of `size` bytes.
-    /// A chunk never touched stays untouched if the kernel left its part zero.
-    pub fn scatter(&mut self, size: usize, staged: &Staged) {
+    /// A chunk never touched stays untouched if the kernel left its part zero. `Err`:
+    /// the bytes of a chunk the host could not give.
+    pub fn scatter(&mut self, size: usize, staged: &Staged) -> Result<(), usize> {
         let Backing::Chunks(chunks) = self else {
-            return;
+            return Ok(());
         };
         let (start, end) = (staged.start, staged.start + staged.buffer.len());
         for c in start / CHUNK..end.div_ceil(CHUNK) {
             let (from, to) = overlap(c, start, end);
             let part = &staged.buffer[from - start..to - start];
-            let chunk = match chunks.get_mut(&c) {
-                Some(chunk) => chunk,
-                None if part.iter().all(|&b| b == 0) => continue,
-                None => chunks
-                    .entry(c)
-                    .or_insert_with(|| vec![0u8; chunk_len(size, c)].into_boxed_slice()),
-            };
+            if !chunks.contains_key(&c) && part.iter().all(|&b| b == 0) {
+                continue;
+            }
+            let chunk = chunk_at(chunks, size, c)?;
             chunk[from - c * CHUNK..to - c * CHUNK].copy_from_slice(part);
         }
+        Ok(())
     }
 
     /// Writes `pattern` over bytes `offset..offset + len` of an allocation of `size`
     /// bytes (`len` a whole number of elements), one chunk at a time. Zeros leave
-    /// chunks never touched as they are: they read as zeros already.
-    pub fn fill(&mut self, size: usize, offset: usize, len: usize, pattern: FillPattern) {
+    /// chunks never touched as they are: they read as zeros already. `Err`: the bytes
+    /// of a chunk the host could not give.
+    pub fn fill(
+        &mut self,
+        size: usize,
+        offset: usize,
+        len: usize,
+        pattern: FillPattern,
+    ) -> Result<(), usize> {
         let width = pattern.width();
         let bytes = pattern_bytes(pattern);
         let zero = bytes.iter().all(|&b| b == 0);
@@ -167,23 +265,20 @@ impl Backing {
             Backing::Whole(buffer) => {
                 // SAFETY: the range was checked to lie inside the allocation.
                 unsafe { cpu::fill(buffer.as_mut_ptr().add(offset), pattern, len / width) };
-                return;
+                return Ok(());
             }
             Backing::Chunks(chunks) => chunks,
         };
         let (start, end) = (offset, offset + len);
         if len == 0 {
-            return;
+            return Ok(());
         }
         for c in start / CHUNK..end.div_ceil(CHUNK) {
             let (from, to) = overlap(c, start, end);
-            let chunk = match chunks.get_mut(&c) {
-                Some(chunk) => chunk,
-                None if zero => continue,
-                None => chunks
-                    .entry(c)
-                    .or_insert_with(|| vec![0u8; chunk_len(size, c)].into_boxed_slice()),
-            };
+            if zero && !chunks.contains_key(&c) {
+                continue;
+            }
+            let chunk = chunk_at(chunks, size, c)?;
             let part = &mut chunk[from - c * CHUNK..to - c * CHUNK];
             // Where in the pattern this part begins: an element may straddle chunks.
             let phase = (from - start) % width;
@@ -199,6 +294,7 @@ impl Backing {
                 *b = bytes[k];
             }
         }
+        Ok(())
     }
 }
 

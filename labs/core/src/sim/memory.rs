@@ -444,14 +444,37 @@ impl SimMemory {
                 .filter(|(_, (_, &owner))| owner == a.base)
                 .map(|(i, (&(addr, len), _))| ((addr - a.base) as usize, len, i))
                 .collect();
-            g.resolve(a.size, n, mine, &mut pointers, &mut staged);
+            g.resolve(a.size, n, mine, &mut pointers, &mut staged)
+                .map_err(|bytes| self.host_exhausted(bytes))?;
         }
         let result = f(&pointers);
         for s in &staged {
-            guards[s.alloc].scatter(allocs[s.alloc].size, s);
+            guards[s.alloc]
+                .scatter(allocs[s.alloc].size, s)
+                .map_err(|bytes| self.host_exhausted(bytes))?;
         }
         drop(guards);
         Ok(result)
+    }
+
+    /// The error of a host that cannot give `bytes` more to back this device's memory.
+    fn host_exhausted(&self, bytes: usize) -> Error {
+        let budget = match super::backing::budget() {
+            u64::MAX => String::new(),
+            b => format!(
+                ", of at most {} that the simulated GPUs may back (3/4 of ulimit -v)",
+                crate::format::bytes(b)
+            ),
+        };
+        Error::Driver {
+            call: "simulated device memory",
+            message: format!(
+                "{}: the host has no {bytes} bytes left to back the simulated GPU's memory\
+                 {budget} (its memory is host memory: use a smaller model, fewer ranks or \
+                 devices, or more host memory)",
+                self.device
+            ),
+        }
     }
 
     /// Fills `count` elements of `pattern` at `dst` (`cuMemsetD*`), chunk by chunk:
@@ -463,8 +486,8 @@ impl SimMemory {
         let a = self.find(dst, bytes)?;
         let mut data = a.data.lock().unwrap();
         let offset = (dst - a.base) as usize;
-        data.fill(a.size, offset, bytes, pattern);
-        Ok(())
+        data.fill(a.size, offset, bytes, pattern)
+            .map_err(|n| self.host_exhausted(n))
     }
 
     pub fn write(&self, dst: u64, src: &[u8]) -> Result<()> {
@@ -481,8 +504,14 @@ impl SimMemory {
 
     /// Host bytes materialised so far (tests check the laziness with it).
     pub fn backed_bytes(&self) -> u64 {
-        let allocs: Vec<Arc<Allocation>> =
-            self.state.read().unwrap().allocations.values().cloned().collect();
+        let allocs: Vec<Arc<Allocation>> = self
+            .state
+            .read()
+            .unwrap()
+            .allocations
+            .values()
+            .cloned()
+            .collect();
         allocs.iter().map(|a| a.data.lock().unwrap().bytes()).sum()
     }
 }
@@ -528,7 +557,11 @@ mod tests {
         assert_eq!(m.backed_bytes(), PAGE, "one byte of a 1 GiB allocation");
         let reserved = mapped_range(&m, 1 << 30);
         m.write(reserved + (700 << 20) + 3, &[9]).unwrap();
-        assert_eq!(m.backed_bytes(), 2 * PAGE, "one byte of a 1 GiB mapped range");
+        assert_eq!(
+            m.backed_bytes(),
+            2 * PAGE,
+            "one byte of a 1 GiB mapped range"
+        );
         let mut back = [0u8; 2];
         m.read(&mut back, reserved + (700 << 20) + 2).unwrap();
         assert_eq!(back, [0, 9]);
@@ -587,11 +620,14 @@ mod tests {
         assert!(back == expected, "the shift through aliasing pointers");
         // A write through one pointer is seen through the other at once.
         let seen = m
-            .access(&[(a + PAGE - 8, 16), (a + PAGE - 4, 4), (a + PAGE, 8)], |p| unsafe {
-                *p[0].add(5) = 0xAB;
-                *p[0].add(9) = 0xCD;
-                (*p[1].add(1), *p[2].add(1))
-            })
+            .access(
+                &[(a + PAGE - 8, 16), (a + PAGE - 4, 4), (a + PAGE, 8)],
+                |p| unsafe {
+                    *p[0].add(5) = 0xAB;
+                    *p[0].add(9) = 0xCD;
+                    (*p[1].add(1), *p[2].add(1))
+                },
+            )
             .unwrap();
         assert_eq!(seen, (0xAB, 0xCD));
         let mut two = [0u8; 5];
