@@ -1,11 +1,13 @@
 //! The simulated GPU's memory: an address space of allocations, each backed by host
-//! memory only when first touched, so that a trace replay of tens of gigabytes costs
-//! nothing while a kernel on real data works on real bytes.
+//! memory only where touched, chunk by chunk (`backing.rs`), so that a trace replay of
+//! tens of gigabytes costs nothing while a kernel on real data works on real bytes.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
+use super::backing::{Backing, Staged};
 use crate::backend::{DeviceId, DevicePtr};
+use crate::dtype::FillPattern;
 use crate::error::{Error, Result};
 
 /// Where simulated addresses start: far from zero, so that a null or small integer used
@@ -84,8 +86,8 @@ struct Allocation {
     /// A reserved virtual range: only its mapped pages may be touched, and only they
     /// count against the capacity.
     reserved: bool,
-    /// `None` until first touched.
-    data: Mutex<Option<Box<[u8]>>>,
+    /// Host bytes: chunks allocated as they are first touched.
+    data: Mutex<Backing>,
 }
 // ANCHOR_END: sim_allocation
 
@@ -142,7 +144,7 @@ impl SimMemory {
                 base,
                 size: bytes,
                 reserved: false,
-                data: Mutex::new(None),
+                data: Mutex::new(Backing::chunked()),
             }),
         );
         Ok(base)
@@ -151,7 +153,7 @@ impl SimMemory {
 
     /// Reserves a virtual range (`cuMemAddressReserve`): no capacity is used until
     /// pages are mapped. Host backing, if a kernel ever touches it, is zeroed memory
-    /// the OS commits page by page.
+    /// allocated chunk by chunk, only for the pages touched.
     pub fn reserve(&self, bytes: usize) -> Result<DevicePtr> {
         let mut s = self.state.write().unwrap();
         let base = s.take_addresses(self.device, "cuMemAddressReserve", bytes, PAGE, PAGE)?;
@@ -162,7 +164,7 @@ impl SimMemory {
                 base,
                 size: size as usize,
                 reserved: true,
-                data: Mutex::new(None),
+                data: Mutex::new(Backing::chunked()),
             }),
         );
         Ok(base)
@@ -210,8 +212,9 @@ impl SimMemory {
 
     /// Physical memory (`cuMemCreate`): counts against the capacity from now until
     /// `free_physical`, mapped or not. Its contents do not travel with it between
-    /// mappings here (each reserved range keeps its own bytes); the allocator never
-    /// relies on the contents of memory it moves.
+    /// mappings here: the bytes of a reserved range's pages go when the pages are
+    /// unmapped, and pages mapped again read zeros. The allocator never relies on the
+    /// contents of memory it moves.
     pub fn create(&self, bytes: usize) -> Result<u64> {
         let mut s = self.state.write().unwrap();
         if bytes == 0 || bytes as u64 & (PAGE - 1) != 0 {
@@ -271,8 +274,21 @@ impl SimMemory {
     }
 
     /// Unmaps what one `map_physical` mapped at `ptr` (`cuMemUnmap`); the memory stays
-    /// allocated and is returned.
+    /// allocated and is returned. The host bytes behind the unmapped pages are freed.
     pub fn unmap_physical(&self, ptr: DevicePtr, bytes: usize) -> Result<u64> {
+        let (handle, range) = self.unmap_pages(ptr, bytes)?;
+        // Outside the state lock: allocations are locked while a kernel runs, and a
+        // kernel may wait on another memory's state (a peer copy).
+        range
+            .data
+            .lock()
+            .unwrap()
+            .drop_chunks((ptr - range.base) as usize, bytes);
+        Ok(handle)
+    }
+
+    /// The bookkeeping of `unmap_physical`: the handle, and the reserved range.
+    fn unmap_pages(&self, ptr: DevicePtr, bytes: usize) -> Result<(u64, Arc<Allocation>)> {
         let mut s = self.state.write().unwrap();
         let handle = match s.mapped_at.get(&ptr) {
             Some(&h) if s.physical.get(&h).map(|p| p.0) == Some(bytes) => h,
@@ -289,7 +305,13 @@ impl SimMemory {
         }
         s.mapped_at.remove(&ptr);
         s.physical.insert(handle, (bytes, None));
-        Ok(handle)
+        let range = s
+            .allocations
+            .range(..=ptr)
+            .next_back()
+            .map(|(_, a)| a.clone())
+            .expect("pages() found the reserved range");
+        Ok((handle, range))
     }
 
     /// Lets `devices` read and write every page of `ptr..ptr+bytes`, which must all be
@@ -376,7 +398,7 @@ impl SimMemory {
                 base,
                 size: bytes,
                 reserved: false,
-                data: Mutex::new(Some(data)),
+                data: Mutex::new(Backing::Whole(data)),
             }),
         );
         Ok((base, host))
@@ -437,38 +459,72 @@ impl SimMemory {
     /// Runs `f` with host pointers to each `(address, length)` range. Every allocation
     /// involved stays locked for the call (locks are taken in address order, so two
     /// kernels never deadlock). Ranges may alias: callers use raw pointers, as a kernel
-    /// would.
+    /// would, and ranges that overlap on the device overlap on the host (`backing.rs`).
     pub fn access<R>(&self, ranges: &[(u64, usize)], f: impl FnOnce(&[*mut u8]) -> R) -> Result<R> {
         let mut allocs: Vec<Arc<Allocation>> = Vec::with_capacity(ranges.len());
+        // The base of the allocation each range lies in.
+        let mut owners: Vec<u64> = Vec::with_capacity(ranges.len());
         for &(addr, len) in ranges {
             let a = self.find(addr, len)?;
+            owners.push(a.base);
             if !allocs.iter().any(|b| b.base == a.base) {
                 allocs.push(a);
             }
         }
         allocs.sort_by_key(|a| a.base);
-        let mut guards: Vec<MutexGuard<'_, Option<Box<[u8]>>>> =
+        let mut guards: Vec<MutexGuard<'_, Backing>> =
             allocs.iter().map(|a| a.data.lock().unwrap()).collect();
-        let mut bases = Vec::with_capacity(allocs.len());
-        for (a, g) in allocs.iter().zip(guards.iter_mut()) {
-            let data = g.get_or_insert_with(|| vec![0u8; a.size].into_boxed_slice());
-            bases.push((a.base, data.as_mut_ptr()));
+        let mut pointers = vec![std::ptr::null_mut(); ranges.len()];
+        let mut staged: Vec<Staged> = Vec::new();
+        for (n, (a, g)) in allocs.iter().zip(guards.iter_mut()).enumerate() {
+            let mine: Vec<(usize, usize, usize)> = (ranges.iter().zip(&owners).enumerate())
+                .filter(|(_, (_, &owner))| owner == a.base)
+                .map(|(i, (&(addr, len), _))| ((addr - a.base) as usize, len, i))
+                .collect();
+            g.resolve(a.size, n, mine, &mut pointers, &mut staged)
+                .map_err(|bytes| self.host_exhausted(bytes))?;
         }
-        let pointers: Vec<*mut u8> = ranges
-            .iter()
-            .map(|&(addr, _)| {
-                let &(base, host) = bases
-                    .iter()
-                    .rev()
-                    .find(|(b, _)| *b <= addr)
-                    .expect("resolved above");
-                // SAFETY: `find` checked that the range lies inside this allocation.
-                unsafe { host.add((addr - base) as usize) }
-            })
-            .collect();
         let result = f(&pointers);
+        for s in &staged {
+            guards[s.alloc]
+                .scatter(allocs[s.alloc].size, s)
+                .map_err(|bytes| self.host_exhausted(bytes))?;
+        }
         drop(guards);
         Ok(result)
+    }
+
+    /// The error of a host that cannot give `bytes` more to back this device's memory.
+    fn host_exhausted(&self, bytes: usize) -> Error {
+        let budget = match super::backing::budget() {
+            u64::MAX => String::new(),
+            b => format!(
+                ", of at most {} that the simulated GPUs may back (3/4 of ulimit -v)",
+                crate::format::bytes(b)
+            ),
+        };
+        Error::Driver {
+            call: "simulated device memory",
+            message: format!(
+                "{}: the host has no {bytes} bytes left to back the simulated GPU's memory\
+                 {budget} (its memory is host memory: use a smaller model, fewer ranks or \
+                 devices, or more host memory)",
+                self.device
+            ),
+        }
+    }
+
+    /// Fills `count` elements of `pattern` at `dst` (`cuMemsetD*`), chunk by chunk:
+    /// zeros written over chunks never touched leave them untouched, so that zeroing a
+    /// tensor of gigabytes costs no host memory.
+    pub fn fill(&self, dst: u64, pattern: FillPattern, count: usize) -> Result<()> {
+        let width = pattern.width();
+        let bytes = count * width;
+        let a = self.find(dst, bytes)?;
+        let mut data = a.data.lock().unwrap();
+        let offset = (dst - a.base) as usize;
+        data.fill(a.size, offset, bytes, pattern)
+            .map_err(|n| self.host_exhausted(n))
     }
 
     pub fn write(&self, dst: u64, src: &[u8]) -> Result<()> {
@@ -485,12 +541,15 @@ impl SimMemory {
 
     /// Host bytes materialised so far (tests check the laziness with it).
     pub fn backed_bytes(&self) -> u64 {
-        let s = self.state.read().unwrap();
-        s.allocations
+        let allocs: Vec<Arc<Allocation>> = self
+            .state
+            .read()
+            .unwrap()
+            .allocations
             .values()
-            .filter(|a| !a.reserved && a.data.lock().unwrap().is_some())
-            .map(|a| a.size as u64)
-            .sum()
+            .cloned()
+            .collect();
+        allocs.iter().map(|a| a.data.lock().unwrap().bytes()).sum()
     }
 }
 
@@ -517,6 +576,142 @@ mod tests {
         m.write(small, &[1, 2, 3]).unwrap();
         assert_eq!(m.backed_bytes(), 4096);
         m.free(big).unwrap();
+    }
+
+    /// A reserved range of `bytes` with physical memory mapped over all of it.
+    fn mapped_range(m: &SimMemory, bytes: usize) -> DevicePtr {
+        let base = m.reserve(bytes).unwrap();
+        let handle = m.create(bytes).unwrap();
+        m.map_physical(base, handle).unwrap();
+        base
+    }
+
+    #[test]
+    fn touching_one_byte_of_a_gigabyte_backs_one_chunk() {
+        let m = SimMemory::new(DeviceId::Sim(0), 64 << 30);
+        let plain = m.alloc(1 << 30).unwrap();
+        m.write(plain + (300 << 20) + 5, &[7]).unwrap();
+        assert_eq!(m.backed_bytes(), PAGE, "one byte of a 1 GiB allocation");
+        let reserved = mapped_range(&m, 1 << 30);
+        m.write(reserved + (700 << 20) + 3, &[9]).unwrap();
+        assert_eq!(
+            m.backed_bytes(),
+            2 * PAGE,
+            "one byte of a 1 GiB mapped range"
+        );
+        let mut back = [0u8; 2];
+        m.read(&mut back, reserved + (700 << 20) + 2).unwrap();
+        assert_eq!(back, [0, 9]);
+        assert_eq!(m.backed_bytes(), 2 * PAGE, "reading backs nothing more");
+    }
+
+    /// Deterministic bytes, none of them zero.
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i % 251) as u8 + seed.max(1)).collect()
+    }
+
+    #[test]
+    fn a_range_spanning_chunks_reads_and_writes() {
+        let m = SimMemory::new(DeviceId::Sim(0), 1 << 30);
+        let page = PAGE as usize;
+        let a = m.alloc(3 * page + 1000).unwrap();
+        let data = pattern(2 * page + 1000, 3);
+        let at = page as u64 - 500;
+        m.write(a + at, &data).unwrap();
+        let mut back = vec![0u8; data.len()];
+        m.read(&mut back, a + at).unwrap();
+        assert!(back == data, "a write across three chunks reads back");
+        // Pieces of it, inside one chunk and across a boundary, and the zeros around.
+        let mut piece = vec![0u8; 64];
+        m.read(&mut piece, a + 2 * PAGE - 32).unwrap();
+        let from = (2 * PAGE - 32 - at) as usize;
+        assert_eq!(piece, data[from..from + 64]);
+        m.read(&mut piece, a + at - 64).unwrap();
+        assert_eq!(piece, vec![0u8; 64], "bytes before the write are zero");
+        let mut tail = vec![1u8; 700];
+        m.read(&mut tail, a + 3 * PAGE).unwrap();
+        let end = (3 * PAGE - at) as usize;
+        assert_eq!(tail[..data.len() - end], data[end..]);
+        assert!(tail[data.len() - end..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn aliasing_ranges_across_chunks_are_one_memory() {
+        let m = SimMemory::new(DeviceId::Sim(0), 1 << 30);
+        let a = m.alloc(3 * PAGE as usize).unwrap();
+        let data = pattern(4096, 1);
+        let at = PAGE - 2000;
+        m.write(a + at, &data).unwrap();
+        // An in-place shift across the chunk boundary (memmove within one allocation,
+        // source and destination overlapping), as a device-to-device copy does it.
+        let shift = 3;
+        let len = data.len() - shift;
+        m.access(&[(a + at, len), (a + at + shift as u64, len)], |p| unsafe {
+            std::ptr::copy(p[0], p[1], len)
+        })
+        .unwrap();
+        let mut expected = data.clone();
+        expected.copy_within(..len, shift);
+        let mut back = vec![0u8; data.len()];
+        m.read(&mut back, a + at).unwrap();
+        assert!(back == expected, "the shift through aliasing pointers");
+        // A write through one pointer is seen through the other at once.
+        let seen = m
+            .access(
+                &[(a + PAGE - 8, 16), (a + PAGE - 4, 4), (a + PAGE, 8)],
+                |p| unsafe {
+                    *p[0].add(5) = 0xAB;
+                    *p[0].add(9) = 0xCD;
+                    (*p[1].add(1), *p[2].add(1))
+                },
+            )
+            .unwrap();
+        assert_eq!(seen, (0xAB, 0xCD));
+        let mut two = [0u8; 5];
+        m.read(&mut two, a + PAGE - 3).unwrap();
+        assert_eq!((two[0], two[4]), (0xAB, 0xCD));
+    }
+
+    #[test]
+    fn an_unmapped_range_mapped_again_reads_zeros() {
+        let m = SimMemory::new(DeviceId::Sim(0), 1 << 30);
+        let bytes = 2 * PAGE as usize;
+        let base = mapped_range(&m, bytes);
+        m.write(base + PAGE - 2, &[1, 2, 3, 4]).unwrap();
+        assert!(m.backed_bytes() > 0);
+        let handle = m.unmap_physical(base, bytes).unwrap();
+        assert_eq!(m.backed_bytes(), 0, "unmapped pages keep no host memory");
+        m.map_physical(base, handle).unwrap();
+        let mut back = [9u8; 4];
+        m.read(&mut back, base + PAGE - 2).unwrap();
+        assert_eq!(back, [0; 4], "a page mapped again reads zeros");
+    }
+
+    #[test]
+    fn zeroing_a_gigabyte_backs_nothing_and_a_pattern_crosses_chunks() {
+        use crate::backend::prelude::*;
+        use crate::dtype::FillPattern;
+        let sim = crate::sim::SimBackend::new(DeviceId::Sim(0), 4 << 30);
+        let stream = sim.default_stream().unwrap();
+        let big = sim.raw_alloc(1 << 30).unwrap();
+        sim.fill(big, FillPattern::U32(0), (1 << 30) / 4, &stream)
+            .unwrap();
+        stream.synchronize().unwrap();
+        assert_eq!(sim.backed_bytes(), 0, "zeros over memory never touched");
+        // A 4-byte pattern from an odd offset, across two chunk boundaries.
+        let a = sim.raw_alloc(3 * PAGE as usize).unwrap();
+        let (at, count) = (PAGE - 7, PAGE as usize / 4 + 5);
+        sim.fill(a + at, FillPattern::U32(0x0403_0201), count, &stream)
+            .unwrap();
+        let mut back = vec![0u8; count * 4 + 2];
+        sim.copy_dtoh(&mut back, a + at - 1, &stream).unwrap();
+        assert_eq!(back[0], 0, "the byte before the fill");
+        let element = 0x0403_0201u32.to_ne_bytes();
+        assert!(
+            (0..count * 4).all(|j| back[1 + j] == element[j % 4]),
+            "every element of the pattern in place"
+        );
+        assert_eq!(back[count * 4 + 1], 0, "the byte after the fill");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! allocator above it sees the same requests in the same order, so a training step's
 //! peak memory on any capacity is known in the time its allocations take.
 
+mod backing;
 mod memory;
 mod peer;
 mod pinned;
@@ -362,11 +363,7 @@ impl Copies for SimBackend {
         if self.dry {
             return self.memory.check_range(dst, count * pattern.width());
         }
-        self.enqueue(stream, move |m| {
-            m.access(&[(dst, count * pattern.width())], |p| unsafe {
-                cpu::fill(p[0], pattern, count)
-            })
-        })
+        self.enqueue(stream, move |m| m.fill(dst, pattern, count))
     }
 
     unsafe fn copy_htod_async(

@@ -129,7 +129,13 @@ impl Drop for PinnedHost {
 /// # Safety
 /// Both ranges must be valid for `bytes` bytes and not overlap.
 pub(crate) unsafe fn staged_copy(src: *const u8, dst: *mut u8, bytes: usize) {
-    let mut stage = vec![0u8; STAGING_BYTES.min(bytes)];
+    let mut stage = Vec::new();
+    if stage.try_reserve_exact(STAGING_BYTES.min(bytes)).is_err() {
+        // A host out of memory: the copy is the same without its staging.
+        std::ptr::copy_nonoverlapping(src, dst, bytes);
+        return;
+    }
+    stage.resize(STAGING_BYTES.min(bytes), 0u8);
     let mut done = 0;
     while done < bytes {
         let n = stage.len().min(bytes - done);

@@ -234,6 +234,36 @@ pub struct Node {
     pub packed: Option<PackedSaved>,
 }
 
+/// Drops a graph without recursing once per node: a chain of a million ops (a deep
+/// model, a long loop) would otherwise overflow the stack of the thread that drops its
+/// last tensor. Each input node this node holds the last reference to is taken apart
+/// here, its own inputs moved onto a list, so that every node is dropped with its
+/// inputs already taken out.
+impl Drop for Node {
+    fn drop(&mut self) {
+        let mut orphans: Vec<Arc<Node>> = Vec::new();
+        take_last_references(&mut self.inputs, &mut orphans);
+        while let Some(node) = orphans.pop() {
+            // `None`: someone else holds it now; the last holder drops it.
+            if let Some(mut node) = Arc::into_inner(node) {
+                take_last_references(&mut node.inputs, &mut orphans);
+            }
+        }
+    }
+}
+
+/// Moves the edges to nodes held by nothing but `inputs` into `orphans`; the others
+/// only lose a reference when `inputs` goes.
+fn take_last_references(inputs: &mut [Option<Edge>], orphans: &mut Vec<Arc<Node>>) {
+    for input in inputs {
+        if matches!(input, Some(Edge::Node(n)) if Arc::strong_count(n) == 1) {
+            if let Some(Edge::Node(n)) = input.take() {
+                orphans.push(n);
+            }
+        }
+    }
+}
+
 /// A tensor's place in the graph.
 #[derive(Clone)]
 pub(crate) enum Grad {

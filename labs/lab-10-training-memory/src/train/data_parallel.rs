@@ -86,6 +86,19 @@ pub fn run_in_process(
             })
             .collect())
     })?;
+    // A rank that fails leaves the group, and every other rank then fails in its next
+    // collective ("... left the group"): the error worth reporting is the one of a
+    // rank that failed on its own, if any did.
+    let cause = results
+        .iter()
+        .position(|r| matches!(r, Err(e) if !format!("{e:#}").contains("left the group")));
+    if let Some(rank) = cause {
+        let r = results
+            .into_iter()
+            .nth(rank)
+            .expect("a position of results");
+        return r.with_context(|| format!("rank {rank}"));
+    }
     let mut reports = Vec::with_capacity(results.len());
     for (rank, r) in results.into_iter().enumerate() {
         reports.push(r.with_context(|| format!("rank {rank}"))?);
