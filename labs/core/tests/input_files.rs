@@ -272,3 +272,35 @@ fn a_truncated_or_malformed_weights_file_is_a_one_line_error() {
         );
     }
 }
+
+#[test]
+fn a_lower_limit_refuses_a_file_that_the_default_reads() {
+    let device = test_device();
+    let weights = scratch("small.safetensors");
+    let t = Tensor::from_slice(&[1.0f32; 64], &[64], &device).unwrap();
+    nn::save(&weights, &[("t".into(), t)]).unwrap();
+    let size = std::fs::metadata(&weights).unwrap().len();
+    assert_eq!(nn::load_limited(&weights, &device, size).unwrap().len(), 1);
+    let e = nn::load_limited(&weights, &device, size - 1)
+        .unwrap_err()
+        .to_string();
+    assert_one_line(&e);
+    assert!(
+        e.contains("small.safetensors")
+            && e.contains(&format!("({} bytes) a weights file may be", size - 1))
+            && e.contains("LABS_MAX_WEIGHTS_SIZE"),
+        "{e}"
+    );
+
+    let snap = scratch("small.json");
+    std::fs::write(&snap, snapshot::dump(&snapshot::Snapshot::default())).unwrap();
+    let size = std::fs::metadata(&snap).unwrap().len();
+    assert!(snapshot::load_file_limited(&snap, size).is_ok());
+    let e = snapshot::load_file_limited(&snap, size - 1)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("small.json") && e.contains("--max-snapshot-size"),
+        "{e}"
+    );
+}
