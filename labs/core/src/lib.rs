@@ -1,8 +1,10 @@
 //! The shared runtime of the labs, in layers that import only downwards
 //! (`ci/check-layers.py` fails the build on a cycle):
 //!
-//! - `dtype`, `device_id`, `error`, `oom_report`, `format`: element types, device names
-//!   and addresses, the one error type and its out-of-memory report, text helpers;
+//! - `dtype`, `device_id`, `error`, `oom_report`, `format`, `input`: element types,
+//!   device names and addresses, the one error type and its out-of-memory report, text
+//!   helpers, and the opening of the files users give the readers (regular files only,
+//!   within a size limit per kind);
 //! - `backend`: the contract every device fulfils, as small traits; `cuda` (the real
 //!   GPU) and `sim` (a simulated GPU in host memory) implement it;
 //! - `kernels`: the op layer, each op declared once with its CUDA source and CPU twin,
@@ -33,6 +35,7 @@ pub mod dtype;
 pub mod error;
 pub mod format;
 pub mod host;
+pub mod input;
 pub mod kernels;
 pub mod nn;
 pub mod oom_report;

@@ -57,6 +57,38 @@ pub fn lab_binary(name: &str, built: &str) -> std::path::PathBuf {
     }
 }
 
+/// What `cmd` printed and how it exited, or `None` if it was still running after
+/// `limit` (it is then killed): for commands that must not block, such as a reader
+/// given a FIFO.
+pub fn output_within(
+    cmd: &mut std::process::Command,
+    limit: std::time::Duration,
+) -> Option<std::process::Output> {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    let start = std::time::Instant::now();
+    loop {
+        if child
+            .try_wait()
+            .expect("the command can be waited for")
+            .is_some()
+        {
+            return Some(child.wait_with_output().expect("its output can be read"));
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The one JSON object a lab's `--json` command prints: the command must have
 /// succeeded and printed exactly one line on stdout.
 pub fn one_json_object(out: std::process::Output) -> serde_json::Value {

@@ -233,8 +233,10 @@ fn trace_errors_name_the_file_once_and_limits_can_be_set() {
         .output()
         .unwrap();
     assert!(!out.status.success());
+    // The gzip'd file alone is over 1 KiB: refused before it is decompressed.
     assert!(
-        stderr(&out).contains("longer than 1024 bytes"),
+        stderr(&out).contains("more than the 1.00 KiB (1024 bytes) a trace may be")
+            && stderr(&out).contains("--max-trace-size"),
         "{}",
         stderr(&out)
     );
@@ -306,4 +308,29 @@ fn a_pytorch_comparison_needs_a_gpu() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("add --device cuda"), "{args:?}: {err}");
     }
+}
+
+/// A FIFO given as the trace: refused at once, naming it, rather than waiting forever
+/// for a writer.
+#[cfg(unix)]
+#[test]
+fn a_fifo_as_the_trace_is_refused_at_once() {
+    let dir = std::env::temp_dir().join(format!("lab02-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("trace.csv");
+    let _ = std::fs::remove_file(&fifo);
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let out = labs_core::testing::output_within(
+        lab().arg("replay").arg(&fifo),
+        std::time::Duration::from_secs(10),
+    )
+    .expect("lab-02 replay of a FIFO finishes within 10 s");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(fifo.to_str().unwrap()) && err.contains("FIFO"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }

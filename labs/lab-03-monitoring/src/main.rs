@@ -3,6 +3,7 @@
 //! format is told from the content.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -16,6 +17,9 @@ use lab_03::{compare, demo, plots, report, smi};
 struct Args {
     #[command(subcommand)]
     command: Command,
+    /// The largest snapshot file read (default: LABS_MAX_SNAPSHOT_SIZE, else 1GiB).
+    #[arg(long, global = true, value_name = "SIZE")]
+    max_snapshot_size: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -112,8 +116,15 @@ fn parse_period(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// `--max-snapshot-size`, once parsed; unset, the reader's default applies.
+static MAX_SNAPSHOT_SIZE: OnceLock<u64> = OnceLock::new();
+
 fn load(file: &Path) -> anyhow::Result<(Snapshot, SourceFormat)> {
-    snapshot::load_file(file).context("reading a snapshot")
+    match MAX_SNAPSHOT_SIZE.get() {
+        Some(&max) => snapshot::load_file_limited(file, max),
+        None => snapshot::load_file(file),
+    }
+    .context("reading a snapshot")
 }
 
 fn main() -> std::process::ExitCode {
@@ -122,6 +133,14 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(text) = &args.max_snapshot_size {
+        let max = match labs_core::format::parse_bytes(text) {
+            Ok(0) => bail!("--max-snapshot-size: the size must be more than 0 bytes"),
+            Ok(n) => n,
+            Err(e) => bail!("--max-snapshot-size: {e}"),
+        };
+        let _ = MAX_SNAPSHOT_SIZE.set(max);
+    }
     match args.command {
         Command::Summary { file, json } => {
             let (snap, format) = load(&file)?;

@@ -378,3 +378,60 @@ fn demo_runs_the_chapters_experiments() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A FIFO given as the snapshot: refused at once, naming it, rather than waiting
+/// forever for a writer.
+#[cfg(unix)]
+#[test]
+fn a_fifo_or_a_device_as_the_snapshot_is_refused_at_once() {
+    let dir = scratch("fifo");
+    let fifo = dir.join("snapshot.pickle");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let out_dir = dir.join("out");
+    for (input, needle) in [(fifo.as_path(), "FIFO"), (Path::new("/dev/zero"), "device")] {
+        let input = input.to_str().unwrap();
+        for args in [
+            vec!["summary", input],
+            vec!["plot", input, "--out", out_dir.to_str().unwrap()],
+        ] {
+            let out = labs_core::testing::output_within(
+                Command::new(labs_core::testing::lab_binary(
+                    "lab-03",
+                    env!("CARGO_BIN_EXE_lab-03"),
+                ))
+                .args(&args),
+                std::time::Duration::from_secs(10),
+            )
+            .unwrap_or_else(|| panic!("lab-03 {args:?} did not finish within 10 s"));
+            assert!(!out.status.success(), "{args:?}");
+            let err = stderr(&out);
+            assert!(
+                err.contains(input) && err.contains(needle) && err.trim().lines().count() == 1,
+                "{args:?}: {err}"
+            );
+        }
+    }
+}
+
+/// `--max-snapshot-size` bounds the file read: a snapshot over it is refused, naming
+/// the flag, and the same snapshot under a larger limit loads.
+#[test]
+fn max_snapshot_size_bounds_the_snapshot_read() {
+    let path = mlp_path();
+    let size = std::fs::metadata(&path).unwrap().len();
+    let file = path.to_str().unwrap();
+    let small = (size - 1).to_string();
+    let out = lab(&["summary", file, "--max-snapshot-size", &small]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains(file) && err.contains("--max-snapshot-size") && err.contains(&small),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let out = lab(&["summary", file, "--max-snapshot-size", &size.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = lab(&["summary", file, "--max-snapshot-size", "0"]);
+    assert!(stderr(&out).contains("--max-snapshot-size: the size must be more than 0"));
+}

@@ -42,7 +42,7 @@ pub use linear::Linear;
 pub use multihead_attention::{AttentionMasks, MhaLayout, MultiheadAttention};
 pub use norm::LayerNorm;
 pub use sequential::{Mlp, Sequential};
-pub use state::{load, save};
+pub use state::{load, load_limited, save};
 pub use transformer::{
     Activation, DecoderMasks, TransformerConfig, TransformerDecoderLayer, TransformerEncoderLayer,
 };

@@ -2,18 +2,29 @@
 //! across the field (Hugging Face, PyTorch's `safetensors.torch`, candle): an 8-byte
 //! little-endian header length, a JSON header naming each tensor's dtype, shape and
 //! byte range, then the raw little-endian data. Reading one cannot run code (unlike a
-//! pickle), and the `safetensors` crate validates the header against the file's size.
+//! pickle). The `safetensors` crate writes files and validates a header's byte ranges
+//! against its shapes; loading checks them against the file's size and streams each
+//! tensor's bytes onto the device, so that a large file never sits whole on the host.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use half::{bf16, f16};
-use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use safetensors::tensor::{Dtype, Metadata, TensorInfo, TensorView};
 
 use crate::device::Device;
-use crate::dtype::{as_bytes, from_bytes, DType};
+use crate::dtype::{as_bytes, DType};
 use crate::error::{Error, Result};
+use crate::format::quote_message;
+use crate::input;
 use crate::tensor::Tensor;
+
+/// The little-endian `u64` that gives the header's length.
+const HEADER_LEN: usize = 8;
+/// The longest header the `safetensors` crate reads or writes (its `MAX_HEADER_SIZE`).
+const MAX_HEADER: u64 = 100_000_000;
+/// The most bytes of tensor data held on the host at once while loading.
+const CHUNK: usize = 8 << 20;
 
 /// The safetensors dtype of ours.
 fn to_safetensors(dtype: DType) -> Dtype {
@@ -53,18 +64,6 @@ fn host_bytes(t: &Tensor) -> Result<Vec<u8>> {
     })
 }
 
-/// A tensor on `device` holding `bytes` (little-endian elements of `dtype`).
-fn from_host_bytes(bytes: &[u8], dtype: DType, shape: &[usize], device: &Device) -> Result<Tensor> {
-    match dtype {
-        DType::F32 => Tensor::from_slice(&from_bytes::<f32>(bytes), shape, device),
-        DType::F16 => Tensor::from_slice(&from_bytes::<f16>(bytes), shape, device),
-        DType::BF16 => Tensor::from_slice(&from_bytes::<bf16>(bytes), shape, device),
-        DType::I32 => Tensor::from_slice(&from_bytes::<i32>(bytes), shape, device),
-        DType::I64 => Tensor::from_slice(&from_bytes::<i64>(bytes), shape, device),
-        DType::U8 => Tensor::from_slice(bytes, shape, device),
-    }
-}
-
 /// Writes `tensors` to a safetensors file at `path` (`safetensors.torch.save_file`).
 /// Names must be distinct.
 pub fn save(path: impl AsRef<Path>, tensors: &[(String, Tensor)]) -> Result<()> {
@@ -92,30 +91,110 @@ pub fn save(path: impl AsRef<Path>, tensors: &[(String, Tensor)]) -> Result<()> 
 }
 
 /// Reads every tensor of the safetensors file at `path` onto `device`, sorted by name
-/// (`safetensors.torch.load_file`). A missing file, a malformed header and a dtype we
-/// do not have are errors that name the file (and the tensor).
+/// (`safetensors.torch.load_file`). A path that is not a regular file, a file over the
+/// weights limit ([`crate::input::WEIGHTS`], raised with `LABS_MAX_WEIGHTS_SIZE`), a
+/// malformed or truncated file and a dtype we do not have are one-line errors that name
+/// the file (and the tensor).
 pub fn load(path: impl AsRef<Path>, device: &Device) -> Result<Vec<(String, Tensor)>> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path)
+    let limit = input::WEIGHTS
+        .from_env(input::ENV_MAX_WEIGHTS_SIZE)
         .map_err(|e| Error::InvalidArgument(format!("load {}: {e}", path.display())))?;
-    let file = SafeTensors::deserialize(&bytes).map_err(|e| {
-        Error::InvalidArgument(format!(
-            "load {}: not a valid safetensors file: {e}",
-            path.display()
-        ))
-    })?;
-    let mut out = Vec::new();
-    for (name, view) in file.tensors() {
-        let dtype = from_safetensors(view.dtype()).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "load {}: tensor `{name}` has dtype {}, which the labs do not have \
+    load_limited(path, device, limit.max_bytes)
+}
+
+/// [`load`] of a file of at most `max_bytes`.
+///
+/// The data is streamed: the header is read and checked against the file's size
+/// first, then each tensor's bytes go from the file to its device memory a chunk at a
+/// time, so the host holds one chunk, never the file.
+pub fn load_limited(
+    path: impl AsRef<Path>,
+    device: &Device,
+    max_bytes: u64,
+) -> Result<Vec<(String, Tensor)>> {
+    let path = path.as_ref();
+    let fail = |m: String| Error::InvalidArgument(format!("load {}: {m}", path.display()));
+    let invalid = |m: String| fail(format!("not a valid safetensors file: {m}"));
+    let limit = input::Limit {
+        max_bytes,
+        ..input::WEIGHTS
+    };
+    let mut file = input::open(path, limit).map_err(|e| fail(e.to_string()))?;
+    let size = file.len();
+    let read_err = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => invalid(e.to_string()),
+        _ => fail(e.to_string()),
+    };
+
+    // The header: its length, then that many bytes of JSON, both within the file.
+    if size < HEADER_LEN as u64 {
+        return Err(invalid(format!(
+            "the file is {size} bytes, shorter than the {HEADER_LEN}-byte header length"
+        )));
+    }
+    let mut len = [0u8; HEADER_LEN];
+    file.read_exact_or(&mut len, "the header length")
+        .map_err(read_err)?;
+    let n = u64::from_le_bytes(len);
+    if n > MAX_HEADER {
+        return Err(invalid(format!(
+            "the header length is {n} bytes, more than the {MAX_HEADER} safetensors allows"
+        )));
+    }
+    if n > size - HEADER_LEN as u64 {
+        return Err(invalid(format!(
+            "the header length is {n} bytes, past the end of the {size}-byte file"
+        )));
+    }
+    let mut header = vec![0u8; n as usize];
+    file.read_exact_or(&mut header, "the header")
+        .map_err(read_err)?;
+    let metadata: Metadata = serde_json::from_slice(&header)
+        .map_err(|e| invalid(format!("the header: {}", quote_message(&e.to_string()))))?;
+    drop(header);
+
+    // The tensors: dtypes we have, data that fills the rest of the file exactly (the
+    // metadata checked that the ranges follow each other and match the shapes).
+    let mut tensors: Vec<(String, &TensorInfo)> = metadata.tensors().into_iter().collect();
+    tensors.sort_by_key(|(_, info)| info.data_offsets);
+    let data = size - HEADER_LEN as u64 - n;
+    let described = tensors.last().map_or(0, |(_, info)| info.data_offsets.1) as u64;
+    if described != data {
+        return Err(invalid(format!(
+            "the header describes {described} bytes of tensor data, the file holds {data} \
+             after the header (truncated, or not one safetensors file)"
+        )));
+    }
+    let mut dtypes = Vec::with_capacity(tensors.len());
+    for (name, info) in &tensors {
+        dtypes.push(from_safetensors(info.dtype).ok_or_else(|| {
+            fail(format!(
+                "tensor `{name}` has dtype {}, which the labs do not have \
                  (F32, F16, BF16, I32, I64, U8)",
-                path.display(),
-                view.dtype()
+                info.dtype
             ))
-        })?;
-        let t = from_host_bytes(view.data(), dtype, view.shape(), device)?;
-        out.push((name, t));
+        })?);
+    }
+
+    let stream = device.default_stream()?;
+    let largest = tensors
+        .iter()
+        .map(|(_, i)| i.data_offsets.1 - i.data_offsets.0);
+    let mut chunk = vec![0u8; largest.max().unwrap_or(0).min(CHUNK)];
+    let mut out = Vec::with_capacity(tensors.len());
+    for ((name, info), dtype) in tensors.iter().zip(dtypes) {
+        let t = Tensor::empty(&info.shape, dtype, device)?;
+        let (mut at, end) = (info.data_offsets.0, info.data_offsets.1);
+        while at < end {
+            let buf = &mut chunk[..(end - at).min(CHUNK)];
+            file.read_exact_or(buf, &format!("the data of tensor `{name}`"))
+                .map_err(read_err)?;
+            let offset = (at - info.data_offsets.0) as u64;
+            device.backend().copy_htod(t.ptr() + offset, buf, &stream)?;
+            at += buf.len();
+        }
+        out.push((name.clone(), t));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)

@@ -31,6 +31,8 @@ pub use trace_csv::{
 
 use std::path::Path;
 
+use crate::input;
+
 /// Which kind of file a snapshot came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceFormat {
@@ -54,10 +56,27 @@ pub fn load(bytes: &[u8]) -> Result<(Snapshot, SourceFormat), SnapshotError> {
 }
 // ANCHOR_END: load_either
 
-/// [`load`] of a file.
+/// [`load`] of a file: a regular file of at most [`input::SNAPSHOT`]'s size (1 GiB,
+/// raised with `LABS_MAX_SNAPSHOT_SIZE`); anything else is refused before it is read.
 pub fn load_file(path: impl AsRef<Path>) -> Result<(Snapshot, SourceFormat), SnapshotError> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|e| SnapshotError::io(path, e))?;
+    let limit = input::SNAPSHOT
+        .from_env(input::ENV_MAX_SNAPSHOT_SIZE)
+        .map_err(|e| SnapshotError::io(path, e))?;
+    load_file_limited(path, limit.max_bytes)
+}
+
+/// [`load_file`] of a file of at most `max_bytes`.
+pub fn load_file_limited(
+    path: impl AsRef<Path>,
+    max_bytes: u64,
+) -> Result<(Snapshot, SourceFormat), SnapshotError> {
+    let path = path.as_ref();
+    let limit = input::Limit {
+        max_bytes,
+        ..input::SNAPSHOT
+    };
+    let bytes = input::read(path, limit).map_err(|e| SnapshotError::io(path, e))?;
     load(&bytes).map_err(|e| e.in_file(path))
 }
 

@@ -92,9 +92,16 @@ pub fn read_trace_csv(reader: impl Read) -> Result<Vec<CsvEvent>, SnapshotError>
     read_trace_from("trace CSV", reader, TraceLimits::default())
 }
 
-/// Reads the trace CSV at `path`; errors name the file once.
+/// Reads the trace CSV at `path`; errors name the file once. Only a regular file is
+/// read, and one larger than `limits.max_bytes` is refused before it is read (a gzip'd
+/// trace is much smaller than its text, which the same limit bounds).
 pub fn read_trace_file(path: &Path, limits: TraceLimits) -> Result<Vec<CsvEvent>, SnapshotError> {
-    let file = std::fs::File::open(path).map_err(|e| SnapshotError::io(path, e))?;
+    let limit = crate::input::Limit {
+        max_bytes: limits.max_bytes,
+        what: "a trace",
+        raise: "lab-02: --max-trace-size",
+    };
+    let file = crate::input::open(path, limit).map_err(|e| SnapshotError::io(path, e))?;
     read_trace_from(&path.display().to_string(), file, limits)
 }
 
