@@ -66,3 +66,141 @@ impl DeviceFlag {
         open_device(self.name.as_deref())
     }
 }
+
+/// What a command writes at a path: a file, or a folder it creates if needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    File,
+    Folder,
+}
+
+/// A path a command reads or writes, with the flag that names it.
+#[derive(Debug, Clone, Copy)]
+pub struct PathArg<'a> {
+    /// The flag (`--snapshot`), or the argument's name (`FILE`).
+    pub flag: &'a str,
+    pub path: &'a std::path::Path,
+}
+
+impl<'a> PathArg<'a> {
+    pub fn new(flag: &'a str, path: &'a std::path::Path) -> PathArg<'a> {
+        PathArg { flag, path }
+    }
+}
+
+/// Checks a command's outputs before it starts work, so that a bad path fails at once
+/// rather than after the run, and no output destroys an input or another output:
+/// a file's folder exists and is a folder and the file is not a folder; a folder to
+/// create is a folder where it exists and its nearest existing ancestor is a folder;
+/// no path is given twice, and no output is one of `inputs`. Two paths are the same
+/// when they name the same file: compared canonicalized where they exist, else by the
+/// canonical folder and the name, else as absolute paths. The error is one line that
+/// names the flag.
+pub fn check_outputs(
+    outputs: &[(PathArg<'_>, Written)],
+    inputs: &[PathArg<'_>],
+) -> crate::Result<()> {
+    use std::path::Path;
+    let bad = |a: &PathArg<'_>, why: String| {
+        crate::Error::InvalidArgument(format!("{} {}: {why}", a.flag, a.path.display()))
+    };
+    for (a, written) in outputs {
+        if a.path.as_os_str().is_empty() {
+            return Err(bad(a, "an empty path".into()));
+        }
+        match written {
+            Written::File => {
+                if a.path.is_dir() {
+                    return Err(bad(a, "is a folder, not a file to write".into()));
+                }
+                let folder = match a.path.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => Path::new("."),
+                };
+                if !folder.exists() {
+                    return Err(bad(
+                        a,
+                        format!("the folder {} does not exist", folder.display()),
+                    ));
+                }
+                if !folder.is_dir() {
+                    return Err(bad(a, format!("{} is not a folder", folder.display())));
+                }
+            }
+            Written::Folder => {
+                let existing = a.path.ancestors().find(|p| p.exists());
+                if let Some(p) = existing.filter(|p| !p.is_dir()) {
+                    return Err(bad(
+                        a,
+                        format!("{} exists and is not a folder", p.display()),
+                    ));
+                }
+            }
+        }
+    }
+    let all: Vec<(&PathArg<'_>, bool, std::path::PathBuf)> = outputs
+        .iter()
+        .map(|(a, _)| (a, true, same_file_key(a.path)))
+        .chain(inputs.iter().map(|a| (a, false, same_file_key(a.path))))
+        .collect();
+    for (i, (a, a_out, ka)) in all.iter().enumerate() {
+        for (b, b_out, kb) in &all[i + 1..] {
+            if (*a_out || *b_out) && ka == kb {
+                let (out, other) = if *a_out { (a, b) } else { (b, a) };
+                return Err(bad(
+                    out,
+                    format!(
+                        "the same file as {} {}; give each its own",
+                        other.flag,
+                        other.path.display()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What identifies the file at `path`: its canonical path where it exists, else its
+/// canonical folder joined with its name, else its absolute path.
+fn same_file_key(path: &std::path::Path) -> std::path::PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    if let (Some(folder), Some(name)) = (path.parent(), path.file_name()) {
+        let folder = if folder.as_os_str().is_empty() {
+            std::path::Path::new(".")
+        } else {
+            folder
+        };
+        if let Ok(f) = folder.canonicalize() {
+            return f.join(name);
+        }
+    }
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// The most bytes one quantity sized by a command's flags may take (a model's
+/// parameters, a batch's activations): more than any device holds, and far from
+/// overflowing the arithmetic that adds such quantities up.
+pub const MAX_SIZED_BYTES: u64 = 1 << 50;
+
+/// The bytes of `what`: `each` bytes times the product of the flags' values
+/// (`("--batch", 8)`), computed in checked arithmetic before anything of that size is
+/// allocated. Where the product overflows or exceeds [`MAX_SIZED_BYTES`], an error of
+/// one line naming the flags, their values and the limit.
+pub fn sized(what: &str, factors: &[(&str, usize)], each: u64) -> crate::Result<u64> {
+    let total = (factors.iter()).try_fold(each, |acc, &(_, v)| acc.checked_mul(v as u64));
+    match total {
+        Some(b) if b <= MAX_SIZED_BYTES => Ok(b),
+        _ => {
+            let named: Vec<String> = factors.iter().map(|(f, v)| format!("{f} {v}")).collect();
+            Err(crate::Error::InvalidArgument(format!(
+                "{}: {what} would exceed {}, the most a command may size (more than any \
+                 device holds)",
+                named.join(" x "),
+                crate::format::bytes(MAX_SIZED_BYTES)
+            )))
+        }
+    }
+}

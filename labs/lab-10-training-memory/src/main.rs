@@ -14,12 +14,16 @@ use std::io::IsTerminal;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use labs_core::cli::{check_outputs, PathArg, Written};
 use labs_core::device::ENV_SIM_CAPACITY;
 use labs_core::format::parse_bytes;
 use labs_core::{Device, DeviceId};
 
 use lab_10::experiments::{self, configs, pytorch::PyTorchSource, Options};
 use lab_10::train::{self, data_parallel, snapshot, DataParallel, TrainArgs};
+
+/// The most ranks `--nproc` starts.
+const MAX_RANKS: usize = 64;
 
 #[derive(Parser)]
 #[command(name = "lab-10", about = "Chapter 10: training memory")]
@@ -106,6 +110,23 @@ fn run(cli: Cli) -> Result<()> {
     };
     let config = args.config();
     config.validate()?;
+    if let Some(n) = args.nproc {
+        if n == 0 {
+            bail!("--nproc must be at least 1");
+        }
+        if n > MAX_RANKS {
+            bail!("--nproc {n}: at most {MAX_RANKS} ranks");
+        }
+    }
+    // Before the run: a bad path fails now, not after the training it would record.
+    let outputs: Vec<_> = [
+        ("--timeline", &args.timeline),
+        ("--snapshot", &args.snapshot),
+    ]
+    .into_iter()
+    .filter_map(|(flag, path)| Some((PathArg::new(flag, path.as_deref()?), Written::File)))
+    .collect();
+    check_outputs(&outputs, &[])?;
     let launched = std::env::var("WORLD_SIZE").is_ok_and(|w| !w.trim().is_empty());
     let device = if launched {
         launched_device(&cli.device, cli.dry_run)?
@@ -141,9 +162,6 @@ fn run(cli: Cli) -> Result<()> {
         report
     } else if args.nproc.is_some() || args.ddp || args.zero1 {
         let nproc = args.nproc.unwrap_or(1);
-        if nproc == 0 {
-            bail!("--nproc must be at least 1");
-        }
         if device.is_cuda() {
             return relaunch(nproc);
         }
@@ -175,7 +193,11 @@ fn run(cli: Cli) -> Result<()> {
         println!("{}", report.tables());
     }
     if let Some(path) = &args.timeline {
-        draw_timeline(&report, &device, path)?;
+        if report.timeline.is_empty() && report.oom.is_some() {
+            eprintln!("--timeline: nothing drawn, no step completed before running out of memory");
+        } else {
+            draw_timeline(&report, &device, path)?;
+        }
     }
     if let Some(oom) = &report.oom {
         bail!("{oom}");
@@ -251,7 +273,19 @@ fn experiments(cli: Cli) -> Result<()> {
     if cli.dry_run {
         bail!("--dry-run applies to train: the experiments run on a device that computes, and predict each run with a dry run of their own");
     }
-    // Read first, so that a bad file stops the run before it measures.
+    // Checked first, so that a bad path stops the run before it measures.
+    let mut outputs = Vec::new();
+    if let Some(p) = cli.out.as_deref() {
+        outputs.push((PathArg::new("--out", p), Written::File));
+    }
+    if let Some(p) = cli.pictures.as_deref() {
+        outputs.push((PathArg::new("--pictures", p), Written::Folder));
+    }
+    let inputs: Vec<_> = (cli.pytorch.as_deref())
+        .map(|p| PathArg::new("--pytorch", p))
+        .into_iter()
+        .collect();
+    check_outputs(&outputs, &inputs)?;
     let pytorch = (cli.pytorch.as_deref())
         .map(|p| PyTorchSource::open(p, &cli.python))
         .transpose()?;

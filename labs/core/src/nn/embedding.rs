@@ -22,8 +22,9 @@ impl Embedding {
         device: &Device,
     ) -> Result<Embedding> {
         let _parameters = Category::Parameter.scope();
+        let shape = [num_embeddings, embedding_dim];
         let weight = Tensor::from_slice(
-            &rng.normal(num_embeddings * embedding_dim),
+            &rng.normal(super::init::parameter_numel(&shape, device)?),
             &[num_embeddings, embedding_dim],
             device,
         )?;

@@ -45,3 +45,28 @@ impl Rng {
             .collect()
     }
 }
+
+/// The elements of a float32 parameter of `shape` to be made on `device`, checked
+/// before its initial values are drawn on the host: a shape whose elements or bytes
+/// overflow is an invalid argument, and a parameter of more bytes than the device's
+/// memory is the out-of-memory error that allocating it gives, so that the host never
+/// holds values for a tensor the device cannot hold.
+pub(crate) fn parameter_numel(shape: &[usize], device: &crate::Device) -> crate::Result<usize> {
+    let too_large =
+        || crate::Error::InvalidArgument(format!("a parameter of shape {shape:?} is too large"));
+    let numel = (shape.iter())
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(too_large)?;
+    let bytes = (numel as u64).checked_mul(4).ok_or_else(too_large)?;
+    let info = device.mem_info()?;
+    if bytes > info.total {
+        return Err(crate::Error::OutOfMemory {
+            device: device.id(),
+            requested: bytes,
+            free: info.free,
+            total: info.total,
+            report: None,
+        });
+    }
+    Ok(numel)
+}

@@ -32,8 +32,9 @@ impl Linear {
         } else {
             1.0 / (in_features as f32).sqrt()
         };
+        let shape = [out_features, in_features];
         let weight = Tensor::from_slice(
-            &rng.uniform(out_features * in_features, bound),
+            &rng.uniform(super::init::parameter_numel(&shape, device)?, bound),
             &[out_features, in_features],
             device,
         )?;
