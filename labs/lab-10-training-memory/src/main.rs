@@ -194,7 +194,7 @@ fn run(cli: Cli) -> Result<()> {
     }
     if let Some(path) = &args.timeline {
         if report.timeline.is_empty() && report.oom.is_some() {
-            eprintln!("--timeline: nothing drawn, no step completed before running out of memory");
+            eprintln!("note: --timeline: nothing drawn, no step completed before the run ran out of memory");
         } else {
             draw_timeline(&report, &device, path)?;
         }
