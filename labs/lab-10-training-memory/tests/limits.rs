@@ -100,3 +100,32 @@ fn a_model_larger_than_the_device_is_an_out_of_memory_report_not_an_abort() {
         "{report}"
     );
 }
+
+/// A dry run holds no values: a parameter that fits the device but not the host's
+/// memory (a vocabulary table of 4e6 x 768 floats, 12 GB, under a 4 GB address-space
+/// cap) is allocated on the dry device without drawing its values on the host.
+#[cfg(unix)]
+#[test]
+fn a_dry_run_draws_no_host_values_for_its_parameters() {
+    let script = format!(
+        "ulimit -v 4000000 && exec {} train --dry-run --steps 1 --model gpt2 --layers 1 \
+         --seq 16 --vocab 4000000 --json",
+        binary().display()
+    );
+    let mut c = Command::new("sh");
+    c.args(["-c", &script]);
+    let (out, in_time) = labs_core::testing::output_within(&mut c, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(in_time, "still running: {stderr}");
+    assert!(!stderr.contains("memory allocation of"), "{stderr}");
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "{}: {stderr}",
+        out.status
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the report");
+    assert!(
+        report["params"].as_u64().unwrap() > 3_000_000_000,
+        "{report}"
+    );
+}

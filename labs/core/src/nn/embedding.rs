@@ -23,11 +23,7 @@ impl Embedding {
     ) -> Result<Embedding> {
         let _parameters = Category::Parameter.scope();
         let shape = [num_embeddings, embedding_dim];
-        let weight = Tensor::from_slice(
-            &rng.normal(super::init::parameter_numel(&shape, device)?),
-            &[num_embeddings, embedding_dim],
-            device,
-        )?;
+        let weight = super::init::parameter(&shape, device, |n| rng.normal(n))?;
         Embedding::from_weight(weight)
     }
 

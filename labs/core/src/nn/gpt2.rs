@@ -80,9 +80,9 @@ fn normal_linear(
     device: &Device,
 ) -> Result<Linear> {
     let _parameters = Category::Parameter.scope();
-    let n = super::init::parameter_numel(&[out, inp], device)?;
-    let w: Vec<f32> = rng.normal(n).into_iter().map(|v| v * std).collect();
-    let weight = Tensor::from_slice(&w, &[out, inp], device)?;
+    let weight = super::init::parameter(&[out, inp], device, |n| {
+        rng.normal(n).into_iter().map(|v| v * std).collect()
+    })?;
     let bias = Tensor::zeros(&[out], crate::tensor::DType::F32, device)?;
     Linear::from_parameters(weight, Some(bias))
 }
@@ -200,9 +200,9 @@ impl Gpt2 {
         }
         let table = |rows: usize, rng: &mut Rng| -> Result<Embedding> {
             let _parameters = Category::Parameter.scope();
-            let n = super::init::parameter_numel(&[rows, c.d_model], device)?;
-            let w: Vec<f32> = rng.normal(n).into_iter().map(|v| v * 0.02).collect();
-            Embedding::from_weight(Tensor::from_slice(&w, &[rows, c.d_model], device)?)
+            Embedding::from_weight(super::init::parameter(&[rows, c.d_model], device, |n| {
+                rng.normal(n).into_iter().map(|v| v * 0.02).collect()
+            })?)
         };
         let wte = table(c.vocab, rng)?;
         let wpe = table(c.n_positions, rng)?;

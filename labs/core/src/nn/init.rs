@@ -46,12 +46,27 @@ impl Rng {
     }
 }
 
-/// The elements of a float32 parameter of `shape` to be made on `device`, checked
-/// before its initial values are drawn on the host: a shape whose elements or bytes
-/// overflow is an invalid argument, and a parameter of more bytes than the device's
-/// memory is the out-of-memory error that allocating it gives, so that the host never
-/// holds values for a tensor the device cannot hold.
-pub(crate) fn parameter_numel(shape: &[usize], device: &crate::Device) -> crate::Result<usize> {
+/// A float32 parameter of `shape` on `device`, its initial values drawn on the host by
+/// `draw` (given the count) only once the size is known to fit: a shape whose elements
+/// or bytes overflow is an invalid argument, and a parameter of more bytes than the
+/// device's memory is the out-of-memory error that allocating it gives, so that the
+/// host never holds values for a tensor the device cannot hold. A dry-run device holds
+/// no values: there the tensor is allocated and nothing is drawn.
+pub(crate) fn parameter(
+    shape: &[usize],
+    device: &crate::Device,
+    draw: impl FnOnce(usize) -> Vec<f32>,
+) -> crate::Result<crate::Tensor> {
+    let n = parameter_numel(shape, device)?;
+    if device.is_dry() {
+        return crate::Tensor::empty(shape, crate::tensor::DType::F32, device);
+    }
+    crate::Tensor::from_slice(&draw(n), shape, device)
+}
+
+/// The elements of a float32 parameter of `shape` on `device`, checked as
+/// [`parameter`] says.
+fn parameter_numel(shape: &[usize], device: &crate::Device) -> crate::Result<usize> {
     let too_large =
         || crate::Error::InvalidArgument(format!("a parameter of shape {shape:?} is too large"));
     let numel = (shape.iter())

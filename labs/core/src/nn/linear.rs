@@ -33,13 +33,9 @@ impl Linear {
             1.0 / (in_features as f32).sqrt()
         };
         let shape = [out_features, in_features];
-        let weight = Tensor::from_slice(
-            &rng.uniform(super::init::parameter_numel(&shape, device)?, bound),
-            &[out_features, in_features],
-            device,
-        )?;
+        let weight = super::init::parameter(&shape, device, |n| rng.uniform(n, bound))?;
         let bias = bias
-            .then(|| Tensor::from_slice(&rng.uniform(out_features, bound), &[out_features], device))
+            .then(|| super::init::parameter(&[out_features], device, |n| rng.uniform(n, bound)))
             .transpose()?;
         Linear::from_parameters(weight, bias)
     }

@@ -96,8 +96,7 @@ impl MultiheadAttention {
             Error::InvalidArgument(format!("MultiheadAttention: embed_dim {e} is too large"))
         })?;
         let bound = (6.0 / (e + rows).max(1) as f32).sqrt();
-        let n = super::init::parameter_numel(&[rows, e], device)?;
-        let in_proj_weight = Tensor::from_slice(&rng.uniform(n, bound), &[rows, e], device)?;
+        let in_proj_weight = super::init::parameter(&[rows, e], device, |n| rng.uniform(n, bound))?;
         let in_proj_bias = Tensor::zeros(&[3 * e], DType::F32, device)?;
         let linear = Linear::new(e, e, true, rng, device)?;
         let out_bias = Tensor::zeros(&[e], DType::F32, device)?;
