@@ -185,7 +185,16 @@ fn run(cli: Cli) -> Result<()> {
     bar.finish_and_clear();
     if args.profile {
         labs_core::device::profile::stop();
-        eprint_profile(config.steps.saturating_sub(config.warmup))?;
+        let timed = config.steps.saturating_sub(config.warmup);
+        if timed == 0 {
+            eprintln!(
+                "note: --profile: no kernel profile, every one of the {} steps is a \
+                 --warmup step",
+                config.steps
+            );
+        } else {
+            eprint_profile(timed)?;
+        }
     }
     if args.json {
         println!("{}", report.to_json());
@@ -246,7 +255,8 @@ impl<'a> Snapshots<'a> {
     }
 }
 
-/// The kernel families by total time over the steps after the warm-up, per step.
+/// The kernel families by total time over the `steps` steps after the warm-up (at
+/// least one), per step.
 fn eprint_profile(steps: usize) -> Result<()> {
     let rows = labs_core::device::profile::take()?;
     let total: f64 = rows.iter().map(|r| r.total.as_secs_f64()).sum();

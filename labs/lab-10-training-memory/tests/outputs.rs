@@ -132,3 +132,20 @@ fn the_experiments_refuse_to_write_over_their_pytorch_figures() {
     assert_refused(&mut c, SOON, &["--out", "does not exist"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A profile covers the steps after the warm-up: with none, there is no profile to
+/// report per step (the figures would be the warm-up's, compilation included).
+#[test]
+fn no_kernel_profile_is_reported_when_every_step_is_a_warm_up() {
+    let mut c = Command::new(binary());
+    c.args(["train", "--device", "sim", "--profile", "--warmup", "3"])
+        .args(small(2));
+    let (out, in_time) = output_within(&mut c, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(in_time && out.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains("per step"),
+        "a profile of no timed step: {stderr}"
+    );
+    assert!(stderr.contains("--warmup"), "{stderr}");
+}
