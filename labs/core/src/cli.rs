@@ -204,3 +204,71 @@ pub fn sized(what: &str, factors: &[(&str, usize)], each: u64) -> crate::Result<
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("labs-cli-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn sized_names_the_flags_of_a_product_that_overflows_or_exceeds_the_limit() {
+        assert_eq!(sized("x", &[("--a", 3), ("--b", 5)], 4).unwrap(), 60);
+        let e = sized("the table", &[("--a", usize::MAX), ("--b", 2)], 4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--a 18446744073709551615 x --b 2: the table"),
+            "{e}"
+        );
+        let over = (MAX_SIZED_BYTES / 4 + 1) as usize;
+        assert!(sized("x", &[("--a", over)], 4).is_err());
+        assert!(sized("x", &[("--a", over - 1)], 4).is_ok());
+    }
+
+    #[test]
+    fn outputs_are_checked_against_folders_each_other_and_the_inputs() {
+        let dir = scratch("outputs");
+        let file = dir.join("a.json");
+        std::fs::write(&file, "x").unwrap();
+        let file_out = |flag, p| (PathArg::new(flag, p), Written::File);
+        let err = |outputs: &[(PathArg<'_>, Written)], inputs: &[PathArg<'_>]| {
+            check_outputs(outputs, inputs).unwrap_err().to_string()
+        };
+        // Fine: a new file in an existing folder, beside an input of another name.
+        let new = dir.join("b.json");
+        check_outputs(&[file_out("--out", &new)], &[PathArg::new("FILE", &file)]).unwrap();
+        // A folder under a file cannot be created.
+        let under = file.join("pictures");
+        let e = err(
+            &[(PathArg::new("--pictures", &under), Written::Folder)],
+            &[],
+        );
+        assert!(
+            e.starts_with("--pictures") && e.contains("not a folder"),
+            "{e}"
+        );
+        // The same new file spelled two ways.
+        let other = dir.join(".").join("b.json");
+        let e = err(
+            &[file_out("--timeline", &new), file_out("--snapshot", &other)],
+            &[],
+        );
+        assert!(e.contains("same file"), "{e}");
+        // An output onto an input, through `..`.
+        let round = dir.join("..").join(dir.file_name().unwrap()).join("a.json");
+        let e = err(&[file_out("--out", &round)], &[PathArg::new("FILE", &file)]);
+        assert!(e.starts_with("--out") && e.contains("FILE"), "{e}");
+        // Two inputs may be the same file.
+        check_outputs(&[], &[PathArg::new("A", &file), PathArg::new("B", &file)]).unwrap();
+        let e = err(&[file_out("--out", Path::new(""))], &[]);
+        assert!(e.contains("empty"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
