@@ -118,16 +118,22 @@ fn run(cli: Cli) -> Result<()> {
             bail!("--nproc {n}: at most {MAX_RANKS} ranks");
         }
     }
-    // Before the run: a bad path fails now, not after the training it would record.
+    let launched = std::env::var("WORLD_SIZE").is_ok_and(|w| !w.trim().is_empty());
+    // Before the run: a bad path fails now, not after the training it would record. A
+    // data-parallel run writes its snapshots as FILE.rankN (rank 0's stands for all).
+    let data_parallel = launched || args.nproc.is_some() || args.ddp || args.zero1;
+    let snapshot_file = (args.snapshot.as_deref()).map(|p| match data_parallel {
+        true => snapshot::rank_path(p, 0),
+        false => p.to_path_buf(),
+    });
     let outputs: Vec<_> = [
-        ("--timeline", &args.timeline),
-        ("--snapshot", &args.snapshot),
+        ("--timeline", args.timeline.as_deref()),
+        ("--snapshot", snapshot_file.as_deref()),
     ]
     .into_iter()
-    .filter_map(|(flag, path)| Some((PathArg::new(flag, path.as_deref()?), Written::File)))
+    .filter_map(|(flag, path)| Some((PathArg::new(flag, path?), Written::File)))
     .collect();
     check_outputs(&outputs, &[])?;
-    let launched = std::env::var("WORLD_SIZE").is_ok_and(|w| !w.trim().is_empty());
     let device = if launched {
         launched_device(&cli.device, cli.dry_run)?
     } else {

@@ -149,3 +149,38 @@ fn no_kernel_profile_is_reported_when_every_step_is_a_warm_up() {
     );
     assert!(stderr.contains("--warmup"), "{stderr}");
 }
+
+/// A data-parallel run writes FILE.rank0, FILE.rank1, …: FILE itself may be a folder.
+#[test]
+fn a_data_parallel_snapshot_is_checked_as_the_files_it_writes() {
+    let dir = scratch("ranks");
+    let mut c = Command::new(binary());
+    c.args(["train", "--dry-run", "--nproc", "2", "--snapshot", p(&dir)])
+        .args(small(1));
+    let (out, in_time) = output_within(&mut c, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(in_time && out.status.success(), "{stderr}");
+    for rank in 0..2 {
+        let mut name = dir.clone().into_os_string();
+        name.push(format!(".rank{rank}"));
+        let file = PathBuf::from(name);
+        assert!(file.is_file(), "no {}: {stderr}", file.display());
+        std::fs::remove_file(&file).unwrap();
+    }
+    let missing = dir.join("none").join("run.json");
+    assert_refused(
+        Command::new(binary())
+            .args([
+                "train",
+                "--dry-run",
+                "--nproc",
+                "2",
+                "--snapshot",
+                p(&missing),
+            ])
+            .args(small(1)),
+        SOON,
+        &["--snapshot", "does not exist"],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
