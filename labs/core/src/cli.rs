@@ -66,3 +66,209 @@ impl DeviceFlag {
         open_device(self.name.as_deref())
     }
 }
+
+/// What a command writes at a path: a file, or a folder it creates if needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    File,
+    Folder,
+}
+
+/// A path a command reads or writes, with the flag that names it.
+#[derive(Debug, Clone, Copy)]
+pub struct PathArg<'a> {
+    /// The flag (`--snapshot`), or the argument's name (`FILE`).
+    pub flag: &'a str,
+    pub path: &'a std::path::Path,
+}
+
+impl<'a> PathArg<'a> {
+    pub fn new(flag: &'a str, path: &'a std::path::Path) -> PathArg<'a> {
+        PathArg { flag, path }
+    }
+}
+
+/// Checks a command's outputs before it starts work, so that a bad path fails at once
+/// rather than after the run, and no output destroys an input or another output:
+/// a file's folder exists and is a folder and the file is not a folder; a folder to
+/// create is a folder where it exists and its nearest existing ancestor is a folder;
+/// no path is given twice, and no output is one of `inputs`. Two paths are the same
+/// when they name the same file: compared canonicalized where they exist, else by the
+/// canonical folder and the name, else as absolute paths. The error is one line that
+/// names the flag.
+pub fn check_outputs(
+    outputs: &[(PathArg<'_>, Written)],
+    inputs: &[PathArg<'_>],
+) -> crate::Result<()> {
+    use std::path::Path;
+    let bad = |a: &PathArg<'_>, why: String| {
+        crate::Error::InvalidArgument(format!("{} {}: {why}", a.flag, a.path.display()))
+    };
+    for (a, written) in outputs {
+        if a.path.as_os_str().is_empty() {
+            return Err(bad(a, "an empty path".into()));
+        }
+        match written {
+            Written::File => {
+                if a.path.is_dir() {
+                    return Err(bad(a, "is a folder, not a file to write".into()));
+                }
+                let folder = match a.path.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => Path::new("."),
+                };
+                if !folder.exists() {
+                    return Err(bad(
+                        a,
+                        format!("the folder {} does not exist", folder.display()),
+                    ));
+                }
+                if !folder.is_dir() {
+                    return Err(bad(a, format!("{} is not a folder", folder.display())));
+                }
+            }
+            Written::Folder => {
+                let existing = a.path.ancestors().find(|p| p.exists());
+                if let Some(p) = existing.filter(|p| !p.is_dir()) {
+                    return Err(bad(
+                        a,
+                        format!("{} exists and is not a folder", p.display()),
+                    ));
+                }
+            }
+        }
+    }
+    let all: Vec<(&PathArg<'_>, bool, std::path::PathBuf)> = outputs
+        .iter()
+        .map(|(a, _)| (a, true, same_file_key(a.path)))
+        .chain(inputs.iter().map(|a| (a, false, same_file_key(a.path))))
+        .collect();
+    for (i, (a, a_out, ka)) in all.iter().enumerate() {
+        for (b, b_out, kb) in &all[i + 1..] {
+            if (*a_out || *b_out) && ka == kb {
+                let (out, other) = if *a_out { (a, b) } else { (b, a) };
+                return Err(bad(
+                    out,
+                    format!(
+                        "the same file as {} {}; give each its own",
+                        other.flag,
+                        other.path.display()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What identifies the file at `path`: its canonical path where it exists, else its
+/// canonical folder joined with its name, else its absolute path.
+fn same_file_key(path: &std::path::Path) -> std::path::PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    if let (Some(folder), Some(name)) = (path.parent(), path.file_name()) {
+        let folder = if folder.as_os_str().is_empty() {
+            std::path::Path::new(".")
+        } else {
+            folder
+        };
+        if let Ok(f) = folder.canonicalize() {
+            return f.join(name);
+        }
+    }
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// The most bytes one quantity sized by a command's flags may take (a model's
+/// parameters, a batch's activations): more than any device holds, and far from
+/// overflowing the arithmetic that adds such quantities up.
+pub const MAX_SIZED_BYTES: u64 = 1 << 50;
+
+/// The bytes of `what`: `each` bytes times the product of the flags' values
+/// (`("--batch", 8)`), computed in checked arithmetic before anything of that size is
+/// allocated. Where the product overflows or exceeds [`MAX_SIZED_BYTES`], an error of
+/// one line naming the flags, their values and the limit.
+pub fn sized(what: &str, factors: &[(&str, usize)], each: u64) -> crate::Result<u64> {
+    let total = (factors.iter()).try_fold(each, |acc, &(_, v)| acc.checked_mul(v as u64));
+    match total {
+        Some(b) if b <= MAX_SIZED_BYTES => Ok(b),
+        _ => {
+            let named: Vec<String> = factors.iter().map(|(f, v)| format!("{f} {v}")).collect();
+            Err(crate::Error::InvalidArgument(format!(
+                "{}: {what} would exceed {}, the most a command may size (more than any \
+                 device holds)",
+                named.join(" x "),
+                crate::format::bytes(MAX_SIZED_BYTES)
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("labs-cli-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn sized_names_the_flags_of_a_product_that_overflows_or_exceeds_the_limit() {
+        assert_eq!(sized("x", &[("--a", 3), ("--b", 5)], 4).unwrap(), 60);
+        let e = sized("the table", &[("--a", usize::MAX), ("--b", 2)], 4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--a 18446744073709551615 x --b 2: the table"),
+            "{e}"
+        );
+        let over = (MAX_SIZED_BYTES / 4 + 1) as usize;
+        assert!(sized("x", &[("--a", over)], 4).is_err());
+        assert!(sized("x", &[("--a", over - 1)], 4).is_ok());
+    }
+
+    #[test]
+    fn outputs_are_checked_against_folders_each_other_and_the_inputs() {
+        let dir = scratch("outputs");
+        let file = dir.join("a.json");
+        std::fs::write(&file, "x").unwrap();
+        let file_out = |flag, p| (PathArg::new(flag, p), Written::File);
+        let err = |outputs: &[(PathArg<'_>, Written)], inputs: &[PathArg<'_>]| {
+            check_outputs(outputs, inputs).unwrap_err().to_string()
+        };
+        // Fine: a new file in an existing folder, beside an input of another name.
+        let new = dir.join("b.json");
+        check_outputs(&[file_out("--out", &new)], &[PathArg::new("FILE", &file)]).unwrap();
+        // A folder under a file cannot be created.
+        let under = file.join("pictures");
+        let e = err(
+            &[(PathArg::new("--pictures", &under), Written::Folder)],
+            &[],
+        );
+        assert!(
+            e.starts_with("--pictures") && e.contains("not a folder"),
+            "{e}"
+        );
+        // The same new file spelled two ways.
+        let other = dir.join(".").join("b.json");
+        let e = err(
+            &[file_out("--timeline", &new), file_out("--snapshot", &other)],
+            &[],
+        );
+        assert!(e.contains("same file"), "{e}");
+        // An output onto an input, through `..`.
+        let round = dir.join("..").join(dir.file_name().unwrap()).join("a.json");
+        let e = err(&[file_out("--out", &round)], &[PathArg::new("FILE", &file)]);
+        assert!(e.starts_with("--out") && e.contains("FILE"), "{e}");
+        // Two inputs may be the same file.
+        check_outputs(&[], &[PathArg::new("A", &file), PathArg::new("B", &file)]).unwrap();
+        let e = err(&[file_out("--out", Path::new(""))], &[]);
+        assert!(e.contains("empty"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

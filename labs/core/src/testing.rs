@@ -57,38 +57,6 @@ pub fn lab_binary(name: &str, built: &str) -> std::path::PathBuf {
     }
 }
 
-/// What `cmd` printed and how it exited, or `None` if it was still running after
-/// `limit` (it is then killed): for commands that must not block, such as a reader
-/// given a FIFO.
-pub fn output_within(
-    cmd: &mut std::process::Command,
-    limit: std::time::Duration,
-) -> Option<std::process::Output> {
-    use std::process::Stdio;
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the command starts");
-    let start = std::time::Instant::now();
-    loop {
-        if child
-            .try_wait()
-            .expect("the command can be waited for")
-            .is_some()
-        {
-            return Some(child.wait_with_output().expect("its output can be read"));
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 /// The one JSON object a lab's `--json` command prints: the command must have
 /// succeeded and printed exactly one line on stdout.
 pub fn one_json_object(out: std::process::Output) -> serde_json::Value {
@@ -262,4 +230,100 @@ pub fn fuzz_seed(name: &str) -> u64 {
             panic!("{ENV_FUZZ_SEED}={v}: not a number (0 to 2^64 - 1) or `random`")
         }),
     }
+}
+
+/// Runs `command` to its end, or kills it after `limit`: its output, and whether it
+/// ended by itself within the limit. A command that hangs fails its test instead of
+/// hanging the suite.
+pub fn output_within(
+    command: &mut std::process::Command,
+    limit: std::time::Duration,
+) -> (std::process::Output, bool) {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the command");
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let start = std::time::Instant::now();
+    let mut in_time = true;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for the command") {
+            break status;
+        }
+        if start.elapsed() > limit {
+            in_time = false;
+            let _ = child.kill();
+            break child.wait().expect("waiting for the killed command");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let output = std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
+    (output, in_time)
+}
+
+/// Asserts that a lab's command refused its input as a lab should: it ended within
+/// `limit` with the failure status 1 (no signal, no abort), no panic, and one line of
+/// error on stderr that contains every one of `words` (a flag's name, a limit).
+/// Returns that line.
+pub fn assert_refused(
+    command: &mut std::process::Command,
+    limit: std::time::Duration,
+    words: &[&str],
+) -> String {
+    let what = format!("{command:?}");
+    let (out, in_time) = output_within(command, limit);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        in_time,
+        "{what}: still running after {limit:?}; stderr: {stderr}"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{what}: ended with {} instead of the failure status 1; stderr: {stderr}",
+        out.status
+    );
+    assert!(!stderr.contains("panicked"), "{what}: panicked: {stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "{what}: not one error line: {stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().last(),
+        Some(errors[0]),
+        "{what}: the error is not one line: {stderr}"
+    );
+    for w in words {
+        assert!(
+            errors[0].contains(w),
+            "{what}: the error does not name {w}: {stderr}"
+        );
+    }
+    errors[0].to_string()
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
+use labs_core::cli::{check_outputs, PathArg, Written};
 use labs_core::snapshot::{self, Snapshot, SourceFormat, Summary};
 
 use lab_03::{compare, demo, plots, report, smi};
@@ -188,6 +189,10 @@ fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         Command::Plot { file, out, gpu } => {
+            check_outputs(
+                &[(PathArg::new("--out", &out), Written::Folder)],
+                &[PathArg::new("FILE", &file)],
+            )?;
             let (snap, _) = load(&file)?;
             let device = snap.pick_device(gpu)?;
             for path in plots::write_all(&snap, device, &out)? {
@@ -195,6 +200,11 @@ fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         Command::ExportTrace { file, out, gpu } => {
+            // Before reading: the output never replaces the snapshot it is made from.
+            check_outputs(
+                &[(PathArg::new("--out", &out), Written::File)],
+                &[PathArg::new("FILE", &file)],
+            )?;
             let (snap, _) = load(&file)?;
             let device = snap.pick_device(gpu)?;
             if snap.trace.is_empty() {
@@ -212,6 +222,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             quick,
             json,
         } => {
+            check_outputs(&[(PathArg::new("--out", &out), Written::Folder)], &[])?;
             let device = device.open().context("choosing a device")?;
             let outcome = demo::run(&device, &demo::Options { out, quick })?;
             if json {

@@ -395,15 +395,15 @@ fn a_fifo_or_a_device_as_the_snapshot_is_refused_at_once() {
             vec!["summary", input],
             vec!["plot", input, "--out", out_dir.to_str().unwrap()],
         ] {
-            let out = labs_core::testing::output_within(
+            let (out, in_time) = labs_core::testing::output_within(
                 Command::new(labs_core::testing::lab_binary(
                     "lab-03",
                     env!("CARGO_BIN_EXE_lab-03"),
                 ))
                 .args(&args),
                 std::time::Duration::from_secs(10),
-            )
-            .unwrap_or_else(|| panic!("lab-03 {args:?} did not finish within 10 s"));
+            );
+            assert!(in_time, "lab-03 {args:?} did not finish within 10 s");
             assert!(!out.status.success(), "{args:?}");
             let err = stderr(&out);
             assert!(

@@ -67,6 +67,10 @@ pub fn search<E>(
         Ok(ran)
     };
     let (mut good, mut bad) = (0usize, None);
+    if max == 0 {
+        // No batch to try: nothing fits.
+        return Ok(Search { batch: 0, trials });
+    }
     let mut batch = start.clamp(1, max);
     loop {
         if fits(batch, &mut trials)? {
@@ -74,7 +78,7 @@ pub fn search<E>(
             if batch == max {
                 break;
             }
-            batch = (batch * 2).min(max);
+            batch = batch.saturating_mul(2).min(max);
         } else {
             bad = Some(batch);
             break;

@@ -66,6 +66,13 @@ pub fn predict(
     let start = Instant::now();
     let dry = target.dry_twin(capacity)?;
     let search = find_for_training(&dry, spec, steps, max)?;
+    if search.batch == 0 {
+        return Err(labs_core::Error::InvalidArgument(format!(
+            "not even a batch of 1 fits in {}: the model and its optimizer state alone \
+             need more",
+            bytes(capacity)
+        )));
+    }
     let (max_allocated, max_reserved) = peaks(&dry, spec, search.batch, steps)?;
     Ok(Prediction {
         capacity,

@@ -93,7 +93,12 @@ pub fn predict(
     let start = Instant::now();
     let dry = target.dry_twin(capacity)?;
     let search = search(1, max, |batch| {
-        Ok::<_, anyhow::Error>(trial(&fresh(&dry)?, &at_batch(base, batch))?.oom.is_none())
+        let config = at_batch(base, batch);
+        // A batch whose sizes no device holds does not fit; nothing is allocated for it.
+        if config.validate().is_err() {
+            return Ok(false);
+        }
+        Ok::<_, anyhow::Error>(trial(&fresh(&dry)?, &config)?.oom.is_none())
     })?;
     if search.batch == 0 {
         bail!(

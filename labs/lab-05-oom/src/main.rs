@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use labs_core::cli::sized;
 use labs_core::device::ENV_SIM_CAPACITY;
 use labs_core::format::parse_bytes;
 use labs_core::{Device, DeviceId};
@@ -142,6 +143,9 @@ fn run(cli: Cli) -> Result<()> {
             max_batch,
         }) => {
             let capacity = capacity.unwrap_or(labs_core::device::DEFAULT_SIM_CAPACITY);
+            if max_batch == 0 {
+                bail!("--max-batch must be at least 1");
+            }
             let kind = match model.as_str() {
                 "mlp" => None,
                 "transformer" => Some(ModelKind::Transformer),
@@ -152,7 +156,8 @@ fn run(cli: Cli) -> Result<()> {
                 let mut base = TrainConfig::defaults(kind);
                 base.d_model = d_model.unwrap_or(base.d_model);
                 if kind == ModelKind::Gpt2 {
-                    base.ffn = 4 * base.d_model;
+                    // Saturated: `validate` refuses a width whose products overflow.
+                    base.ffn = base.d_model.saturating_mul(4);
                 }
                 base.layers = layers.unwrap_or(base.layers);
                 base.seq = seq.unwrap_or(base.seq);
@@ -177,6 +182,7 @@ fn run(cli: Cli) -> Result<()> {
                 layers: depth,
                 output: 16,
             };
+            check_mlp(spec, steps, max_batch)?;
             let device = cli.device.open()?;
             let prediction = fit::predict(&device, capacity, spec, steps, max_batch)?;
             let check = if device.is_cuda() {
@@ -206,6 +212,51 @@ fn open(flag: &labs_core::cli::DeviceFlag, capacity: Option<u64>) -> Result<Devi
         (_, None) => device,
     })
 }
+
+/// Refuses `fit`'s MLP sizes that cannot run: zero sizes, and sizes whose memory
+/// overflows or exceeds what any device holds, before anything is allocated.
+fn check_mlp(spec: MlpSpec, steps: usize, max_batch: usize) -> Result<()> {
+    for (flag, v) in [
+        ("--input", spec.input),
+        ("--width", spec.hidden),
+        ("--steps", steps),
+    ] {
+        if v == 0 {
+            bail!("{flag} must be at least 1");
+        }
+    }
+    if steps > MAX_STEPS {
+        bail!("--steps {steps}: at most {MAX_STEPS} steps a trial");
+    }
+    if spec.layers > MAX_DEPTH {
+        bail!("--depth {}: at most {MAX_DEPTH} hidden layers", spec.layers);
+    }
+    // Each parameter costs itself, its gradient and Adam's two moments.
+    let (input, width) = (("--input", spec.input), ("--width", spec.hidden));
+    sized("the first layer", &[input, width], 16)?;
+    sized(
+        "the hidden layers",
+        &[("--depth", spec.layers), width, width],
+        16,
+    )?;
+    sized(
+        "the largest batch's input",
+        &[("--max-batch", max_batch), input],
+        4,
+    )?;
+    sized(
+        "the largest batch's activations",
+        &[("--max-batch", max_batch), width],
+        4,
+    )?;
+    Ok(())
+}
+
+/// The most training steps of one trial of `fit`.
+const MAX_STEPS: usize = 1_000_000;
+
+/// The most hidden layers of `fit`'s MLP.
+const MAX_DEPTH: usize = 10_000;
 
 /// A size from a flag or the environment: exact, and more than zero.
 fn size(name: &str, text: &str) -> Result<u64> {

@@ -14,6 +14,7 @@ use std::io::IsTerminal;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use labs_core::cli::{check_outputs, PathArg, Written};
 use labs_core::device::ENV_SIM_CAPACITY;
 use labs_core::format::parse_bytes;
 use labs_core::{Device, DeviceId};
@@ -106,7 +107,31 @@ fn run(cli: Cli) -> Result<()> {
     };
     let config = args.config();
     config.validate()?;
+    if let Some(n) = args.nproc {
+        if n == 0 {
+            bail!("--nproc must be at least 1");
+        }
+        let most = labs_core::dist::MAX_LOCAL_RANKS;
+        if n > most {
+            bail!("--nproc {n} is more than {most}, the most ranks one machine runs");
+        }
+    }
     let launched = std::env::var("WORLD_SIZE").is_ok_and(|w| !w.trim().is_empty());
+    // Before the run: a bad path fails now, not after the training it would record. A
+    // data-parallel run writes its snapshots as FILE.rankN (rank 0's stands for all).
+    let data_parallel = launched || args.nproc.is_some() || args.ddp || args.zero1;
+    let snapshot_file = (args.snapshot.as_deref()).map(|p| match data_parallel {
+        true => snapshot::rank_path(p, 0),
+        false => p.to_path_buf(),
+    });
+    let outputs: Vec<_> = [
+        ("--timeline", args.timeline.as_deref()),
+        ("--snapshot", snapshot_file.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, path)| Some((PathArg::new(flag, path?), Written::File)))
+    .collect();
+    check_outputs(&outputs, &[])?;
     let device = if launched {
         launched_device(&cli.device, cli.dry_run)?
     } else {
@@ -141,13 +166,6 @@ fn run(cli: Cli) -> Result<()> {
         report
     } else if args.nproc.is_some() || args.ddp || args.zero1 {
         let nproc = args.nproc.unwrap_or(1);
-        if nproc == 0 {
-            bail!("--nproc must be at least 1");
-        }
-        let most = labs_core::dist::MAX_LOCAL_RANKS;
-        if nproc > most {
-            bail!("--nproc {nproc} is more than {most}, the most ranks one machine runs");
-        }
         if device.is_cuda() {
             return relaunch(nproc);
         }
@@ -171,7 +189,16 @@ fn run(cli: Cli) -> Result<()> {
     bar.finish_and_clear();
     if args.profile {
         labs_core::device::profile::stop();
-        eprint_profile(config.steps.saturating_sub(config.warmup))?;
+        let timed = config.steps.saturating_sub(config.warmup);
+        if timed == 0 {
+            eprintln!(
+                "note: --profile: no kernel profile, every one of the {} steps is a \
+                 --warmup step",
+                config.steps
+            );
+        } else {
+            eprint_profile(timed)?;
+        }
     }
     if args.json {
         println!("{}", report.to_json());
@@ -179,7 +206,11 @@ fn run(cli: Cli) -> Result<()> {
         println!("{}", report.tables());
     }
     if let Some(path) = &args.timeline {
-        draw_timeline(&report, &device, path)?;
+        if report.timeline.is_empty() && report.oom.is_some() {
+            eprintln!("note: --timeline: nothing drawn, no step completed before the run ran out of memory");
+        } else {
+            draw_timeline(&report, &device, path)?;
+        }
     }
     if let Some(oom) = &report.oom {
         bail!("{oom}");
@@ -228,7 +259,8 @@ impl<'a> Snapshots<'a> {
     }
 }
 
-/// The kernel families by total time over the steps after the warm-up, per step.
+/// The kernel families by total time over the `steps` steps after the warm-up (at
+/// least one), per step.
 fn eprint_profile(steps: usize) -> Result<()> {
     let rows = labs_core::device::profile::take()?;
     let total: f64 = rows.iter().map(|r| r.total.as_secs_f64()).sum();
@@ -255,7 +287,19 @@ fn experiments(cli: Cli) -> Result<()> {
     if cli.dry_run {
         bail!("--dry-run applies to train: the experiments run on a device that computes, and predict each run with a dry run of their own");
     }
-    // Read first, so that a bad file stops the run before it measures.
+    // Checked first, so that a bad path stops the run before it measures.
+    let mut outputs = Vec::new();
+    if let Some(p) = cli.out.as_deref() {
+        outputs.push((PathArg::new("--out", p), Written::File));
+    }
+    if let Some(p) = cli.pictures.as_deref() {
+        outputs.push((PathArg::new("--pictures", p), Written::Folder));
+    }
+    let inputs: Vec<_> = (cli.pytorch.as_deref())
+        .map(|p| PathArg::new("--pytorch", p))
+        .into_iter()
+        .collect();
+    check_outputs(&outputs, &inputs)?;
     let pytorch = (cli.pytorch.as_deref())
         .map(|p| PyTorchSource::open(p, &cli.python))
         .transpose()?;

@@ -22,11 +22,8 @@ impl Embedding {
         device: &Device,
     ) -> Result<Embedding> {
         let _parameters = Category::Parameter.scope();
-        let weight = Tensor::from_slice(
-            &rng.normal(num_embeddings * embedding_dim),
-            &[num_embeddings, embedding_dim],
-            device,
-        )?;
+        let shape = [num_embeddings, embedding_dim];
+        let weight = super::init::parameter(&shape, device, |n| rng.normal(n))?;
         Embedding::from_weight(weight)
     }
 

@@ -54,14 +54,20 @@ impl Gpt2Config {
     /// The parameter count from the shapes alone (the head is tied, so not counted):
     /// `V E + P E + n_layer (12 E² + 13 E) + 2 E`.
     pub fn num_parameters(&self) -> usize {
+        self.checked_num_parameters()
+            .expect("Gpt2Config: a parameter count that overflows usize")
+    }
+
+    /// [`Gpt2Config::num_parameters`], or `None` where it overflows.
+    pub fn checked_num_parameters(&self) -> Option<usize> {
         let e = self.d_model;
-        let per_block = 2 * e // ln_1
-            + 3 * e * e + 3 * e // c_attn
-            + e * e + e // attn.c_proj
-            + 2 * e // ln_2
-            + 4 * e * e + 4 * e // c_fc
-            + 4 * e * e + e; // mlp.c_proj
-        self.vocab * e + self.n_positions * e + self.n_layer * per_block + 2 * e
+        let square = e.checked_mul(e)?;
+        // ln_1, c_attn, attn.c_proj, ln_2, c_fc, mlp.c_proj: 12 E² + 13 E.
+        let per_block = square.checked_mul(12)?.checked_add(e.checked_mul(13)?)?;
+        let tables = self.vocab.checked_add(self.n_positions)?.checked_mul(e)?;
+        tables
+            .checked_add(self.n_layer.checked_mul(per_block)?)?
+            .checked_add(e.checked_mul(2)?)
     }
 }
 
@@ -74,8 +80,9 @@ fn normal_linear(
     device: &Device,
 ) -> Result<Linear> {
     let _parameters = Category::Parameter.scope();
-    let w: Vec<f32> = rng.normal(out * inp).into_iter().map(|v| v * std).collect();
-    let weight = Tensor::from_slice(&w, &[out, inp], device)?;
+    let weight = super::init::parameter(&[out, inp], device, |n| {
+        rng.normal(n).into_iter().map(|v| v * std).collect()
+    })?;
     let bias = Tensor::zeros(&[out], crate::tensor::DType::F32, device)?;
     Linear::from_parameters(weight, Some(bias))
 }
@@ -178,6 +185,13 @@ pub struct Gpt2 {
 impl Gpt2 {
     pub fn new(config: Gpt2Config, rng: &mut Rng, device: &Device) -> Result<Gpt2> {
         let c = config;
+        if c.checked_num_parameters().is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "Gpt2: the parameters of vocabulary {}, {} positions, d_model {} and {} \
+                 layers overflow",
+                c.vocab, c.n_positions, c.d_model, c.n_layer
+            )));
+        }
         if c.n_head == 0 || !c.d_model.is_multiple_of(c.n_head) {
             return Err(Error::InvalidArgument(format!(
                 "Gpt2: d_model {} must be divisible by n_head {}",
@@ -186,12 +200,9 @@ impl Gpt2 {
         }
         let table = |rows: usize, rng: &mut Rng| -> Result<Embedding> {
             let _parameters = Category::Parameter.scope();
-            let w: Vec<f32> = rng
-                .normal(rows * c.d_model)
-                .into_iter()
-                .map(|v| v * 0.02)
-                .collect();
-            Embedding::from_weight(Tensor::from_slice(&w, &[rows, c.d_model], device)?)
+            Embedding::from_weight(super::init::parameter(&[rows, c.d_model], device, |n| {
+                rng.normal(n).into_iter().map(|v| v * 0.02).collect()
+            })?)
         };
         let wte = table(c.vocab, rng)?;
         let wpe = table(c.n_positions, rng)?;

@@ -45,3 +45,43 @@ impl Rng {
             .collect()
     }
 }
+
+/// A float32 parameter of `shape` on `device`, its initial values drawn on the host by
+/// `draw` (given the count) only once the size is known to fit: a shape whose elements
+/// or bytes overflow is an invalid argument, and a parameter of more bytes than the
+/// device's memory is the out-of-memory error that allocating it gives, so that the
+/// host never holds values for a tensor the device cannot hold. A dry-run device holds
+/// no values: there the tensor is allocated and nothing is drawn.
+pub(crate) fn parameter(
+    shape: &[usize],
+    device: &crate::Device,
+    draw: impl FnOnce(usize) -> Vec<f32>,
+) -> crate::Result<crate::Tensor> {
+    let n = parameter_numel(shape, device)?;
+    if device.is_dry() {
+        return crate::Tensor::empty(shape, crate::tensor::DType::F32, device);
+    }
+    crate::Tensor::from_slice(&draw(n), shape, device)
+}
+
+/// The elements of a float32 parameter of `shape` on `device`, checked as
+/// [`parameter`] says.
+fn parameter_numel(shape: &[usize], device: &crate::Device) -> crate::Result<usize> {
+    let too_large =
+        || crate::Error::InvalidArgument(format!("a parameter of shape {shape:?} is too large"));
+    let numel = (shape.iter())
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(too_large)?;
+    let bytes = (numel as u64).checked_mul(4).ok_or_else(too_large)?;
+    let info = device.mem_info()?;
+    if bytes > info.total {
+        return Err(crate::Error::OutOfMemory {
+            device: device.id(),
+            requested: bytes,
+            free: info.free,
+            total: info.total,
+            report: None,
+        });
+    }
+    Ok(numel)
+}

@@ -32,13 +32,10 @@ impl Linear {
         } else {
             1.0 / (in_features as f32).sqrt()
         };
-        let weight = Tensor::from_slice(
-            &rng.uniform(out_features * in_features, bound),
-            &[out_features, in_features],
-            device,
-        )?;
+        let shape = [out_features, in_features];
+        let weight = super::init::parameter(&shape, device, |n| rng.uniform(n, bound))?;
         let bias = bias
-            .then(|| Tensor::from_slice(&rng.uniform(out_features, bound), &[out_features], device))
+            .then(|| super::init::parameter(&[out_features], device, |n| rng.uniform(n, bound)))
             .transpose()?;
         Linear::from_parameters(weight, bias)
     }

@@ -92,9 +92,11 @@ impl MultiheadAttention {
     ) -> Result<MultiheadAttention> {
         let _parameters = Category::Parameter.scope();
         let e = embed_dim;
-        let bound = (6.0 / (e + 3 * e).max(1) as f32).sqrt();
-        let in_proj_weight =
-            Tensor::from_slice(&rng.uniform(3 * e * e, bound), &[3 * e, e], device)?;
+        let rows = e.checked_mul(3).ok_or_else(|| {
+            Error::InvalidArgument(format!("MultiheadAttention: embed_dim {e} is too large"))
+        })?;
+        let bound = (6.0 / (e + rows).max(1) as f32).sqrt();
+        let in_proj_weight = super::init::parameter(&[rows, e], device, |n| rng.uniform(n, bound))?;
         let in_proj_bias = Tensor::zeros(&[3 * e], DType::F32, device)?;
         let linear = Linear::new(e, e, true, rng, device)?;
         let out_bias = Tensor::zeros(&[e], DType::F32, device)?;

@@ -124,7 +124,8 @@ impl TrainArgs {
         let d_model = self.d_model.unwrap_or(d.d_model);
         let ffn = match self.model {
             ModelKind::Transformer => d.ffn,
-            ModelKind::Gpt2 => 4 * d_model,
+            // Saturated: `validate` refuses a width whose products overflow.
+            ModelKind::Gpt2 => d_model.saturating_mul(4),
         };
         TrainConfig {
             model: self.model,

@@ -166,7 +166,9 @@ impl TrainConfig {
         self.seq.max(1024)
     }
 
-    /// Refuses sizes and combinations that cannot run.
+    /// Refuses sizes and combinations that cannot run: zero sizes, and sizes whose
+    /// memory overflows or exceeds [`labs_core::cli::MAX_SIZED_BYTES`] (checked before
+    /// anything is allocated in proportion to them), with the flag's name in the message.
     pub fn validate(&self) -> Result<()> {
         for (flag, v) in [
             ("--d-model", self.d_model),
@@ -182,6 +184,10 @@ impl TrainConfig {
                 bail!("{flag} must be at least 1");
             }
         }
+        if self.model == ModelKind::Gpt2 && self.vocab == 0 {
+            bail!("--vocab must be at least 1");
+        }
+        self.check_sizes()?;
         if !self.d_model.is_multiple_of(self.nhead) {
             bail!(
                 "--d-model {} must be divisible by --nhead {}",
@@ -195,18 +201,84 @@ impl TrainConfig {
         if !(self.lr.is_finite() && self.lr > 0.0) {
             bail!("--lr {} must be a positive number", self.lr);
         }
-        if self.model == ModelKind::Gpt2 {
-            if self.ffn != 4 * self.d_model {
-                bail!(
-                    "--ffn {}: GPT-2's feed-forward width is 4 x d_model = {}; it takes no other",
-                    self.ffn,
-                    4 * self.d_model
-                );
-            }
-            if self.vocab == 0 {
-                bail!("--vocab must be at least 1");
-            }
+        if self.model == ModelKind::Gpt2 && Some(self.ffn) != self.d_model.checked_mul(4) {
+            bail!(
+                "--ffn {}: GPT-2's feed-forward width is 4 x d_model = {}; it takes no other",
+                self.ffn,
+                4 * self.d_model
+            );
         }
         Ok(())
     }
+
+    /// The sizes' products, in checked arithmetic: the parameters (with their gradients
+    /// and optimizer state), the inputs and the largest activations.
+    fn check_sizes(&self) -> Result<()> {
+        let (d, ffn, seq, batch) = (
+            ("--d-model", self.d_model),
+            ("--ffn", self.ffn),
+            ("--seq", self.seq),
+            ("--batch", self.batch),
+        );
+        let micro = self.steps.checked_mul(self.accum);
+        if micro.is_none_or(|m| m > MAX_MICRO_BATCHES) {
+            bail!(
+                "--steps {} x --accum {}: at most {MAX_MICRO_BATCHES} micro-batches in a run",
+                self.steps,
+                self.accum
+            );
+        }
+        if self.layers > MAX_LAYERS {
+            bail!("--layers {}: at most {MAX_LAYERS} layers", self.layers);
+        }
+        // Each parameter costs itself, its gradient and (Adam) two moments.
+        const PER_PARAMETER: u64 = 4 * 4;
+        let square = bounded("a d_model x d_model weight", &[d, d], PER_PARAMETER)?;
+        let block = match self.model {
+            ModelKind::Transformer => {
+                // An encoder and a decoder layer: three attentions, two feed-forwards.
+                let ff = bounded("a feed-forward weight", &[ffn, d], PER_PARAMETER)?;
+                12 * square + 4 * ff
+            }
+            ModelKind::Gpt2 => {
+                bounded(
+                    "the token embedding",
+                    &[("--vocab", self.vocab), d],
+                    PER_PARAMETER,
+                )?;
+                let positions = ("--seq", self.gpt2_positions());
+                bounded("the position embedding", &[positions, d], PER_PARAMETER)?;
+                bounded("the logits", &[batch, seq, ("--vocab", self.vocab)], 4)?;
+                12 * square
+            }
+        };
+        bounded(
+            "the layers' parameters",
+            &[("--layers", self.layers)],
+            block,
+        )?;
+        bounded("a micro-batch's activations", &[batch, seq, d], 4)?;
+        bounded(
+            "a micro-batch's feed-forward activations",
+            &[batch, seq, ffn],
+            4,
+        )?;
+        bounded(
+            "a micro-batch's attention scores",
+            &[batch, ("--nhead", self.nhead), seq, seq],
+            4,
+        )?;
+        Ok(())
+    }
+}
+
+/// The most micro-batches a run may train (`--steps` x `--accum`).
+pub const MAX_MICRO_BATCHES: usize = 1_000_000;
+
+/// The most layers (`--layers`) a model may have.
+pub const MAX_LAYERS: usize = 10_000;
+
+/// [`labs_core::cli::sized`], as this crate's error.
+fn bounded(what: &str, factors: &[(&str, usize)], each: u64) -> Result<u64> {
+    Ok(labs_core::cli::sized(what, factors, each)?)
 }
