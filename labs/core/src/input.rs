@@ -43,6 +43,15 @@ pub const WEIGHTS: Limit = Limit {
 };
 pub const ENV_MAX_WEIGHTS_SIZE: &str = "LABS_MAX_WEIGHTS_SIZE";
 
+/// A report another program wrote for a lab to read beside its own figures (the JSON
+/// lines of PyTorch's twins: `--pytorch FILE`). A few kilobytes in practice.
+pub const REPORT: Limit = Limit {
+    max_bytes: 64 << 20,
+    what: "a report",
+    raise: ENV_MAX_REPORT_SIZE,
+};
+pub const ENV_MAX_REPORT_SIZE: &str = "LABS_MAX_REPORT_SIZE";
+
 impl Limit {
     /// `self` with its maximum taken from the environment variable `var` when it is
     /// set; a value that is not a size, or is zero, is an error naming the variable.
@@ -159,6 +168,22 @@ pub fn open(path: &Path, limit: Limit) -> io::Result<Input> {
 /// The whole of the regular file at `path`, if it is at most `limit.max_bytes`.
 pub fn read(path: &Path, limit: Limit) -> io::Result<Vec<u8>> {
     open(path, limit)?.read_all()
+}
+
+/// The report at `path` as text (see [`REPORT`]; `LABS_MAX_REPORT_SIZE` raises its
+/// limit).
+pub fn read_report(path: &Path) -> io::Result<String> {
+    read_text(path, REPORT.from_env(ENV_MAX_REPORT_SIZE)?)
+}
+
+/// The regular file at `path` as text, if it is at most `limit.max_bytes` and UTF-8.
+pub fn read_text(path: &Path, limit: Limit) -> io::Result<String> {
+    String::from_utf8(read(path, limit)?).map_err(|e| {
+        invalid(format!(
+            "not UTF-8 text (byte {} is not part of a UTF-8 character)",
+            e.utf8_error().valid_up_to()
+        ))
+    })
 }
 
 impl Input {

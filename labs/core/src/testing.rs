@@ -327,3 +327,19 @@ pub fn assert_refused(
     }
     errors[0].to_string()
 }
+
+/// A new FIFO (named pipe) called `name` in a folder of this process's own under the
+/// temporary folder: an input that blocks a reader which opens it without care.
+#[cfg(unix)]
+pub fn make_fifo(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("labs-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary folder");
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success(), "mkfifo {}", path.display());
+    path
+}

@@ -159,8 +159,8 @@ pub fn dtype_name(dtype: DType) -> &'static str {
 /// Reads PyTorch's JSON from `path`, refused unless it measured what `o` measures on
 /// `world` ranks (else the columns would compare different things).
 pub fn read_pytorch(path: &std::path::Path, o: Options, world: usize) -> Result<PyTorchReport> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = labs_core::input::read_report(path)
+        .with_context(|| format!("reading {}", path.display()))?;
     // torchrun may prefix nothing, but the JSON is the one line that parses.
     let report: PyTorchReport = text
         .lines()

@@ -60,7 +60,7 @@ impl Source {
                 Ok(Source::Script(path.to_path_buf()))
             }
             Some("jsonl" | "json") => {
-                let text = std::fs::read_to_string(path)
+                let text = labs_core::input::read_report(path)
                     .with_context(|| format!("--pytorch: reading {}", path.display()))?;
                 let reports = text
                     .lines()

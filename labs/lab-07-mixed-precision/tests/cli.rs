@@ -37,3 +37,18 @@ fn the_default_command_prints_every_experiment() {
         assert!(text.contains(title), "missing {title}:\n{text}");
     }
 }
+
+/// A FIFO given as PyTorch's figures is refused at once, naming it, instead of blocking
+/// the lab until some program writes to it.
+#[cfg(unix)]
+#[test]
+fn a_fifo_as_pytorchs_figures_is_refused_at_once() {
+    let fifo = labs_core::testing::make_fifo("lab07-pytorch.json");
+    labs_core::testing::assert_refused(
+        Command::new(binary())
+            .args(["--device", "sim", "--quick", "--pytorch"])
+            .arg(&fifo),
+        std::time::Duration::from_secs(60),
+        &[fifo.to_str().unwrap(), "FIFO"],
+    );
+}

@@ -36,7 +36,7 @@ pub const PYTORCH_NOT_MEASURED: &str = "PyTorch: not measured in this run (pass 
 /// error names the file and says what is wrong with it: missing, not JSON, or a key
 /// missing or not a number.
 pub fn read_pytorch(path: &Path) -> anyhow::Result<PyTorchFigures> {
-    let text = std::fs::read_to_string(path)
+    let text = labs_core::input::read_report(path)
         .with_context(|| format!("reading PyTorch's figures from {}", path.display()))?;
     let figures: PyTorchFigures = serde_json::from_str(text.trim()).with_context(|| {
         format!(

@@ -186,3 +186,16 @@ fn bench_stops_before_measuring_on_a_bad_pytorch_file() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no-such-reference.json"), "{err}");
 }
+
+/// A FIFO given as PyTorch's figures is refused at once, naming it, instead of blocking
+/// the lab until some program writes to it.
+#[cfg(unix)]
+#[test]
+fn a_fifo_as_pytorchs_figures_is_refused_at_once() {
+    let fifo = labs_core::testing::make_fifo("lab08-pytorch.json");
+    labs_core::testing::assert_refused(
+        lab().args(["bench", "--pytorch"]).arg(&fifo),
+        std::time::Duration::from_secs(60),
+        &[fifo.to_str().unwrap(), "FIFO"],
+    );
+}

@@ -222,7 +222,7 @@ fn from_line(line: &Value, config: &TrainConfig) -> PyTorchRun {
 /// PyTorch's lines of a train-compare `--out` file (`"side": "pytorch"`), by
 /// configuration name; a later line for a name replaces an earlier one.
 fn read_lines(path: &Path) -> Result<HashMap<String, Value>> {
-    let text = std::fs::read_to_string(path)
+    let text = labs_core::input::read_report(path)
         .with_context(|| format!("reading PyTorch's runs from {}", path.display()))?;
     let mut runs = HashMap::new();
     for (i, line) in text.lines().enumerate() {
