@@ -24,7 +24,7 @@ for exe in $executables; do
 done
 for manifest in labs/lab-*/Cargo.toml; do
   pkg=$(sed -n 's/^name = "\(lab-[0-9]*\)"/\1/p' "$manifest" | head -n 1)
-  cp "target/release/$pkg" "$out/bin/$pkg"
+  cp "${CARGO_TARGET_DIR:-target}/release/$pkg" "$out/bin/$pkg"
 done
 # The matrix-product bench (labs/core/benches/gemm.rs), so that its figures land in the
 # same GPU run as ci/pytorch-reference.py's: bin/bench-gemm.

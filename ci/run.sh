@@ -184,7 +184,8 @@ fi
 # PyTorch's, DDP and ZeRO-1, lab-10 train --nproc 2 beside torchrun's DDP, and one GPU
 # of each for the scaling efficiency). NVLink SHARP (NVLS) multicast stays off.
 if part multi; then
-  export NCCL_NVLS_ENABLE=0
+  # NVLink multicast (NVLS) stays off: NCCL's, PyTorch's symmetric memory's and NVSHMEM's.
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
   gpus=$(nvidia-smi -L | grep -c '^GPU')
   echo "== several GPUs: $gpus"
   if [ "$gpus" -lt 2 ]; then
