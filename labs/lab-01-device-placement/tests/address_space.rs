@@ -14,7 +14,10 @@ fn the_quick_run_on_sim_fits_in_four_gigabytes_of_address_space() {
         .arg(format!(
             "ulimit -v {ADDRESS_SPACE_KIB} && exec \"$0\" --quick --device sim"
         ))
-        .arg(env!("CARGO_BIN_EXE_lab-01"))
+        .arg(labs_core::testing::lab_binary(
+            "lab-01",
+            env!("CARGO_BIN_EXE_lab-01"),
+        ))
         .output()
         .expect("running lab-01 through sh");
     let stderr = String::from_utf8_lossy(&out.stderr);

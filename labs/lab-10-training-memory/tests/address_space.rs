@@ -17,7 +17,10 @@ fn eight_ranks_past_the_address_space_end_in_a_clear_error() {
             "ulimit -v {ADDRESS_SPACE_KIB} && exec timeout 300 \"$0\" --device sim train \
              --nproc 8 --steps 2"
         ))
-        .arg(env!("CARGO_BIN_EXE_lab-10"))
+        .arg(labs_core::testing::lab_binary(
+            "lab-10",
+            env!("CARGO_BIN_EXE_lab-10"),
+        ))
         .env_remove("WORLD_SIZE")
         .output()
         .expect("running lab-10 through sh");
