@@ -9,7 +9,7 @@
 //!
 //! Dropout on the attention weights happens inside the kernels ([`AttentionDropout`]):
 //! the keep mask of element `(b·h, i, j)` comes from Philox4x32-10 under the device
-//! generator's seed, one block per four keys of a row ([`attention_keeps`]), so the
+//! generator's seed, one block per four keys of a row ([`attention_keep_row`]), so the
 //! backward regenerates the forward's mask instead of storing it.
 
 use super::rows::{philox4x32_10, Param};
