@@ -8,7 +8,7 @@ use super::caching::State;
 use super::category::Category;
 use super::config::Config;
 use super::lock::{Guard, Lock};
-use crate::backend::{Backend, DeviceId, DevicePtr, Stream};
+use crate::backend::{DeviceId, DevicePtr, MemoryBackend, Stream};
 use crate::error::{Error, Result};
 
 /// Memory handed out by the allocator. It is a plain handle: give it back with
@@ -49,14 +49,14 @@ impl Allocation {
 pub type OomObserver = Arc<dyn Fn(&Allocator, &Error) + Send + Sync>;
 
 pub struct Allocator {
-    pub(super) backend: Arc<dyn Backend>,
+    pub(super) backend: Arc<dyn MemoryBackend>,
     pub(super) device: DeviceId,
     state: Lock<State>,
     observers: std::sync::Mutex<Vec<OomObserver>>,
 }
 
 impl Allocator {
-    pub fn new(backend: Arc<dyn Backend>, conf: Config) -> Result<Allocator> {
+    pub fn new(backend: Arc<dyn MemoryBackend>, conf: Config) -> Result<Allocator> {
         let total = backend.mem_info()?.total;
         let page = if conf.expandable_segments {
             backend.vm_granularity()? as u64

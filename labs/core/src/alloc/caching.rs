@@ -27,7 +27,7 @@ use super::size::{
 };
 use super::stats::Stats;
 use super::timeline::CategoryTimeline;
-use crate::backend::{Backend, DeviceId, Stream};
+use crate::backend::{DeviceId, MemoryBackend, Stream};
 use crate::error::{Error, Result};
 use crate::snapshot::TraceAction;
 
@@ -153,7 +153,7 @@ impl State {
     /// A block of at least `size` bytes on `stream`, counted under `category`.
     pub fn malloc(
         &mut self,
-        be: &dyn Backend,
+        be: &dyn MemoryBackend,
         size: u64,
         stream: u64,
         object: Option<&Stream>,
@@ -190,7 +190,7 @@ impl State {
     /// One attempt at a request: best fit, else a new segment; split; map its pages.
     pub(super) fn try_malloc(
         &mut self,
-        be: &dyn Backend,
+        be: &dyn MemoryBackend,
         key: PoolKey,
         stream: u64,
         rounded: u64,
@@ -312,7 +312,7 @@ impl State {
     /// A new segment for the stream and pool; returns its one (free, unlisted) block.
     fn new_segment(
         &mut self,
-        be: &dyn Backend,
+        be: &dyn MemoryBackend,
         key: PoolKey,
         stream: u64,
         rounded: u64,
@@ -384,7 +384,7 @@ impl State {
         }
     }
 
-    pub fn free(&mut self, be: &dyn Backend, block: Allocation) -> Result<()> {
+    pub fn free(&mut self, be: &dyn MemoryBackend, block: Allocation) -> Result<()> {
         let freed = self.free_block(be, block);
         self.sample_timeline();
         freed?;
@@ -395,7 +395,7 @@ impl State {
     }
 
     // ANCHOR: free
-    fn free_block(&mut self, be: &dyn Backend, block: Allocation) -> Result<()> {
+    fn free_block(&mut self, be: &dyn MemoryBackend, block: Allocation) -> Result<()> {
         self.check_handle(&block)?;
         let id = block.id;
         if self.history.is_some() {
@@ -490,7 +490,7 @@ impl State {
     }
 
     /// Gives back whole free segments and idle pages; returns the bytes released.
-    pub fn release_cached(&mut self, be: &dyn Backend) -> Result<u64> {
+    pub fn release_cached(&mut self, be: &dyn MemoryBackend) -> Result<u64> {
         self.unpark_all();
         let before = self.stats.reserved.current;
         for s in 0..self.segments.len() {

@@ -4,7 +4,7 @@
 
 use super::caching::State;
 use super::pool::BlockState;
-use crate::backend::{Backend, Event};
+use crate::backend::{Event, MemoryBackend};
 use crate::error::Result;
 use crate::snapshot::TraceAction;
 
@@ -22,7 +22,7 @@ impl State {
     // ANCHOR: defer_free
     /// Frees block `id` (already counted as freed) once the work queued so far on
     /// every other stream that used it has completed: it stays pending until then.
-    pub(super) fn defer_free(&mut self, be: &dyn Backend, id: u32) -> Result<()> {
+    pub(super) fn defer_free(&mut self, be: &dyn MemoryBackend, id: u32) -> Result<()> {
         let b = &mut self.blocks[id];
         b.state = BlockState::Pending;
         let uses = std::mem::take(&mut b.stream_uses);

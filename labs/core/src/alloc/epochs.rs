@@ -2,7 +2,7 @@
 //! to unmap (`pages.rs` says why epochs close on events rather than on waits).
 
 use super::caching::State;
-use crate::backend::{Backend, Event, Stream};
+use crate::backend::{Event, MemoryBackend, Stream};
 use crate::error::Result;
 
 /// Frees between two epochs: often enough that memory wanted back has usually fallen
@@ -23,7 +23,7 @@ impl State {
     /// fell idle in it. Where the allocator does not hold every stream that owns idle memory (a replay
     /// of a trace names streams by number), epochs close only when memory is wanted,
     /// with one device-wide synchronisation.
-    pub(super) fn count_free(&mut self, be: &dyn Backend) -> Result<()> {
+    pub(super) fn count_free(&mut self, be: &dyn MemoryBackend) -> Result<()> {
         self.pages.frees += 1;
         if self.pages.frees >= FREES_PER_EPOCH && !self.pages.idle_dirty.is_empty() {
             if let Some(streams) = self.idle_owners() {
@@ -47,7 +47,7 @@ impl State {
     /// joins the closed epochs' idle set.
     pub(super) fn close_epoch(
         &mut self,
-        be: &dyn Backend,
+        be: &dyn MemoryBackend,
         streams: Option<Vec<Stream>>,
     ) -> Result<()> {
         let events = match streams {
@@ -77,7 +77,7 @@ impl State {
     /// Waits until no queued work can use memory that fell idle in epoch `since`,
     /// which is then safe to unmap: for the events of the epochs up to it that have not
     /// completed (closing the current epoch first when `since` is it).
-    pub(super) fn settle(&mut self, be: &dyn Backend, since: u64) -> Result<()> {
+    pub(super) fn settle(&mut self, be: &dyn MemoryBackend, since: u64) -> Result<()> {
         if since == self.pages.epoch {
             let streams = self.idle_owners();
             self.close_epoch(be, streams)?;

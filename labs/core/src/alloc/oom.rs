@@ -8,7 +8,7 @@ use super::history::frames_of;
 use super::origin::origin_of;
 use super::pool::BlockState;
 use super::pool::PoolKey;
-use crate::backend::Backend;
+use crate::backend::MemoryBackend;
 use crate::error::{Error, Result};
 use crate::oom_report::{LiveAllocation, OomReport, Suggestion};
 use crate::snapshot::{Frame, TraceAction};
@@ -30,7 +30,7 @@ impl State {
     /// what can be freed and tries again, the whole search each time.
     pub(super) fn malloc_with_retries(
         &mut self,
-        be: &dyn Backend,
+        be: &dyn MemoryBackend,
         key: PoolKey,
         stream: u64,
         rounded: u64,
@@ -81,7 +81,7 @@ impl State {
     // ANCHOR: oom_report
     /// The error a request fails with for good: the device's figures from the driver,
     /// and the allocator's [`OomReport`] of what holds the memory.
-    pub(super) fn out_of_memory_report(&self, be: &dyn Backend, requested: u64) -> Error {
+    pub(super) fn out_of_memory_report(&self, be: &dyn MemoryBackend, requested: u64) -> Error {
         let (free, total) = match be.mem_info() {
             Ok(info) => (info.free, info.total),
             Err(_) => (

@@ -24,7 +24,7 @@ use std::ops::Range;
 
 use super::caching::State;
 use super::pool::Segment;
-use crate::backend::{Backend, PhysicalMemory};
+use crate::backend::{MemoryBackend, PhysicalMemory};
 use crate::error::Result;
 use crate::snapshot::TraceAction;
 
@@ -232,7 +232,7 @@ impl PageMap {
 impl State {
     /// Counts block `id` as a user of its pages and maps the ones without memory, each
     /// run of unmapped pages with one driver mapping.
-    pub(super) fn occupy(&mut self, be: &dyn Backend, id: u32) -> Result<()> {
+    pub(super) fn occupy(&mut self, be: &dyn MemoryBackend, id: u32) -> Result<()> {
         let (s, span) = self.page_span(id);
         let unmapped = (self.pages).add_users(&mut self.segments[s as usize], span.clone());
         if unmapped == 0 {
@@ -308,7 +308,7 @@ impl State {
     /// be done: memory idle since before the last wait for its stream needs no new one,
     /// and the oldest idle mappings are taken first, so waits are rare. The caller grants
     /// the device access (`occupy`).
-    fn map_run(&mut self, be: &dyn Backend, s: u32, first: usize, end: usize) -> Result<()> {
+    fn map_run(&mut self, be: &dyn MemoryBackend, s: u32, first: usize, end: usize) -> Result<()> {
         let n = (end - first) as u64;
         let page = self.pages.page;
         let bytes = n * page;
@@ -370,7 +370,7 @@ impl State {
     /// few idle the longest that are looked at.
     fn take_idle_of_length(
         &mut self,
-        be: &dyn Backend,
+        be: &dyn MemoryBackend,
         len: u32,
     ) -> Result<Option<PhysicalMemory>> {
         /// Idle mappings looked at, from the end recycling takes first: enough to find
@@ -403,7 +403,7 @@ impl State {
     ///
     /// The idle sets are lazy, so that the allocation fast path touches neither: an
     /// entry is checked when taken, and dropped when its mapping is busy or gone.
-    fn recycle_idle(&mut self, be: &dyn Backend) -> Result<bool> {
+    fn recycle_idle(&mut self, be: &dyn MemoryBackend) -> Result<bool> {
         loop {
             while let Some((s, h)) = self.pages.idle.pop_last() {
                 let epoch = self.pages.epoch;
@@ -458,7 +458,7 @@ impl State {
 
     /// Unmaps every idle mapping of segment `s` (for `empty_cache`), synchronising
     /// first when one may still be used by queued work.
-    pub(super) fn unmap_idle(&mut self, be: &dyn Backend, s: u32) -> Result<()> {
+    pub(super) fn unmap_idle(&mut self, be: &dyn MemoryBackend, s: u32) -> Result<()> {
         for h in 0..self.segments[s as usize].pages.len() {
             let seg = &self.segments[s as usize];
             if !seg.pages[h].is_idle_head(h) {
@@ -476,7 +476,7 @@ impl State {
     /// again, which the caller does at once).
     fn unmap_run(
         &mut self,
-        be: &dyn Backend,
+        be: &dyn MemoryBackend,
         s: u32,
         head: usize,
         release: bool,

@@ -30,34 +30,32 @@ pub use crate::dtype::FillPattern;
 /// method of one of them on a `dyn Backend` needs that trait in scope.
 pub mod prelude {
     pub use super::{
-        Backend, Copies, HostMemory, Kernels, ManagedMemory, Memory, PeerAccess, Streams,
-        VirtualMemory,
+        Backend, Copies, HostMemory, Kernels, ManagedMemory, Memory, MemoryBackend, PeerAccess,
+        Streams, VirtualMemory,
     };
 }
 
 use crate::error::Result;
 
+// ANCHOR: memory_backend_trait
+/// The memory half of the contract: what a caching allocator needs of a device, and
+/// nothing of its kernels, copies or host memory, so that the allocator (`alloc/`) is
+/// built, tested and read without the op layer.
+pub trait MemoryBackend: Memory + VirtualMemory + Streams + Send + Sync + 'static {
+    fn id(&self) -> DeviceId;
+    /// Free and total memory, as `cudaMemGetInfo` reports them.
+    fn mem_info(&self) -> Result<MemInfo>;
+}
+// ANCHOR_END: memory_backend_trait
+
 // ANCHOR: backend_trait
 /// A whole device: all of the contract, and what the device says about itself.
 pub trait Backend:
-    Memory
-    + VirtualMemory
-    + Streams
-    + Copies
-    + Kernels
-    + HostMemory
-    + ManagedMemory
-    + PeerAccess
-    + Send
-    + Sync
-    + 'static
+    MemoryBackend + Copies + Kernels + HostMemory + ManagedMemory + PeerAccess
 {
-    fn id(&self) -> DeviceId;
     /// Name, memory, multiprocessors, compute capability. On `cuda` this is the first
     /// call that initialises the context.
     fn properties(&self) -> Result<DeviceProperties>;
-    /// Free and total memory, as `cudaMemGetInfo` reports them.
-    fn mem_info(&self) -> Result<MemInfo>;
     /// Makes this device the calling thread's current one for driver calls
     /// (`cuCtxSetCurrent` on `cuda`, creating the context if need be); nothing elsewhere.
     fn make_current(&self) -> Result<()> {

@@ -15,7 +15,7 @@ use cudarc::driver::{result, sys, CudaContext};
 use crate::backend::prelude::*;
 use crate::backend::{
     check_size, DeviceId, DeviceProperties, DevicePtr, Event, FillPattern, HostPtr, ManagedAdvice,
-    MemInfo, MemLocation, PhysicalMemory, Stream,
+    MemInfo, MemLocation, MemoryBackend, PhysicalMemory, Stream,
 };
 use crate::error::{Error, Result};
 use crate::kernels::Kernel;
@@ -161,11 +161,22 @@ impl CudaBackend {
     }
 }
 
-impl Backend for CudaBackend {
+impl MemoryBackend for CudaBackend {
     fn id(&self) -> DeviceId {
         self.id_()
     }
 
+    fn mem_info(&self) -> Result<MemInfo> {
+        self.state()?;
+        let (free, total) = result::mem_get_info().map_err(|e| Error::driver("cuMemGetInfo", e))?;
+        Ok(MemInfo {
+            free: free as u64,
+            total: total as u64,
+        })
+    }
+}
+
+impl Backend for CudaBackend {
     fn properties(&self) -> Result<DeviceProperties> {
         let s = self.state()?;
         let (major, minor) = s
@@ -189,15 +200,6 @@ impl Backend for CudaBackend {
 
     fn make_current(&self) -> Result<()> {
         self.state().map(|_| ())
-    }
-
-    fn mem_info(&self) -> Result<MemInfo> {
-        self.state()?;
-        let (free, total) = result::mem_get_info().map_err(|e| Error::driver("cuMemGetInfo", e))?;
-        Ok(MemInfo {
-            free: free as u64,
-            total: total as u64,
-        })
     }
 }
 

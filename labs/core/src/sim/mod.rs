@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::backend::prelude::*;
 use crate::backend::{
     DeviceId, DeviceProperties, DevicePtr, Event, FillPattern, HostPtr, ManagedAdvice, MemInfo,
-    MemLocation, PhysicalMemory, Stream,
+    MemLocation, MemoryBackend, PhysicalMemory, Stream,
 };
 use crate::error::Result;
 use crate::kernels::{cpu, Kernel};
@@ -142,11 +142,21 @@ fn host_memory_bytes() -> u64 {
         .unwrap_or(64 << 30)
 }
 
-impl Backend for SimBackend {
+impl MemoryBackend for SimBackend {
     fn id(&self) -> DeviceId {
         self.id
     }
 
+    fn mem_info(&self) -> Result<MemInfo> {
+        let total = self.memory.capacity();
+        Ok(MemInfo {
+            free: total - self.memory.used(),
+            total,
+        })
+    }
+}
+
+impl Backend for SimBackend {
     fn properties(&self) -> Result<DeviceProperties> {
         let name = if self.inline {
             "host memory".to_string()
@@ -162,14 +172,6 @@ impl Backend for SimBackend {
                 .map(|n| n.get() as u32)
                 .unwrap_or(1),
             compute_capability: (0, 0),
-        })
-    }
-
-    fn mem_info(&self) -> Result<MemInfo> {
-        let total = self.memory.capacity();
-        Ok(MemInfo {
-            free: total - self.memory.used(),
-            total,
         })
     }
 }
