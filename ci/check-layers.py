@@ -1,17 +1,18 @@
-"""Fails when the modules of labs/core import each other in a circle.
+"""Fails when the modules of one crate of the runtime import each other in a circle.
 
-The crate is layered (element types and device ids at the bottom, the backend contract,
-the backends, the allocator, the device registry, tensors, then autograd, `dist` (the
-collectives, above `device` and `tensor`), `nn` and `optim` on top): a module may name
-modules below it, never above. This reads every `crate::NAME` path in each top-level
-module's files, builds the graph of modules, and reports every strongly connected set of
-more than one module: a cycle.
+Cargo keeps the crates in layers (labs-base, labs-alloc, labs-device, labs-tensor,
+labs-nn, labs-dist, the façade labs-core): a crate names only the crates below it. Inside
+a crate the modules are layered too (in labs-device: the contract `backend`, the op layer
+`kernels`, the backends `cuda` and `sim`, the registry `device`), which no compiler
+checks: this reads every `crate::NAME` path in each top-level module's files, builds the
+graph of modules, and reports every strongly connected set of more than one module: a
+cycle.
 
 Unit tests may reach anywhere, so the item behind each `#[cfg(test)]` is left out (a
 `mod tests { ... }` block, a `use`, a function) and so is a file that a
 `#[cfg(test)] mod NAME;` loads; everything else in the file, before or after, is read.
 
-Usage: python3 ci/check-layers.py [labs/core/src]
+Usage: python3 ci/check-layers.py [SRC_FOLDER ...]   (default: every crate of the runtime)
        python3 ci/check-layers.py --self-test
 """
 
@@ -200,19 +201,37 @@ def self_test():
     return 0
 
 
+# The runtime's crates, bottom to top, and the façade.
+RUNTIME = [
+    "labs/core/base/src",
+    "labs/core/alloc/src",
+    "labs/core/device/src",
+    "labs/core/tensor/src",
+    "labs/core/nn/src",
+    "labs/core/dist/src",
+    "labs/core/src",
+]
+
+
 def main():
     if sys.argv[1:] == ["--self-test"]:
         return self_test()
-    root = sys.argv[1] if len(sys.argv) > 1 else "labs/core/src"
-    graph = module_graph(root)
-    found = cycles(graph)
-    for component in found:
-        print(f"module cycle in {root}: {' <-> '.join(component)}")
-        for m in component:
-            print(f"  {m} imports {', '.join(sorted(graph[m] & set(component)))}")
-    if not found:
-        print(f"{len(graph)} modules of {root}, no cycle")
-    return 1 if found else 0
+    roots = sys.argv[1:] or RUNTIME
+    failed = False
+    for root in roots:
+        if not os.path.isdir(root):
+            print(f"check-layers: {root} is not a folder")
+            return 1
+        graph = module_graph(root)
+        found = cycles(graph)
+        for component in found:
+            print(f"module cycle in {root}: {' <-> '.join(component)}")
+            for m in component:
+                print(f"  {m} imports {', '.join(sorted(graph[m] & set(component)))}")
+        if not found:
+            print(f"{len(graph)} modules of {root}, no cycle")
+        failed = failed or bool(found)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ Runs on a CUDA GPU (written for PyTorch 2.11). Two models:
                batch_first=True); each micro-batch draws src, tgt and a target
                [batch, seq, d_model] from torch.randn on the device, and the loss is
                mse_loss(model(src, tgt), target) / accum (tutorial 004's step).
-  gpt2         a GPT-2 decoder written with torch.nn that mirrors labs/core/src/nn/gpt2.rs:
+  gpt2         a GPT-2 decoder written with torch.nn that mirrors labs/core/nn/src/nn/gpt2.rs:
                the same parameter names and shapes (transformer.wte.weight, ...,
                transformer.h.N.attn.c_attn.weight, ..., transformer.ln_f.bias), biases
                on, tanh GELU, pre-norm blocks, the LM head tied to the token embedding,
@@ -350,7 +350,7 @@ class Block(nn.Module):
 
 
 class GPT2(nn.Module):
-    """GPT-2 as labs/core/src/nn/gpt2.rs (and nanoGPT) lays it out; the logits are
+    """GPT-2 as labs/core/nn/src/nn/gpt2.rs (and nanoGPT) lays it out; the logits are
     `ln_f(x) wte^T`, the head being the token embedding itself (no lm_head parameter)."""
 
     def __init__(self, cfg, wrap):
@@ -498,7 +498,7 @@ class ShareOffload(torch.autograd.graph.saved_tensors_hooks):
     """save_on_cpu(pin_memory=True) for a share of each forward pass's saved bytes: a
     tensor of at least 1 MiB whose memory is not a parameter's goes to pinned host
     memory only while the bytes sent stay within `share` of those that could have
-    gone, counted over storages as lab-10 counts them (labs/core/src/autograd/
+    gone, counted over storages as lab-10 counts them (labs/core/tensor/src/autograd/
     offload.rs, `ShareLedger`): each storage once, every view of it following the
     first view's decision, afresh at each forward pass. The rest stay on the device.
     The copies are save_on_cpu's: copy_ into pinned memory on the current stream, back

@@ -11,7 +11,7 @@
 // The scale is read from device memory (the scaler keeps it there, so that no step has
 // to copy it to the host) and inverted as PyTorch does, in double precision rounded to
 // float: `scale.double().reciprocal().float()`.
-// The CPU twin is labs/core/src/kernels/amp_cpu.rs.
+// The CPU twin is labs/core/device/src/kernels/amp_cpu.rs.
 
 // ANCHOR: unscale_kernel
 extern "C" __global__ void non_finite_check_and_unscale(ELEM* grad, float* found_inf,

@@ -10,7 +10,7 @@
 // One thread does it (the launch has one element). found_inf is the sum of the
 // optimizers' flags, so any non-zero value is an overflow. The products round once
 // (__fmul_rn), as the CPU twin's float32 multiplication does. The CPU twin is
-// `update_scale` in labs/core/src/kernels/amp_cpu.rs.
+// `update_scale` in labs/core/device/src/kernels/amp_cpu.rs.
 
 // ANCHOR: update_scale_kernel
 extern "C" __global__ void amp_update_scale(float* scale, int* growth_tracker,

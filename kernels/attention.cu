@@ -2,7 +2,7 @@
 // Not compiled as it is: source.rs prepends the element type's helpers (ELEM,
 // to_float, from_float) of kernels/dtypes.cu and renames every `NAME_DT(` to
 // `NAME_<dtype>(`. The arguments follow `AttentionKernel::params` in
-// labs/core/src/kernels/attention.rs; the twins are in attention_cpu.rs.
+// labs/core/device/src/kernels/attention.rs; the twins are in attention_cpu.rs.
 //
 // Operands: each [B, H, T, D] tensor comes as its pointer and its element strides over
 // batch, head and sequence (`_sb`, `_sh`, `_st`; head_dim has unit stride), so the head

@@ -3,7 +3,7 @@
 // Not compiled as it is: source.rs appends it to kernels/attention.cu in each dtype's
 // attention module (it uses that file's att_* helpers) and renames every `NAME_DT(` to
 // `NAME_<dtype>(`. The arguments follow `AttentionChunkKernel::params` in
-// labs/core/src/kernels/attention_chunk.rs; the twins are in attention_chunk_cpu.rs.
+// labs/core/device/src/kernels/attention_chunk.rs; the twins are in attention_chunk_cpu.rs.
 //
 // A chunk's scores are dense float [n, rows, cols]: batch-heads bh0 .. bh0 + n, query
 // rows r0 .. r0 + rows (of tq), keys 0 .. cols (of tk); row r of the chunk (r over

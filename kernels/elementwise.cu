@@ -1,7 +1,7 @@
 // The templates of the elementwise op families. This file is not compiled as it is:
-// labs/core/src/kernels/source.rs prepends the element type's helpers (ELEM, MATH,
+// labs/core/device/src/kernels/source.rs prepends the element type's helpers (ELEM, MATH,
 // to_math, from_math) and the layout part of kernels/strided.cu, and appends one
-// DEFINE_* line per op of labs/core/src/kernels/ops.rs, for example
+// DEFINE_* line per op of labs/core/device/src/kernels/ops.rs, for example
 // `DEFINE_BINARY(add_f32, a + b)`, then NVRTC compiles the result.
 //
 // Every kernel is a grid-stride loop, so any grid size covers any n; n is 64-bit

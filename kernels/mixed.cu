@@ -4,11 +4,11 @@
 // `x_f32 + y_bf16` needs no cast kernel and no float32 copy of `y`. The result is
 // float32, the promoted dtype of any two different float dtypes.
 //
-// This file is not compiled as it is: labs/core/src/kernels/mixed.rs prepends the two
+// This file is not compiled as it is: labs/core/device/src/kernels/mixed.rs prepends the two
 // dtypes' sections of kernels/dtypes.cu, each in a namespace of its name, the namespace
 // aliases A and B (the first and the second operand's), and the layout part of
 // kernels/strided.cu; it appends one DEFINE_MIXED* line per op of
-// labs/core/src/kernels/ops.rs, for example `DEFINE_MIXED(add_f32_bf16, (a + b))`.
+// labs/core/device/src/kernels/ops.rs, for example `DEFINE_MIXED(add_f32_bf16, (a + b))`.
 //
 // Each operand is widened to float exactly (as a cast to float32 would), the op's
 // expression runs in float, and the float result is stored: the bits of casting first

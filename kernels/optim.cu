@@ -7,7 +7,7 @@
 // host computes every per-step scalar (bias corrections, step size) in double, as
 // PyTorch does in Python, and passes them as float. Grid-stride loops, 64-bit sizes.
 // The explicit __fmul_rn/__fadd_rn keep NVRTC from contracting into fma, so the GPU
-// gives the CPU twin's bits (labs/core/src/kernels/optim_cpu.rs).
+// gives the CPU twin's bits (labs/core/device/src/kernels/optim_cpu.rs).
 
 // SGD: d = g + weight_decay * p; with momentum, buf = g on the first step (PyTorch
 // clones it, no dampening), else buf = momentum * buf + (1 - dampening) * d; nesterov

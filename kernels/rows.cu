@@ -2,7 +2,7 @@
 // negative log-likelihood, max over a row). Not compiled as it is: source.rs prepends
 // the element type's helpers (ELEM, to_float, from_float) of kernels/dtypes.cu and
 // renames every `NAME_DT(` to `NAME_<dtype>(`. The arguments follow `RowKernel::params`
-// in labs/core/src/kernels/rows.rs; the twins are in labs/core/src/kernels/cpu_rows.rs.
+// in labs/core/device/src/kernels/rows.rs; the twins are in labs/core/device/src/kernels/cpu_rows.rs.
 //
 // Row kernels give one warp to a row, in a grid-stride loop over warps: the launch's
 // grid (rows * 32 threads, capped) covers any number of rows, every lane of a warp

@@ -3,7 +3,7 @@
 // compiled as it is: source.rs prepends the layout and moves parts of
 // kernels/strided.cu (`Strided`, `strided_kernel` with its 16-byte vectors, and
 // `tiled_move` for transposes). One kernel family per element width; the twin is
-// `strided_scatter` in labs/core/src/kernels/cpu_rows.rs.
+// `strided_scatter` in labs/core/device/src/kernels/cpu_rows.rs.
 
 #define DEFINE_STRIDED_SCATTER(NAME, T)                                               \
     extern "C" __global__ void NAME(const T* src, T* dst, Strided layout,             \

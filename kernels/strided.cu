@@ -21,10 +21,10 @@
 //   the last, so that both sides touch whole 32-byte sectors.
 // The host merges dimensions that are contiguous with one another before the launch
 // (`Strided::coalesced`), so most views have a rank of two to four, and picks the
-// kernel and grid (`strided_plan` in labs/core/src/cuda/kernels.rs).
+// kernel and grid (`strided_plan` in labs/core/device/src/cuda/kernels.rs).
 
 // BEGIN layout (source.rs also puts this part in the elementwise modules)
-// Mirrors `Strided` in labs/core/src/kernels/strided.rs (passed by value).
+// Mirrors `Strided` in labs/core/device/src/kernels/strided.rs (passed by value).
 #define STRIDED_MAX_DIMS 8
 struct Strided {
     unsigned long long rank;
