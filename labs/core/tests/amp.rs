@@ -9,15 +9,9 @@ use labs_core::optim::{GradScaler, Optimizer, ScalerStage, Sgd};
 use labs_core::tensor::{
     autocast, autocast_cache_len, autocast_disabled, autocast_dtype, cast_policy, CastPolicy,
 };
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_core::{DType, Device, Tensor};
-
-/// Tests that measure the device's memory or use autocast's thread state run one at a
-/// time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn cache_bytes(device: &Device) -> u64 {
     device

@@ -6,20 +6,15 @@
 //! simulated GPU by default (the CPU twins) and on the GPU with `LABS_DEVICE=cuda`
 //! (cuBLAS and `kernels/attention_chunk.cu` against `kernels/attention.cu`).
 
-use std::sync::Mutex;
-
 use labs_core::device::profile;
 use labs_core::tensor::{attention_path, path_for, set_attention_chunk_bytes, set_attention_path};
 use labs_core::tensor::{AttentionPath, DEFAULT_CHUNK_BYTES};
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
+use labs_core::testing::{host, max_error};
 use labs_core::{DType, Device, Tensor};
 
 /// The profiler is process-wide: the tests of this file take turns.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Deterministic values in [-1, 1).
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -32,25 +27,6 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
-}
-
-fn host(t: &Tensor) -> Vec<f64> {
-    t.to_dtype(DType::F32)
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap()
-        .into_iter()
-        .map(f64::from)
-        .collect()
-}
-
-/// The largest `|got - want| / (1 + |want|)`.
-fn max_error(got: &[f64], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    got.iter()
-        .zip(want)
-        .map(|(g, w)| (g - w).abs() / (1.0 + w.abs()))
-        .fold(0.0, f64::max)
 }
 
 fn random(shape: &[usize], seed: u64, dtype: DType, device: &Device) -> Tensor {

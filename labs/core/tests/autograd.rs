@@ -9,7 +9,8 @@ use labs_core::Tensor;
 
 mod gradcheck;
 
-use gradcheck::{check_gradients, serial, tensor, values};
+use gradcheck::{check_gradients, tensor, values};
+use labs_core::testing::serial;
 
 const SHAPE: [usize; 2] = [3, 4];
 

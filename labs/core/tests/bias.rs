@@ -10,8 +10,6 @@
 //! accumulation bound of `tests/matmul.rs`, in units of `S = sum_p |a_ip| |b_pj|` plus
 //! the bias's and C's magnitudes.
 
-use std::sync::{Mutex, MutexGuard};
-
 use labs_core::kernels::{Gemm, Kernel, Operand};
 use labs_core::testing::{launch_count as count, launches, test_device};
 use labs_core::{DType, Device, Error, Tensor};
@@ -19,12 +17,7 @@ use labs_core::{DType, Device, Error, Tensor};
 mod gradcheck;
 
 use gradcheck::{check_gradients, values};
-
-/// The profiler and the allocator's counters are process-wide: one test at a time.
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
+use labs_core::testing::serial;
 
 const U32: f64 = 1.0 / (1u64 << 24) as f64;
 

@@ -6,15 +6,9 @@
 use half::{bf16, f16};
 use labs_core::kernels::CompareOp;
 use labs_core::tensor::{promote_types, Scalar};
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_core::{DType, Device, Element, Error, Tensor};
-
-/// The tests share one device and one of them measures its allocator: they run one at
-/// a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn t<T: Element>(data: &[T], shape: &[usize], d: &Device) -> Tensor {
     Tensor::from_slice(data, shape, d).unwrap()

@@ -4,14 +4,9 @@
 //! `LABS_DEVICE=cuda`.
 
 use labs_core::alloc::Category;
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_core::{Device, Tensor};
-
-/// The tests share one device and measure its memory: one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Bytes allocated now in each category.
 fn by_category(device: &Device) -> [u64; Category::COUNT] {

@@ -12,14 +12,9 @@ use labs_core::autograd::{
     checkpoint, checkpoint_with, retained_graph, save_matmul_and_attention, save_on_cpu,
     saved_tensors_hooks, CheckpointOptions, OffloadOptions,
 };
+use labs_core::testing::serial;
 use labs_core::testing::{launch_count, launches, test_device};
 use labs_core::{Device, Tensor};
-
-/// The tests share one device and measure its memory: one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The parameters of a small MLP block, `x -> ln -> x W1 -> gelu -> dropout -> W2 ->
 /// tanh + x`, width `d`, hidden `4d`.

@@ -7,19 +7,14 @@
 //! The profiler counts every launch of the process, so the tests run one at a time.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
 
 use half::bf16;
 use labs_core::device::profile;
 use labs_core::nn::{sdpa_kernel, Gpt2, Gpt2Config, Rng, SdpaBackend};
 use labs_core::tensor::{autocast, set_attention_path, AttentionPath};
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_core::{DType, Device, Tensor};
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Launches per kernel family (the label's first word) while `f` runs.
 fn launches(f: impl FnOnce()) -> HashMap<String, u64> {

@@ -14,6 +14,7 @@ use labs_core::dist::{
 };
 use labs_core::nn::{Activation, Mlp, Module, Rng, TransformerConfig, TransformerEncoderLayer};
 use labs_core::optim::{Adam, Optimizer, Sgd};
+use labs_core::testing::assert_close;
 use labs_core::testing::test_device;
 use labs_core::{Device, DeviceId, Tensor};
 
@@ -62,16 +63,10 @@ fn params_of(params: &[Tensor]) -> Vec<Vec<f32>> {
     params.iter().map(values).collect()
 }
 
-fn assert_close(what: &str, got: &[Vec<f32>], want: &[Vec<f32>], tol: f32) {
+fn assert_each_close(what: &str, got: &[Vec<f32>], want: &[Vec<f32>], tol: f64) {
     assert_eq!(got.len(), want.len(), "{what}: tensor count");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert_eq!(g.len(), w.len(), "{what} #{i}: length");
-        for (j, (a, b)) in g.iter().zip(w).enumerate() {
-            assert!(
-                (a - b).abs() <= tol * (1.0 + b.abs()),
-                "{what} #{i}[{j}]: {a} vs {b}"
-            );
-        }
+        assert_close(&format!("{what} #{i}"), g, w, tol, tol);
     }
 }
 
@@ -182,8 +177,8 @@ fn ddp_step(case: &dyn Case, devices: &[Device]) -> Vec<(Values, Values)> {
 fn check_against_single_device(case: &dyn Case, devices: &[Device], reference_on: &Device) {
     let (want_grads, want_params) = reference(case, devices.len(), reference_on);
     for (rank, (g, p)) in ddp_step(case, devices).iter().enumerate() {
-        assert_close(&format!("rank {rank} gradients"), g, &want_grads, 1e-5);
-        assert_close(&format!("rank {rank} parameters"), p, &want_params, 1e-5);
+        assert_each_close(&format!("rank {rank} gradients"), g, &want_grads, 1e-5);
+        assert_each_close(&format!("rank {rank} parameters"), p, &want_params, 1e-5);
     }
 }
 
@@ -207,8 +202,8 @@ fn world_of_one_on_the_device_under_test() {
     let d = test_device();
     let (want_grads, want_params) = reference(&MlpCase, 1, &d);
     let got = ddp_step(&MlpCase, std::slice::from_ref(&d));
-    assert_close("gradients", &got[0].0, &want_grads, 1e-5);
-    assert_close("parameters", &got[0].1, &want_params, 1e-5);
+    assert_each_close("gradients", &got[0].0, &want_grads, 1e-5);
+    assert_each_close("parameters", &got[0].1, &want_params, 1e-5);
 }
 
 #[test]
@@ -344,7 +339,7 @@ fn no_sync_accumulates_locally_until_the_last_micro_batch() {
     assert!(results[0].1.is_empty() && results[1].1.is_empty());
     assert_ne!(results[0].0, results[1].0);
     for (_, _, g) in &results {
-        assert_close("accumulated gradients", g, &want, 1e-5);
+        assert_each_close("accumulated gradients", g, &want, 1e-5);
     }
 }
 
@@ -565,7 +560,7 @@ fn gpt2_with_a_tied_head_equals_single_device_training() {
         (grads(&m.parameters()), events)
     });
     for (g, events) in got {
-        assert_close("gpt2 gradients", &g, &want, 1e-5);
+        assert_each_close("gpt2 gradients", &g, &want, 1e-5);
         let ready = events
             .iter()
             .filter(|e| matches!(e, DdpEvent::GradReady { .. }))

@@ -10,31 +10,14 @@
 
 mod gradcheck;
 
-use gradcheck::{check_gradients, serial, values};
+use gradcheck::{check_gradients, values};
 use labs_core::autograd::{checkpoint, retained_graph};
 use labs_core::nn::attention::causal_mask_rect;
 use labs_core::nn::{sdpa_kernel, MhaLayout, Module, MultiheadAttention, Rng, SdpaBackend};
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
+use labs_core::testing::{host, max_error};
 use labs_core::{DType, Device, Tensor};
-
-fn host(t: &Tensor) -> Vec<f64> {
-    t.to_dtype(DType::F32)
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap()
-        .into_iter()
-        .map(f64::from)
-        .collect()
-}
-
-/// The largest `|got - want| / (1 + |want|)`.
-fn max_error(got: &[f64], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    got.iter()
-        .zip(want)
-        .map(|(g, w)| (g - w).abs() / (1.0 + w.abs()))
-        .fold(0.0, f64::max)
-}
 
 /// `[B, H, T, D]` inputs of `dtype` in [-1, 1), leaves that require grad.
 fn leaf(shape: [usize; 4], seed: u64, dtype: DType, device: &Device) -> Tensor {

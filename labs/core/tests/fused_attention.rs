@@ -6,6 +6,7 @@
 
 use labs_core::autograd::retained_graph;
 use labs_core::testing::test_device;
+use labs_core::testing::{host, max_error};
 use labs_core::{DType, Device, Tensor};
 
 /// Deterministic values in [-1, 1).
@@ -54,25 +55,6 @@ fn reference(
         }
     }
     (out, lse)
-}
-
-fn host(t: &Tensor) -> Vec<f64> {
-    t.to_dtype(DType::F32)
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap()
-        .into_iter()
-        .map(f64::from)
-        .collect()
-}
-
-/// The largest `|got - want| / (1 + |want|)`.
-fn max_error(got: &[f64], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    got.iter()
-        .zip(want)
-        .map(|(g, w)| (g - w).abs() / (1.0 + w.abs()))
-        .fold(0.0, f64::max)
 }
 
 fn inputs(

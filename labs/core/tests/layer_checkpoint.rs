@@ -10,14 +10,9 @@ use labs_core::nn::{
     Module, Rng, SdpaBackend, SdpaCalls, Transformer, TransformerConfig,
 };
 use labs_core::tensor::autocast;
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_core::{DType, Device, Tensor};
-
-/// The tests share one device and measure its memory: one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Every parameter's gradient as bits, in parameter order; the gradients are cleared.
 fn grad_bits(m: &dyn Module) -> Vec<u32> {

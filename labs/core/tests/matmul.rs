@@ -25,18 +25,12 @@
 //! The tests take one lock: the allocator's `memory_allocated` counts the whole device,
 //! and one test checks that products leave it where it was.
 
-use std::sync::{Mutex, MutexGuard};
-
 use half::{bf16, f16};
 use labs_core::kernels::{Gemm, Kernel, Operand};
 use labs_core::tensor::MatmulOptions;
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_core::{DType, Device, Element, Error, Tensor};
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 const U32: f64 = 1.0 / (1u64 << 24) as f64;
 

@@ -12,7 +12,8 @@ use labs_core::{DType, Device, Tensor};
 
 mod gradcheck;
 
-use gradcheck::{serial, values};
+use gradcheck::values;
+use labs_core::testing::serial;
 
 const PAIRS: [(DType, DType); 6] = [
     (DType::F32, DType::BF16),

@@ -7,13 +7,10 @@
 use half::{bf16, f16};
 use labs_core::nn::{self, Linear, Mlp, Module, Relu, Rng, Sequential};
 use labs_core::tensor::no_grad;
+use labs_core::testing::host;
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_core::{DType, Device, Tensor};
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn names(m: &dyn Module) -> Vec<String> {
     m.named_parameters().into_iter().map(|(n, _)| n).collect()
@@ -525,15 +522,6 @@ fn attention_and_transformer_layers_are_named_as_pytorch() {
         (names(&ln), ln.num_parameters()),
         (vec!["weight".to_string(), "bias".to_string()], 12)
     );
-}
-
-/// The float64 values of a float32 tensor.
-fn host(t: &Tensor) -> Vec<f64> {
-    t.to_vec::<f32>()
-        .unwrap()
-        .iter()
-        .map(|&v| v as f64)
-        .collect()
 }
 
 #[test]

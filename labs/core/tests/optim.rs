@@ -6,13 +6,10 @@
 use half::f16;
 use labs_core::nn::{Mlp, Module, Rng};
 use labs_core::optim::{Adam, AdamW, Optimizer, Sgd};
+use labs_core::testing::assert_close;
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_core::{Device, Tensor};
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Gives the leaf `p` the gradient `g` (the backward of `sum(p * g)`), replacing any.
 fn set_grad(p: &Tensor, g: &[f32], device: &Device) {
@@ -32,15 +29,6 @@ fn start() -> (Vec<f32>, [Vec<f32>; 3]) {
         rng.uniform(N, 2.0),
     ];
     (p, g)
-}
-
-fn assert_close(got: &[f32], want: &[f64], what: &str) {
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (*g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()),
-            "{what}[{i}]: {g} vs reference {w}"
-        );
-    }
 }
 
 /// Runs three steps of `opt` over one parameter with the gradients of `start()`,
@@ -63,9 +51,11 @@ fn three_steps(
         let g64: Vec<f64> = g.iter().map(|&v| v as f64).collect();
         reference(&mut want, &g64);
         assert_close(
+            &format!("{what} step {}", step + 1),
             &p.to_vec::<f32>().unwrap(),
             &want,
-            &format!("{what} step {}", step + 1),
+            1e-5,
+            1e-5,
         );
     }
 }

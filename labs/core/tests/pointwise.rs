@@ -8,7 +8,8 @@ use labs_core::{DType, Tensor};
 
 mod gradcheck;
 
-use gradcheck::{check_gradients, serial, values};
+use gradcheck::{check_gradients, values};
+use labs_core::testing::serial;
 
 fn input(shape: &[usize], seed: u64, lo: f32, hi: f32) -> (Vec<f32>, Vec<usize>) {
     let n = shape.iter().product();

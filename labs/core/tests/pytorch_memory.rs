@@ -10,14 +10,9 @@ mod gradcheck;
 
 use labs_core::kernels::UnaryOp;
 use labs_core::nn::{MhaLayout, MultiheadAttention, Rng};
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_core::{Device, Tensor};
-
-/// Every test holds this: they measure the device's allocations.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn close(a: &[f32], b: &[f32], what: &str) {
     assert_eq!(a.len(), b.len(), "{what}");

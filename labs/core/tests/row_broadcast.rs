@@ -3,8 +3,6 @@
 //! simulated GPU by default, on the GPU with `LABS_DEVICE=cuda`, where both the
 //! whole-vector path (16 columns, aligned) and the element-by-element one run.
 
-use std::sync::{Mutex, MutexGuard};
-
 use labs_core::kernels::{BinaryOp, Kernel, Strided};
 use labs_core::testing::{launch_count as count, launches, test_device};
 use labs_core::{DType, Device, Tensor};
@@ -12,12 +10,7 @@ use labs_core::{DType, Device, Tensor};
 mod gradcheck;
 
 use gradcheck::values;
-
-/// The profiler is process-wide: one test at a time.
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
+use labs_core::testing::serial;
 
 fn f64s(t: &Tensor) -> Vec<f64> {
     (t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap())

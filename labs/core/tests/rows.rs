@@ -7,10 +7,12 @@
 
 mod gradcheck;
 
-use gradcheck::{check_gradients, serial, values};
+use gradcheck::{check_gradients, values};
 use half::{bf16, f16};
 use labs_core::kernels::rows::dropout_uniform;
 use labs_core::tensor::IGNORE_INDEX;
+use labs_core::testing::assert_close;
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_core::{DType, Device, Error, Tensor};
 
@@ -66,14 +68,6 @@ const DTYPES: [(DType, f64); 3] = [
     (DType::F16, 2e-3),
     (DType::BF16, 1.6e-2),
 ];
-
-fn assert_close(name: &str, got: &[f32], want: &[f64], rel: f64, abs: f64) {
-    assert_eq!(got.len(), want.len(), "{name}: length");
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let ok = (g as f64 - w).abs() <= abs + rel * w.abs() || (g.is_nan() && w.is_nan());
-        assert!(ok, "{name}: element {i} is {g}, expected {w}");
-    }
-}
 
 /// Softmax (or log_softmax) of each row of `x`, in float64.
 fn softmax_ref(x: &[f32], cols: usize, log: bool) -> Vec<f64> {

@@ -8,19 +8,14 @@
 //! The profiler counts every launch of the process, so the tests run one at a time.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
 
 use half::{bf16, f16};
 use labs_core::device::profile;
 use labs_core::nn::{sdpa_kernel, Gpt2, Gpt2Config, Module, Rng, SdpaBackend};
 use labs_core::tensor::{autocast, set_attention_path, AttentionPath};
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_core::{DType, Device, Tensor};
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Launches per label (`Rows Softmax BF16`, `Cast`, ...) while `f` runs.
 fn launches(f: impl FnOnce()) -> HashMap<String, u64> {

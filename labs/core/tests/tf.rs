@@ -14,40 +14,18 @@ use labs_core::nn::{
     TransformerEncoder, TransformerEncoderLayer,
 };
 use labs_core::tensor::no_grad;
+use labs_core::testing::assert_close;
+use labs_core::testing::host;
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_core::{Device, Tensor};
-
-/// Every test holds this: the memory test counts all of the device's allocations.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn names(m: &dyn Module) -> Vec<String> {
     m.named_parameters().into_iter().map(|(n, _)| n).collect()
 }
 
-fn host(t: &Tensor) -> Vec<f64> {
-    t.to_vec::<f32>()
-        .unwrap()
-        .iter()
-        .map(|&v| v as f64)
-        .collect()
-}
-
 fn tensor(v: &[f32], shape: &[usize], device: &Device) -> Tensor {
     Tensor::from_slice(v, shape, device).unwrap()
-}
-
-fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let same_nan = g.is_nan() && w.is_nan();
-        assert!(
-            same_nan || (g - w).abs() <= tol * (1.0 + w.abs()),
-            "{what}[{i}]: {g} vs {w}"
-        );
-    }
 }
 
 /// softmax(q kᵀ / sqrt(d) + mask) v over `[B, H, L, D]` in float64; `hidden(b, h, i, j)`
@@ -110,12 +88,18 @@ fn sdpa_matches_a_host_reference_with_float_bool_and_causal_masks() {
     };
     // No mask.
     let want = reference(&q, &k, &v, dims, |_, _, _, _| false, |_, _, _, _| 0.0);
-    assert_close(&sdpa(None, false), &want, 1e-5, "plain");
+    assert_close("plain", &sdpa(None, false), &want, 1e-5, 1e-5);
     // Causal: top-left aligned (key j > i hidden) on a rectangular [3, 4].
     let want = reference(&q, &k, &v, dims, |_, _, i, j| j > i, |_, _, _, _| 0.0);
-    assert_close(&sdpa(None, true), &want, 1e-5, "causal");
+    assert_close("causal", &sdpa(None, true), &want, 1e-5, 1e-5);
     let rect = causal_mask_rect(l, s, &device).unwrap();
-    assert_close(&sdpa(Some(&rect), false), &want, 1e-5, "causal_mask_rect");
+    assert_close(
+        "causal_mask_rect",
+        &sdpa(Some(&rect), false),
+        &want,
+        1e-5,
+        1e-5,
+    );
     // A float mask [B, 1, L, S], added.
     let add = rng.uniform(b * l * s, 2.0);
     let addt = tensor(&add, &[b, 1, l, s], &device);
@@ -127,7 +111,7 @@ fn sdpa_matches_a_host_reference_with_float_bool_and_causal_masks() {
         |_, _, _, _| false,
         |bi, _, i, j| add[(bi * l + i) * s + j] as f64,
     );
-    assert_close(&sdpa(Some(&addt), false), &want, 1e-5, "float mask");
+    assert_close("float mask", &sdpa(Some(&addt), false), &want, 1e-5, 1e-5);
     // A uint8 mask [L, S]: 1 attends (F.scaled_dot_product_attention's bool mask);
     // combined with causal.
     let keep: Vec<u8> = (0..l * s).map(|x| (x % 3 != 1) as u8).collect();
@@ -140,7 +124,13 @@ fn sdpa_matches_a_host_reference_with_float_bool_and_causal_masks() {
         |_, _, i, j| keep[i * s + j] == 0 || j > i,
         |_, _, _, _| 0.0,
     );
-    assert_close(&sdpa(Some(&keept), true), &want, 1e-5, "bool + causal");
+    assert_close(
+        "bool + causal",
+        &sdpa(Some(&keept), true),
+        &want,
+        1e-5,
+        1e-5,
+    );
     // Bad shapes are errors that say what was expected.
     let err = scaled_dot_product_attention(&qt, &vt, &qt, None, false, 0.0, true).unwrap_err();
     assert!(err.to_string().contains("[B, H, L, Dh]"), "{err}");
@@ -166,10 +156,11 @@ fn multihead_attention_masks_and_need_weights() {
     let by_bool = mha.attend(&x, &x, &x, Some(&hide_t)).unwrap();
     let by_float = mha.attend(&x, &x, &x, Some(&float_t)).unwrap();
     assert_close(
+        "bool vs float mask",
         &host(&by_bool),
         &host(&by_float),
         1e-6,
-        "bool vs float mask",
+        1e-6,
     );
     // is_causal with no mask is the causal mask.
     let causal = AttentionMasks {
@@ -177,7 +168,7 @@ fn multihead_attention_masks_and_need_weights() {
         ..Default::default()
     };
     let by_flag = mha.forward_qkv(&x, &x, &x, causal, false).unwrap().0;
-    assert_close(&host(&by_flag), &host(&by_float), 1e-6, "is_causal");
+    assert_close("is_causal", &host(&by_flag), &host(&by_float), 1e-6, 1e-6);
     // key_padding_mask [B, S] (1 = padding) equals the per-batch attn_mask [B*H, L, S]
     // hiding the same keys.
     let pad: Vec<u8> = vec![0, 0, 0, 1, 0, 1, 1, 0];
@@ -199,11 +190,23 @@ fn multihead_attention_masks_and_need_weights() {
     };
     let (by_pad, _) = mha.forward_qkv(&x, &x, &x, padded, false).unwrap();
     let by_3d = mha.attend(&x, &x, &x, Some(&per_head_t)).unwrap();
-    assert_close(&host(&by_pad), &host(&by_3d), 1e-6, "key_padding_mask");
+    assert_close(
+        "key_padding_mask",
+        &host(&by_pad),
+        &host(&by_3d),
+        1e-6,
+        1e-6,
+    );
     // need_weights: the same output, and weights [B, L, S] averaged over heads whose
     // rows sum to 1 and are 0 on padded keys.
     let (out, weights) = mha.forward_qkv(&x, &x, &x, padded, true).unwrap();
-    assert_close(&host(&out), &host(&by_pad), 1e-6, "need_weights output");
+    assert_close(
+        "need_weights output",
+        &host(&out),
+        &host(&by_pad),
+        1e-6,
+        1e-6,
+    );
     let w = weights.expect("need_weights=true returns the weights");
     assert_eq!(w.shape(), [b, l, l]);
     let w = host(&w);
@@ -291,7 +294,7 @@ fn norm_first_and_gelu_layers_compose_as_pytorch_writes_them() {
             Activation::Gelu => hidden.gelu("none").unwrap(),
         };
         let want = x1.add(&lin(&hidden, "linear2")).unwrap();
-        assert_close(&host(&got), &host(&want), 1e-5, "pre-norm encoder");
+        assert_close("pre-norm encoder", &host(&got), &host(&want), 1e-5, 1e-5);
         // Post-norm with the same parameters differs.
         let mut post = TransformerEncoderLayer::new(small(d, 2, 16), rng, &device).unwrap();
         post.config.activation = activation;

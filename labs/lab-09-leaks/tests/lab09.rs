@@ -11,13 +11,9 @@ use lab_09::{drops, eval, planted, unused_result};
 use labs_core::alloc::LeakGuard;
 use labs_core::autograd::retained_graph;
 use labs_core::tensor::no_grad;
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_core::{Device, Tensor};
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The allocator's smallest block: every request is rounded up to a multiple of it.
 const ROUND: u64 = 512;

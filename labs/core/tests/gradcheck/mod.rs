@@ -8,13 +8,6 @@ use labs_core::tensor::no_grad;
 use labs_core::testing::test_device;
 use labs_core::{Device, Tensor};
 
-/// The tests share one device and its allocator, and some measure its memory: they run
-/// one at a time.
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// Deterministic inputs in [lo, hi).
 pub fn values(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
     let mut s = seed

@@ -2,6 +2,10 @@
 //! `LABS_DEVICE=cuda` runs every test on the GPU (a missing GPU is then a failure, never
 //! a skip); unset, tests use the simulated GPU.
 
+mod values;
+
+pub use values::{assert_close, host, max_error, serial};
+
 use crate::device::profile::{self, KernelTime};
 use crate::device::{Device, DeviceId, ENV_DEVICE};
 
