@@ -3,6 +3,7 @@
 //! panic, an abort, a wrong answer or an unclear message) and must now be a clean,
 //! bounded, one-line error or a correct result.
 
+#[path = "../alloc/tests/bounded/mod.rs"]
 mod bounded;
 
 use std::time::Duration;

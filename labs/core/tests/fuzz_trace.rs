@@ -4,6 +4,7 @@
 //! must replay (strict and lenient) to a report or a one-line error, equally bounded.
 //! `LABS_FUZZ_CASES=10000 cargo test -p labs-core --test fuzz_trace` for a longer run.
 
+#[path = "../alloc/tests/bounded/mod.rs"]
 mod bounded;
 
 use std::io::Read;

@@ -2,8 +2,6 @@
 //! the GPU with `LABS_DEVICE=cuda`). The tests measure the device's allocator, so they
 //! run one at a time.
 
-use std::sync::{Mutex, MutexGuard};
-
 use lab_09::exercises::{evaluate, graph_bytes, log_losses};
 use lab_09::model::{batch, Mlp, Sizes};
 use lab_09::running_loss::{self, Keep};

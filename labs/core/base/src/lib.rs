@@ -14,6 +14,7 @@ pub mod format;
 pub mod input;
 pub mod oom_report;
 pub mod runtime;
+pub mod testing;
 pub mod threads;
 
 pub use error::{Error, Result};

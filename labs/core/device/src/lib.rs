@@ -15,6 +15,7 @@ pub mod cuda;
 pub mod device;
 pub mod kernels;
 pub mod sim;
+pub mod testing;
 
 // The lower crates' modules under the paths this crate's files name them by.
 use labs_alloc::alloc;

@@ -4,6 +4,7 @@
 
 pub mod nn;
 pub mod optim;
+pub mod testing;
 
 // The lower crates' modules under the paths this crate's files name them by.
 use labs_alloc::alloc;

@@ -9,6 +9,7 @@
 pub mod autograd;
 pub mod host;
 pub mod tensor;
+pub mod testing;
 
 // The lower crates' modules under the paths this crate's files name them by.
 use labs_alloc::alloc;

@@ -7,8 +7,8 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use labs_core::dist::{self, DistEnv, Rendezvous};
-use labs_core::Error;
+use labs_base::Error;
+use labs_dist::dist::{self, DistEnv, Rendezvous};
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 

@@ -9,12 +9,13 @@
 use std::collections::HashMap;
 
 use half::bf16;
-use labs_core::device::profile;
-use labs_core::nn::{sdpa_kernel, Gpt2, Gpt2Config, Rng, SdpaBackend};
-use labs_core::tensor::{autocast, set_attention_path, AttentionPath};
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
-use labs_core::{DType, Device, Tensor};
+use labs_base::testing::serial;
+use labs_device::device::profile;
+use labs_device::testing::test_device;
+use labs_device::Device;
+use labs_nn::nn::{sdpa_kernel, Gpt2, Gpt2Config, Rng, SdpaBackend};
+use labs_tensor::tensor::{autocast, set_attention_path, AttentionPath};
+use labs_tensor::{DType, Tensor};
 
 /// Launches per kernel family (the label's first word) while `f` runs.
 fn launches(f: impl FnOnce()) -> HashMap<String, u64> {

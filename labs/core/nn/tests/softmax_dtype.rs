@@ -10,12 +10,13 @@
 use std::collections::HashMap;
 
 use half::{bf16, f16};
-use labs_core::device::profile;
-use labs_core::nn::{sdpa_kernel, Gpt2, Gpt2Config, Module, Rng, SdpaBackend};
-use labs_core::tensor::{autocast, set_attention_path, AttentionPath};
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
-use labs_core::{DType, Device, Tensor};
+use labs_base::testing::serial;
+use labs_device::device::profile;
+use labs_device::testing::test_device;
+use labs_device::Device;
+use labs_nn::nn::{sdpa_kernel, Gpt2, Gpt2Config, Module, Rng, SdpaBackend};
+use labs_tensor::tensor::{autocast, set_attention_path, AttentionPath};
+use labs_tensor::{DType, Tensor};
 
 /// Launches per label (`Rows Softmax BF16`, `Cast`, ...) while `f` runs.
 fn launches(f: impl FnOnce()) -> HashMap<String, u64> {

@@ -8,7 +8,7 @@
 mod bounded;
 
 use bounded::mutate::{apply, mutations};
-use labs_core::snapshot::{
+use labs_alloc::snapshot::{
     self, Block, BlockState, Frame, Segment, SegmentType, Snapshot, TraceAction, TraceEvent,
 };
 use proptest::prelude::*;
@@ -69,7 +69,7 @@ fn built() -> Snapshot {
 
 fn seeds() -> Vec<Vec<u8>> {
     let mut seeds = vec![snapshot::dump(&built()).into_bytes()];
-    let real = labs_core::testing::data_dir().join("snapshots/mlp_adam.pickle");
+    let real = labs_base::testing::data_dir().join("snapshots/mlp_adam.pickle");
     if let Ok((snap, _)) = snapshot::load_file(real) {
         // Small enough to mutate quickly: the segments and the first events.
         let snap = Snapshot {

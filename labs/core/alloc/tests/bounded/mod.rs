@@ -149,7 +149,7 @@ pub mod pickles;
 /// memory timeline), each within `64 MiB + per_byte × input` of heap and five seconds;
 /// a refusal must be a one-line error. Says how far it got: "loaded" or "refused".
 pub fn check_snapshot(bytes: &[u8], per_byte: usize) -> &'static str {
-    use labs_core::snapshot::{self, memory_timeline, Summary};
+    use labs_alloc::snapshot::{self, memory_timeline, Summary};
     const LIMIT: Duration = Duration::from_secs(5);
     let heap = (64 << 20) + per_byte * bytes.len();
     match bounded("loading", heap, LIMIT, || snapshot::load(bytes)) {
@@ -178,7 +178,7 @@ pub fn fuzz<S: proptest::strategy::Strategy>(
     strategy: S,
     test: impl Fn(S::Value) -> &'static str,
 ) -> std::collections::BTreeMap<&'static str, usize> {
-    use labs_core::testing::{fuzz_cases, fuzz_seed, ENV_FUZZ_CASES, ENV_FUZZ_SEED};
+    use labs_base::testing::{fuzz_cases, fuzz_seed, ENV_FUZZ_CASES, ENV_FUZZ_SEED};
     use std::cell::RefCell;
     let tally = RefCell::new(std::collections::BTreeMap::new());
     let (cases, seed) = (fuzz_cases(default), fuzz_seed(name));

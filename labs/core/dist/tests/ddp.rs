@@ -7,16 +7,17 @@
 
 use std::sync::Arc;
 
-use labs_core::alloc::Category;
-use labs_core::device::set_sim_device_count;
-use labs_core::dist::{
+use labs_alloc::alloc::Category;
+use labs_base::testing::assert_close;
+use labs_device::device::set_sim_device_count;
+use labs_device::testing::test_device;
+use labs_device::{Device, DeviceId};
+use labs_dist::dist::{
     self, Communicator, DdpEvent, DdpOptions, DistributedDataParallel, ZeroRedundancyOptimizer,
 };
-use labs_core::nn::{Activation, Mlp, Module, Rng, TransformerConfig, TransformerEncoderLayer};
-use labs_core::optim::{Adam, Optimizer, Sgd};
-use labs_core::testing::assert_close;
-use labs_core::testing::test_device;
-use labs_core::{Device, DeviceId, Tensor};
+use labs_nn::nn::{Activation, Mlp, Module, Rng, TransformerConfig, TransformerEncoderLayer};
+use labs_nn::optim::{Adam, Optimizer, Sgd};
+use labs_tensor::Tensor;
 
 /// Simulated GPUs `first..first + n`: each test its own, so that their memory is
 /// measured apart while tests run in parallel.
@@ -383,10 +384,10 @@ fn a_parameter_without_gradient_is_named() {
 fn parameters_ddp_cannot_reduce_are_refused() {
     let d = sims(19, 1);
     let comm = Arc::new(dist::group(&d).unwrap().pop().unwrap());
-    let plain = Tensor::zeros(&[2], labs_core::DType::F32, &d[0]).unwrap();
+    let plain = Tensor::zeros(&[2], labs_tensor::DType::F32, &d[0]).unwrap();
     let e = DistributedDataParallel::new(vec![("w".into(), plain)], comm.clone());
     assert!(e.is_err_and(|e| e.to_string().contains("w is not a leaf")));
-    let ints = Tensor::zeros(&[2], labs_core::DType::I32, &d[0])
+    let ints = Tensor::zeros(&[2], labs_tensor::DType::I32, &d[0])
         .unwrap()
         .requires_grad_(true);
     assert!(DistributedDataParallel::new(vec![("i".into(), ints)], comm).is_err());
@@ -510,7 +511,7 @@ fn zero1_consumes_the_gradients_and_names_a_missing_one() {
 /// whose hook must run once, after both.
 #[test]
 fn gpt2_with_a_tied_head_equals_single_device_training() {
-    use labs_core::nn::{Gpt2, Gpt2Config};
+    use labs_nn::nn::{Gpt2, Gpt2Config};
     let d = sims(44, 3);
     let config = Gpt2Config {
         vocab: 11,

@@ -10,17 +10,19 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use half::{bf16, f16};
-use labs_core::kernels::{BinaryOp, UnaryOp};
+use labs_device::kernels::{BinaryOp, UnaryOp};
 use std::rc::Rc;
 
-use labs_core::nn::{
+use labs_device::testing::test_device;
+use labs_device::Device;
+use labs_nn::nn::{
     causal_mask, Activation, AttentionMasks, Embedding, Gpt2, Gpt2Config, LayerNorm, Linear,
     Module, MultiheadAttention, Relu, Rng, Sequential, Transformer, TransformerConfig,
     TransformerDecoderLayer, TransformerEncoderLayer,
 };
-use labs_core::optim::{Adam, AdamW, Optimizer, Sgd};
-use labs_core::testing::{parity_manifest, test_device, ParityCase, ParityManifest};
-use labs_core::{DType, Device, Tensor};
+use labs_nn::optim::{Adam, AdamW, Optimizer, Sgd};
+use labs_nn::testing::{parity_manifest, ParityCase, ParityManifest};
+use labs_tensor::{DType, Tensor};
 
 type Tensors = HashMap<String, Tensor>;
 
@@ -205,7 +207,7 @@ fn functional(case: &ParityCase, x: &[Tensor]) -> Result<Forward, NotCovered> {
         let rank = x[0].shape().len() as i64;
         (if d < 0 { d + rank } else { d }) as usize
     };
-    let ok = |r: labs_core::Result<Tensor>| r.unwrap_or_else(|e| panic!("{}: {e}", case.name));
+    let ok = |r: labs_base::Result<Tensor>| r.unwrap_or_else(|e| panic!("{}: {e}", case.name));
     Ok(match op {
         "sum" => x[0].sum_dims(&dims, keepdim).expect("sum"),
         "mean" => x[0].mean_dims(&dims, keepdim).expect("mean"),
@@ -265,7 +267,7 @@ impl From<Tensor> for Forward {
 /// A module case's model, built with its constructor and loaded with the fixture's
 /// parameters by `load_state_dict` (so PyTorch's names are checked too), and its
 /// forward over the case's inputs.
-type Forwarding = Box<dyn Fn(&[Tensor]) -> labs_core::Result<Tensor>>;
+type Forwarding = Box<dyn Fn(&[Tensor]) -> labs_base::Result<Tensor>>;
 
 fn module(case: &ParityCase, t: &Tensors) -> Result<(Rc<dyn Module>, Forwarding), NotCovered> {
     let device = get(t, "output").device().clone();
@@ -697,7 +699,7 @@ fn the_harness_checks_what_the_script_writes() {
         ("frobnicate", vec![("input.0".to_string(), f(&a, &[6]))]),
     ];
     for (name, tensors) in &files {
-        labs_core::nn::save(dir.join(format!("{name}.safetensors")), tensors).unwrap();
+        labs_nn::nn::save(dir.join(format!("{name}.safetensors")), tensors).unwrap();
     }
     let case = |name: &str, op: &str, extra: serde_json::Value| {
         let mut c = serde_json::json!({

@@ -4,6 +4,7 @@
 //! is read, and weights are streamed onto the device rather than held on the host in
 //! several copies.
 
+#[path = "../../alloc/tests/bounded/mod.rs"]
 mod bounded;
 
 use std::path::{Path, PathBuf};
@@ -11,11 +12,11 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use bounded::{assert_one_line, measure};
-use labs_core::alloc::replay;
-use labs_core::nn;
-use labs_core::snapshot;
-use labs_core::testing::test_device;
-use labs_core::{DType, Tensor};
+use labs_alloc::alloc::replay;
+use labs_alloc::snapshot;
+use labs_device::testing::test_device;
+use labs_nn::nn;
+use labs_tensor::{DType, Tensor};
 
 const MIB: usize = 1 << 20;
 /// How long a refusal may take: it reads nothing, so a hang shows up as a timeout.

@@ -4,12 +4,13 @@
 //! back to its baseline once model and optimizer are dropped.
 
 use half::f16;
-use labs_core::nn::{Mlp, Module, Rng};
-use labs_core::optim::{Adam, AdamW, Optimizer, Sgd};
-use labs_core::testing::assert_close;
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
-use labs_core::{Device, Tensor};
+use labs_base::testing::assert_close;
+use labs_base::testing::serial;
+use labs_device::testing::test_device;
+use labs_device::Device;
+use labs_nn::nn::{Mlp, Module, Rng};
+use labs_nn::optim::{Adam, AdamW, Optimizer, Sgd};
+use labs_tensor::Tensor;
 
 /// Gives the leaf `p` the gradient `g` (the backward of `sum(p * g)`), replacing any.
 fn set_grad(p: &Tensor, g: &[f32], device: &Device) {
@@ -164,7 +165,7 @@ fn adam_and_adamw_follow_pytorchs_rules() {
     );
     // AdamW's default decay is 0.01 and is decoupled.
     let device = test_device();
-    let p = Tensor::zeros(&[1], labs_core::DType::F32, &device).unwrap();
+    let p = Tensor::zeros(&[1], labs_tensor::DType::F32, &device).unwrap();
     let w = AdamW::new(vec![p], 1e-3);
     assert!(w.is_decoupled() && w.weight_decay == 0.01);
 }
@@ -192,7 +193,7 @@ fn state_appears_at_the_first_step_and_skips_parameters_without_grad() {
     let s = opt.state(0).expect("a's state");
     assert_eq!(s.step, 1);
     // Counted as optimizer state, as PyTorch's memory profiler would.
-    use labs_core::alloc::Category;
+    use labs_alloc::alloc::Category;
     assert_eq!(s.exp_avg.category().unwrap(), Category::OptimizerState);
     assert_eq!(s.exp_avg_sq.category().unwrap(), Category::OptimizerState);
     assert_eq!(a.grad().unwrap().category().unwrap(), Category::Gradient);
@@ -263,7 +264,10 @@ fn half_precision_parameters_step_with_float32_state() {
             .map(|v| v.to_f64())
             .collect();
     }
-    assert_eq!(opt.state(0).unwrap().exp_avg.dtype(), labs_core::DType::F32);
+    assert_eq!(
+        opt.state(0).unwrap().exp_avg.dtype(),
+        labs_tensor::DType::F32
+    );
 }
 
 /// Mean squared error of `model(x)` against `y`.
@@ -319,9 +323,7 @@ fn an_mlp_learns_a_tiny_problem_and_memory_returns_to_baseline() {
 
 #[test]
 fn a_tiny_transformer_learns_with_adamw_and_frees_everything() {
-    use labs_core::nn::{
-        causal_mask, Embedding, Linear, TransformerConfig, TransformerEncoderLayer,
-    };
+    use labs_nn::nn::{causal_mask, Embedding, Linear, TransformerConfig, TransformerEncoderLayer};
     let _serial = serial();
     let device = test_device();
     let alloc = device.allocator().unwrap();

@@ -7,18 +7,19 @@
 //! baseline once a model and its graph are dropped. Runs on the simulated GPU by default
 //! and on the GPU with `LABS_DEVICE=cuda`.
 
-use labs_core::nn::attention::{causal_mask_rect, scaled_dot_product_attention};
-use labs_core::nn::{
+use labs_base::testing::assert_close;
+use labs_base::testing::serial;
+use labs_device::testing::test_device;
+use labs_device::Device;
+use labs_nn::nn::attention::{causal_mask_rect, scaled_dot_product_attention};
+use labs_nn::nn::{
     self, Activation, AttentionMasks, DecoderMasks, Gpt2, Gpt2Config, Module, MultiheadAttention,
     Rng, Transformer, TransformerConfig, TransformerDecoder, TransformerDecoderLayer,
     TransformerEncoder, TransformerEncoderLayer,
 };
-use labs_core::tensor::no_grad;
-use labs_core::testing::assert_close;
-use labs_core::testing::host;
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
-use labs_core::{Device, Tensor};
+use labs_tensor::tensor::no_grad;
+use labs_tensor::testing::host;
+use labs_tensor::Tensor;
 
 fn names(m: &dyn Module) -> Vec<String> {
     m.named_parameters().into_iter().map(|(n, _)| n).collect()
@@ -690,7 +691,7 @@ fn sdpa_dropout_applies_only_in_training() {
 
 #[test]
 fn a_tiny_gpt2_learns_a_repeating_sequence() {
-    use labs_core::optim::{AdamW, Optimizer};
+    use labs_nn::optim::{AdamW, Optimizer};
     let _serial = serial();
     let device = test_device();
     let c = Gpt2Config {

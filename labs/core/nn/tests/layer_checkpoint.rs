@@ -4,15 +4,16 @@
 //! category at the moment of the peak. Runs on the simulated GPU by default and on the
 //! GPU with `LABS_DEVICE=cuda`.
 
-use labs_core::alloc::Category;
-use labs_core::nn::{
+use labs_alloc::alloc::Category;
+use labs_base::testing::serial;
+use labs_device::testing::test_device;
+use labs_device::Device;
+use labs_nn::nn::{
     causal_mask, reset_sdpa_calls, sdpa_calls, sdpa_kernel, Gpt2, Gpt2Config, LayerCheckpoint,
     Module, Rng, SdpaBackend, SdpaCalls, Transformer, TransformerConfig,
 };
-use labs_core::tensor::autocast;
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
-use labs_core::{DType, Device, Tensor};
+use labs_tensor::tensor::autocast;
+use labs_tensor::{DType, Tensor};
 
 /// Every parameter's gradient as bits, in parameter order; the gradients are cleared.
 fn grad_bits(m: &dyn Module) -> Vec<u32> {
@@ -110,7 +111,7 @@ fn attention_calls_are_counted_by_path() {
     let device = test_device();
     let q = Tensor::randn(&[1, 2, 4, 8], 9, &device).unwrap();
     let attend = |mask: Option<&Tensor>| {
-        labs_core::nn::scaled_dot_product_attention(&q, &q, &q, mask, false, 0.0, true).unwrap()
+        labs_nn::nn::scaled_dot_product_attention(&q, &q, &q, mask, false, 0.0, true).unwrap()
     };
     let mask = causal_mask(4, &device).unwrap();
     reset_sdpa_calls();

@@ -6,9 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use labs_core::nn::{Mlp, Module, Rng};
-use labs_core::optim::{Adam, Optimizer};
-use labs_core::{Device, DeviceId, Tensor};
+use labs_device::{Device, DeviceId};
+use labs_nn::nn::{Mlp, Module, Rng};
+use labs_nn::optim::{Adam, Optimizer};
+use labs_tensor::Tensor;
 
 const GIB: u64 = 1 << 30;
 
@@ -67,8 +68,8 @@ fn reading_values_back_from_a_dry_run_is_a_clear_error() {
 #[test]
 fn a_dry_run_refuses_what_its_capacity_cannot_hold() {
     let dry = Device::new_dry(256 << 20);
-    let big = Tensor::zeros(&[200 << 20], labs_core::DType::U8, &dry).unwrap();
-    let err = Tensor::zeros(&[200 << 20], labs_core::DType::U8, &dry).unwrap_err();
+    let big = Tensor::zeros(&[200 << 20], labs_tensor::DType::U8, &dry).unwrap();
+    let err = Tensor::zeros(&[200 << 20], labs_tensor::DType::U8, &dry).unwrap_err();
     assert!(err.is_out_of_memory(), "{err}");
     assert!(err.to_string().contains("out of memory on dry:"), "{err}");
     drop(big);
@@ -77,7 +78,7 @@ fn a_dry_run_refuses_what_its_capacity_cannot_hold() {
 #[test]
 fn dry_is_a_device_name() {
     assert_eq!("dry".parse::<DeviceId>().unwrap(), DeviceId::Dry(0));
-    let d = labs_core::select_device(Some("dry:0")).unwrap().device;
+    let d = labs_device::select_device(Some("dry:0")).unwrap().device;
     assert_eq!(d.id(), DeviceId::Dry(0));
     assert!(d.is_dry());
 }

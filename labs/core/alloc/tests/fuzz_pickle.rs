@@ -16,7 +16,7 @@ fn seeds() -> Vec<Vec<u8>> {
         pickles::self_referencing_settings(),
         pickles::snapshot(|_| {}),
     ];
-    let real = labs_core::testing::data_dir().join("snapshots/mlp_adam.pickle");
+    let real = labs_base::testing::data_dir().join("snapshots/mlp_adam.pickle");
     if let Ok(bytes) = std::fs::read(real) {
         seeds.push(bytes);
     }

@@ -1,9 +1,7 @@
-//! Reading a tensor's values back and comparing them with a reference, the same way in
-//! every test suite; and the one lock of tests that read the device's memory counters.
+//! Comparing values with a reference the same way in every test suite, and the one lock
+//! of the tests that read the device's memory counters.
 
 use std::sync::{Mutex, MutexGuard};
-
-use crate::tensor::{DType, Tensor};
 
 /// Serialises the tests of one test binary that read the device's memory counters or
 /// its kernel counts (Rust runs a binary's tests on threads of one process, which share
@@ -11,18 +9,6 @@ use crate::tensor::{DType, Tensor};
 pub fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The values of a floating-point tensor as float64 (a float16 or bfloat16 tensor read
-/// through float32).
-pub fn host(t: &Tensor) -> Vec<f64> {
-    let read = |t: &Tensor| t.to_vec::<f32>().unwrap();
-    let values = if t.dtype() == DType::F32 {
-        read(t)
-    } else {
-        read(&t.to_dtype(DType::F32).unwrap())
-    };
-    values.into_iter().map(f64::from).collect()
 }
 
 /// The largest `|got - want| / (1 + |want|)`: a relative error that stays finite at zero.

@@ -5,12 +5,13 @@
 //! `LABS_DEVICE=cuda`.
 
 use half::{bf16, f16};
-use labs_core::nn::{self, Linear, Mlp, Module, Relu, Rng, Sequential};
-use labs_core::tensor::no_grad;
-use labs_core::testing::host;
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
-use labs_core::{DType, Device, Tensor};
+use labs_base::testing::serial;
+use labs_device::testing::test_device;
+use labs_device::Device;
+use labs_nn::nn::{self, Linear, Mlp, Module, Relu, Rng, Sequential};
+use labs_tensor::tensor::no_grad;
+use labs_tensor::testing::host;
+use labs_tensor::{DType, Tensor};
 
 fn names(m: &dyn Module) -> Vec<String> {
     m.named_parameters().into_iter().map(|(n, _)| n).collect()
@@ -24,7 +25,7 @@ struct TwoLayer {
 }
 
 impl Module for TwoLayer {
-    fn forward(&self, x: &Tensor) -> labs_core::Result<Tensor> {
+    fn forward(&self, x: &Tensor) -> labs_base::Result<Tensor> {
         self.fc2.forward(&self.fc1.forward(x)?.relu()?)
     }
     fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(String, &Tensor)) {
@@ -95,7 +96,10 @@ fn parameter_names_and_counts_are_pytorchs() {
     assert_eq!(nested.num_parameters(), 6 + 38);
     for p in nested.parameters() {
         assert!(p.requires_grad() && p.is_leaf());
-        assert_eq!(p.category().unwrap(), labs_core::alloc::Category::Parameter);
+        assert_eq!(
+            p.category().unwrap(),
+            labs_alloc::alloc::Category::Parameter
+        );
     }
 }
 
@@ -382,7 +386,7 @@ fn loading_fails_clearly() {
     let device = test_device();
     let model = Mlp::new(&[3, 4, 2], &mut Rng::seeded(1), &device).unwrap();
     let before = model.parameters()[0].to_vec::<f32>().unwrap();
-    let err = |r: labs_core::Result<()>| r.unwrap_err().to_string();
+    let err = |r: labs_base::Result<()>| r.unwrap_err().to_string();
 
     // A missing file.
     let missing = temp_path("no-such-file.safetensors");
@@ -439,7 +443,7 @@ fn loading_fails_clearly() {
 
 #[test]
 fn attention_and_transformer_layers_are_named_as_pytorch() {
-    use labs_core::nn::{
+    use labs_nn::nn::{
         Embedding, LayerNorm, MultiheadAttention, TransformerConfig, TransformerDecoderLayer,
         TransformerEncoderLayer,
     };
@@ -526,7 +530,7 @@ fn attention_and_transformer_layers_are_named_as_pytorch() {
 
 #[test]
 fn attention_matches_a_host_reference_and_a_causal_mask_hides_the_future() {
-    use labs_core::nn::{causal_mask, MultiheadAttention};
+    use labs_nn::nn::{causal_mask, MultiheadAttention};
     let device = test_device();
     let rng = &mut Rng::seeded(21);
     let (b, l, e, h) = (2, 3, 4, 2);
@@ -606,7 +610,7 @@ fn attention_matches_a_host_reference_and_a_causal_mask_hides_the_future() {
 
 #[test]
 fn attention_gradients_match_finite_differences() {
-    use labs_core::nn::{causal_mask, MultiheadAttention};
+    use labs_nn::nn::{causal_mask, MultiheadAttention};
     let _serial = serial();
     let device = test_device();
     let rng = &mut Rng::seeded(5);
@@ -649,7 +653,7 @@ fn attention_gradients_match_finite_differences() {
 
 #[test]
 fn embedding_layer_norm_and_dropout_modules() {
-    use labs_core::nn::{Dropout, Embedding, LayerNorm};
+    use labs_nn::nn::{Dropout, Embedding, LayerNorm};
     let device = test_device();
     let rng = &mut Rng::seeded(8);
     let emb = Embedding::new(5, 3, rng, &device).unwrap();

@@ -1,9 +1,10 @@
 //! Threads and processes the runtime starts: one the system cannot start is an error
 //! naming it, never a panic, and a launcher that fails stops the ranks it started.
 
-use labs_core::dist::{self, OutputStream};
-use labs_core::testing::fail_thread_spawns;
-use labs_core::{Device, Tensor};
+use labs_base::testing::fail_thread_spawns;
+use labs_device::Device;
+use labs_dist::dist::{self, OutputStream};
+use labs_tensor::Tensor;
 
 #[test]
 fn a_stream_worker_that_cannot_start_is_an_error() {
@@ -71,9 +72,9 @@ fn a_launch_of_too_many_ranks_is_refused_before_any_starts() {
 
 #[test]
 fn simulated_gpu_counts_are_bounded() {
-    let e = labs_core::device::set_sim_device_count(100_000)
+    let e = labs_device::device::set_sim_device_count(100_000)
         .expect_err("an error")
         .to_string();
     assert!(e.contains("100000") && e.contains("1024"), "{e}");
-    labs_core::device::set_sim_device_count(1024).unwrap();
+    labs_device::device::set_sim_device_count(1024).unwrap();
 }

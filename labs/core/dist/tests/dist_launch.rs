@@ -1,12 +1,14 @@
-//! The rendezvous, process groups over it and the launcher (`labs_core::dist`): ranks
+//! The rendezvous, process groups over it and the launcher (`labs_dist::dist`): ranks
 //! on threads of this process, and ranks in processes the launcher starts (this test
 //! binary itself, on the device under test's kind).
 
 use std::time::{Duration, Instant};
 
-use labs_core::dist::{self, DistEnv, OutputStream, ProcessGroupOptions, ReduceOp, Rendezvous};
-use labs_core::testing::test_device;
-use labs_core::{DType, Device, DeviceId, Error, Tensor};
+use labs_base::Error;
+use labs_device::testing::test_device;
+use labs_device::{Device, DeviceId};
+use labs_dist::dist::{self, DistEnv, OutputStream, ProcessGroupOptions, ReduceOp, Rendezvous};
+use labs_tensor::{DType, Tensor};
 
 fn distributed_message(e: Error) -> String {
     match e {
@@ -252,7 +254,7 @@ fn launcher_runs_a_process_group() {
         return launched_rank();
     }
     let nproc = if test_device().is_cuda() {
-        labs_core::cuda::device_count().unwrap()
+        labs_device::cuda::device_count().unwrap()
     } else {
         2
     };
@@ -281,6 +283,6 @@ fn launcher_runs_a_process_group() {
 
 /// Simulated GPU `i`, with enough of them for every test here.
 fn sim(i: usize) -> Device {
-    labs_core::device::set_sim_device_count(8).unwrap();
+    labs_device::device::set_sim_device_count(8).unwrap();
     Device::get(DeviceId::Sim(i)).unwrap()
 }

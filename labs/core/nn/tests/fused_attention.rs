@@ -4,10 +4,12 @@
 //! and the log-sum-exp, never the scores. Runs on the simulated GPU by default (the CPU
 //! twins) and on the GPU with `LABS_DEVICE=cuda` (`kernels/attention.cu`).
 
-use labs_core::autograd::retained_graph;
-use labs_core::testing::test_device;
-use labs_core::testing::{host, max_error};
-use labs_core::{DType, Device, Tensor};
+use labs_base::testing::max_error;
+use labs_device::testing::test_device;
+use labs_device::Device;
+use labs_tensor::autograd::retained_graph;
+use labs_tensor::testing::host;
+use labs_tensor::{DType, Tensor};
 
 /// Deterministic values in [-1, 1).
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -234,7 +236,7 @@ fn bad_inputs_are_refused_with_clear_errors() {
 
 #[test]
 fn the_fused_backend_serves_a_gpt2_with_the_same_loss_and_gradients_and_stores_less() {
-    use labs_core::nn::{sdpa_kernel, Gpt2, Gpt2Config, Module, Rng, SdpaBackend};
+    use labs_nn::nn::{sdpa_kernel, Gpt2, Gpt2Config, Module, Rng, SdpaBackend};
     let device = test_device();
     let c = Gpt2Config {
         vocab: 17,
@@ -346,7 +348,7 @@ fn every_tensor_core_head_size_gives_the_naive_gradients() {
     // batch-head count that makes several blocks.
     let device = test_device();
     for (dtype, tolerance) in [(DType::F32, 1e-4), (DType::F16, 1e-2), (DType::BF16, 6e-2)] {
-        for d in labs_core::kernels::FLASH_HEAD_DIMS {
+        for d in labs_device::kernels::FLASH_HEAD_DIMS {
             for (tq, tk) in [(130, 130), (65, 200), (200, 65)] {
                 for causal in [false, true] {
                     let shape = [1, 3, tq, d];

@@ -3,11 +3,11 @@
 
 use std::sync::OnceLock;
 
-use labs_core::snapshot::{
+use labs_alloc::snapshot::{
     self, dump, export_trace, load, load_json, load_pickle, memory_timeline, read_trace_csv,
     stacked_bands, BlockState, Snapshot, SnapshotError, SourceFormat, Summary, TraceAction,
 };
-use labs_core::testing::data_dir;
+use labs_base::testing::data_dir;
 use proptest::prelude::*;
 
 fn mlp_bytes() -> &'static [u8] {

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use bounded::mutate::{apply, mutations};
 use bounded::{assert_one_line, bounded};
-use labs_core::alloc::Config;
-use labs_core::format::parse_bytes;
+use labs_alloc::alloc::Config;
+use labs_base::format::parse_bytes;
 use proptest::prelude::*;
 
 const CONFS: &[&str] = &[

@@ -2,16 +2,17 @@
 //! state machine and kernel. Runs on the simulated GPU by default and on the GPU with
 //! `LABS_DEVICE=cuda`.
 
-use labs_core::alloc::Category;
-use labs_core::kernels::UnaryOp;
-use labs_core::nn::{Linear, Module, Rng};
-use labs_core::optim::{GradScaler, Optimizer, ScalerStage, Sgd};
-use labs_core::tensor::{
+use labs_alloc::alloc::Category;
+use labs_base::testing::serial;
+use labs_device::kernels::UnaryOp;
+use labs_device::testing::test_device;
+use labs_device::Device;
+use labs_nn::nn::{Linear, Module, Rng};
+use labs_nn::optim::{GradScaler, Optimizer, ScalerStage, Sgd};
+use labs_tensor::tensor::{
     autocast, autocast_cache_len, autocast_disabled, autocast_dtype, cast_policy, CastPolicy,
 };
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
-use labs_core::{DType, Device, Tensor};
+use labs_tensor::{DType, Tensor};
 
 fn cache_bytes(device: &Device) -> u64 {
     device
@@ -26,7 +27,7 @@ fn cache_bytes(device: &Device) -> u64 {
 
 /// Bytes the allocator gives a request (PyTorch's rounding to 512).
 fn round(bytes: u64) -> u64 {
-    labs_core::alloc::round_size(bytes, 0)
+    labs_alloc::alloc::round_size(bytes, 0)
 }
 
 fn ramp(n: usize, scale: f32) -> Vec<f32> {
@@ -323,7 +324,7 @@ fn counted_step(
     p: &Tensor,
     factor: f64,
 ) -> ([u64; 3], bool) {
-    use labs_core::tensor::host_reads;
+    use labs_tensor::tensor::host_reads;
     opt.zero_grad(true).unwrap();
     let loss = p.mul_scalar(factor).unwrap().sum_all().unwrap();
     let r0 = host_reads();
@@ -355,17 +356,17 @@ fn a_scaler_step_reads_the_device_once_and_update_not_at_all() {
     }
     // Reading the state is what waits: 1024 grew to 2048 after two good steps, then
     // backed off to 1024 at the overflow; one good step since.
-    let before = labs_core::tensor::host_reads();
+    let before = labs_tensor::tensor::host_reads();
     assert_eq!(scaler.get_scale().unwrap(), 1024.0);
     assert_eq!(scaler.growth_tracker().unwrap(), 1);
-    assert_eq!(labs_core::tensor::host_reads() - before, 2);
+    assert_eq!(labs_tensor::tensor::host_reads() - before, 2);
     // Host tensors are not counted: reading them waits for nothing.
-    let before = labs_core::tensor::host_reads();
+    let before = labs_tensor::tensor::host_reads();
     Tensor::from_slice(&[1.0f32], &[1], &Device::cpu())
         .unwrap()
         .item::<f32>()
         .unwrap();
-    assert_eq!(labs_core::tensor::host_reads(), before);
+    assert_eq!(labs_tensor::tensor::host_reads(), before);
 }
 
 #[test]
@@ -444,11 +445,15 @@ fn growth_stops_short_of_infinity_and_two_optimizers_share_one_update() {
         .sum_all()
         .unwrap();
     scaler.scale(&loss).unwrap().backward().unwrap();
-    let before = labs_core::tensor::host_reads();
+    let before = labs_tensor::tensor::host_reads();
     assert!(scaler.step(&mut opt_a).unwrap());
     assert!(!scaler.step(&mut opt_b).unwrap());
     scaler.update().unwrap();
-    assert_eq!(labs_core::tensor::host_reads() - before, 2, "one per step");
+    assert_eq!(
+        labs_tensor::tensor::host_reads() - before,
+        2,
+        "one per step"
+    );
     assert_eq!(
         a.to_vec::<f32>().unwrap(),
         vec![0.0],

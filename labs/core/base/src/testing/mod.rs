@@ -1,34 +1,12 @@
-//! What the test suites share: the device they run on and the test data they read.
-//! `LABS_DEVICE=cuda` runs every test on the GPU (a missing GPU is then a failure, never
-//! a skip); unset, tests use the simulated GPU.
+//! What the test suites of every crate share, short of a device: the test data they
+//! read, the comparison of values with a reference, the lock of tests that read the
+//! device's counters, fuzz cases and seeds, and the running of a lab's binary within a
+//! time limit. The device under test is `labs-device`'s `testing::test_device`; the
+//! façade's `labs_core::testing` offers all of them under one path.
 
 mod values;
 
-pub use values::{assert_close, host, max_error, serial};
-
-use crate::device::profile::{self, KernelTime};
-use crate::device::{Device, DeviceId, ENV_DEVICE};
-
-/// The device under test, with its matrix products' workspace already lent (on a GPU,
-/// 32 MiB of its allocator from the first product on, as in PyTorch): a test that
-/// measures what an op allocates measures the op, whichever test ran the process's
-/// first product.
-pub fn test_device() -> Device {
-    let id: DeviceId = match std::env::var(ENV_DEVICE) {
-        Ok(v) if !v.trim().is_empty() => v
-            .parse()
-            .unwrap_or_else(|e| panic!("{ENV_DEVICE}={v}: {e}")),
-        _ => DeviceId::Sim(0),
-    };
-    let device =
-        Device::get(id).unwrap_or_else(|e| panic!("the device under test, {id}, is unusable: {e}"));
-    if device.allocator().is_ok() {
-        device
-            .ensure_gemm_workspace()
-            .unwrap_or_else(|e| panic!("{id}: the matrix products' workspace: {e}"));
-    }
-    device
-}
+pub use values::{assert_close, max_error, serial};
 
 /// The environment variable that points the tests and labs at another copy of the test
 /// data (the GPU bundle's, which runs where the checkout is not).
@@ -46,8 +24,8 @@ pub fn data_dir() -> std::path::PathBuf {
             _ => {}
         }
     }
-    // labs/core -> the workspace root.
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data")
+    // labs/core/base -> the workspace root.
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../data")
 }
 
 /// The path of a lab's binary for tests that run it: `LABS_BIN_DIR/name` when
@@ -59,124 +37,6 @@ pub fn lab_binary(name: &str, built: &str) -> std::path::PathBuf {
         Some(dir) if !dir.is_empty() => std::path::Path::new(&dir).join(name),
         _ => built.into(),
     }
-}
-
-/// The one JSON object a lab's `--json` command prints: the command must have
-/// succeeded and printed exactly one line on stdout.
-pub fn one_json_object(out: std::process::Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).expect("stdout is UTF-8");
-    assert_eq!(text.trim().lines().count(), 1, "not one line: {text}");
-    serde_json::from_str(&text).expect("stdout is one JSON object")
-}
-
-/// The command that writes the PyTorch parity fixtures (on a machine with PyTorch).
-pub const PARITY_COMMAND: &str = "python3 ci/pytorch-fixtures.py";
-
-/// One PyTorch parity case of `data/parity/manifest.json` (written by
-/// `ci/pytorch-fixtures.py`, whose docstring describes the tensors of a case file).
-#[derive(Debug, Clone, serde::Deserialize)]
-pub struct ParityCase {
-    pub name: String,
-    /// What PyTorch ran: `add`, `softmax`, `linear`, `adam`, ...
-    pub op: String,
-    /// The case's safetensors file, in the manifest's folder.
-    pub file: String,
-    /// The op's arguments (`dim`, `keepdim`, `lr`, ...), as PyTorch was called.
-    #[serde(default)]
-    pub args: serde_json::Value,
-    /// The dtype the case computes in (`float32`, `float16`, `bfloat16`).
-    pub dtype: String,
-    /// Tolerances: `|got - want| <= atol + rtol * |want|`.
-    pub atol: f64,
-    pub rtol: f64,
-    /// Optimizer cases: the number of steps recorded.
-    #[serde(default)]
-    pub steps: usize,
-    /// The folder of the manifest (and of `file`).
-    #[serde(skip)]
-    pub dir: std::path::PathBuf,
-}
-
-/// `data/parity/manifest.json`.
-#[derive(Debug, Clone, serde::Deserialize)]
-pub struct ParityManifest {
-    /// The PyTorch version that wrote it.
-    pub torch: String,
-    pub cases: Vec<ParityCase>,
-}
-
-/// The folder of the parity fixtures (`data/parity` under [`data_dir`]).
-pub fn parity_dir() -> std::path::PathBuf {
-    data_dir().join("parity")
-}
-
-/// The parity manifest of `data/parity`; an error that says which command writes it
-/// when it is missing.
-pub fn parity_manifest() -> Result<ParityManifest, String> {
-    ParityManifest::read(&parity_dir())
-}
-
-impl ParityManifest {
-    /// `dir/manifest.json`, its cases pointing at their files in `dir`.
-    pub fn read(dir: &std::path::Path) -> Result<ParityManifest, String> {
-        let path = dir.join("manifest.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            format!(
-                "{}: {e}. The PyTorch parity fixtures are written by `{PARITY_COMMAND}` on a \
-                 machine with PyTorch 2.11 (it writes data/parity/; commit its output)",
-                path.display()
-            )
-        })?;
-        let mut manifest: ParityManifest =
-            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        for case in &mut manifest.cases {
-            case.dir = dir.to_path_buf();
-        }
-        Ok(manifest)
-    }
-}
-
-impl ParityCase {
-    /// Every tensor of the case's file, on `device`, by name.
-    pub fn tensors(
-        &self,
-        device: &Device,
-    ) -> crate::Result<std::collections::HashMap<String, crate::Tensor>> {
-        Ok(crate::nn::load(self.dir.join(&self.file), device)?
-            .into_iter()
-            .collect())
-    }
-
-    /// A float argument (`lr`), if given.
-    pub fn arg_f64(&self, key: &str) -> Option<f64> {
-        self.args.get(key)?.as_f64()
-    }
-}
-
-/// The kernel launches `f` makes on `device`, a row per label (the device synchronised
-/// before and after, so that the rows are `f`'s own), with what `f` returned. The
-/// profiler is process-wide: a suite that counts launches runs such tests one at a time.
-pub fn launches<T>(device: &Device, f: impl FnOnce() -> T) -> (T, Vec<KernelTime>) {
-    device.synchronize().unwrap();
-    profile::take().unwrap();
-    profile::start();
-    let out = f();
-    device.synchronize().unwrap();
-    profile::stop();
-    (out, profile::take().unwrap())
-}
-
-/// The launches among `rows` whose label contains `needle`.
-pub fn launch_count(rows: &[KernelTime], needle: &str) -> u64 {
-    (rows.iter())
-        .filter(|l| l.label.contains(needle))
-        .map(|l| l.launches)
-        .sum()
 }
 
 /// Makes the next `count` threads the runtime starts from the calling thread (a
