@@ -60,11 +60,14 @@ mod tests {
     use crate::dtype::DType;
     use crate::tensor::Tensor;
 
+    /// Each rank's signature and input to one collective, once deposited.
+    type Deposits = Vec<Option<(String, Vec<u8>)>>;
+
     /// The least exchange: every rank's input to a collective once all have come, and
     /// the ranks that left.
     struct Meeting {
         world: usize,
-        rounds: Mutex<HashMap<u64, Vec<Option<(String, Vec<u8>)>>>>,
+        rounds: Mutex<HashMap<u64, Deposits>>,
         left: Mutex<Vec<usize>>,
         arrived: Condvar,
     }
