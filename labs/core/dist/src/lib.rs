@@ -7,6 +7,6 @@ pub mod dist;
 // The lower crates' modules under the paths this crate's files name them by.
 use labs_alloc::alloc;
 use labs_base::{dtype, error, format, threads};
-use labs_device::{cuda, device};
+use labs_device::device;
 use labs_nn::optim;
 use labs_tensor::{autograd, tensor};

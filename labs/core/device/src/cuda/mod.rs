@@ -3,6 +3,7 @@
 //! context is created lazily, as PyTorch does, so that merely naming `cuda:0` is free.
 
 mod blas;
+mod collectives;
 mod kernels;
 pub mod nccl;
 mod peer;

@@ -1,7 +1,8 @@
 //! NCCL, the collective library of NVIDIA GPUs, loaded at run time like the driver (by
 //! its own name, `libnccl.so.2`, with cudarc's declarations of its types). This is the
-//! thin layer: a communicator handle and one call per collective on a [`Stream`]; `dist`
-//! builds PyTorch's process-group semantics on it.
+//! thin layer: a communicator handle and one call per collective on a [`Stream`];
+//! `collectives.rs` makes it the GPU's side of the contract's collectives, and `dist`
+//! builds PyTorch's process-group semantics on that.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::PathBuf;
@@ -10,12 +11,11 @@ use std::sync::OnceLock;
 use cudarc::nccl::sys;
 
 use super::stream::cuda_stream;
-use crate::backend::{DeviceId, DevicePtr, Stream};
+use crate::backend::{DeviceId, DevicePtr, ReduceOp, Stream};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
-/// The bytes of an `ncclUniqueId`: rank 0 makes it, every rank needs it to join.
-pub const UNIQUE_ID_BYTES: usize = 128;
+pub use crate::backend::UNIQUE_ID_BYTES;
 
 /// The library's file name, as its packages and Python wheels install it.
 pub const LIBRARY: &str = "libnccl.so.2";
@@ -231,23 +231,14 @@ fn nccl_dtype(dtype: DType) -> sys::ncclDataType_t {
     }
 }
 
-/// The reductions NCCL has, as `dist` names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RedOp {
-    Sum,
-    Avg,
-    Product,
-    Max,
-    Min,
-}
-
-fn nccl_op(op: RedOp) -> sys::ncclRedOp_t {
+/// NCCL's name for a reduction; all of the contract's have one.
+fn nccl_op(op: ReduceOp) -> sys::ncclRedOp_t {
     match op {
-        RedOp::Sum => sys::ncclRedOp_t::ncclSum,
-        RedOp::Avg => sys::ncclRedOp_t::ncclAvg,
-        RedOp::Product => sys::ncclRedOp_t::ncclProd,
-        RedOp::Max => sys::ncclRedOp_t::ncclMax,
-        RedOp::Min => sys::ncclRedOp_t::ncclMin,
+        ReduceOp::Sum => sys::ncclRedOp_t::ncclSum,
+        ReduceOp::Avg => sys::ncclRedOp_t::ncclAvg,
+        ReduceOp::Product => sys::ncclRedOp_t::ncclProd,
+        ReduceOp::Max => sys::ncclRedOp_t::ncclMax,
+        ReduceOp::Min => sys::ncclRedOp_t::ncclMin,
     }
 }
 
@@ -331,7 +322,7 @@ impl NcclComm {
         recv: DevicePtr,
         count: usize,
         dtype: DType,
-        op: RedOp,
+        op: ReduceOp,
         stream: &Stream,
     ) -> Result<()> {
         let _one = self.one_call.lock().unwrap();
@@ -401,7 +392,7 @@ impl NcclComm {
         recv: DevicePtr,
         count: usize,
         dtype: DType,
-        op: RedOp,
+        op: ReduceOp,
         stream: &Stream,
     ) -> Result<()> {
         let _one = self.one_call.lock().unwrap();

@@ -1,9 +1,11 @@
 //! The device registry: one handle type over the backends (`cuda`, `sim`, `dry`, `cpu`),
 //! each device created once per process and owning its caching allocator, and the
 //! selection rule every lab uses; how many devices of each kind there are, the thread's
-//! current device, and copies between two devices. It sits above the backends and the
-//! allocator: it is the one place that builds them.
+//! current device, copies between two devices, and the communicators a device joins
+//! groups with. It sits above the backends and the allocator: it is the one place that
+//! builds them.
 
+mod collectives;
 mod count;
 mod current;
 pub mod profile;
@@ -12,8 +14,9 @@ mod standalone;
 mod transfer;
 
 pub use crate::backend::{
-    Backend, DeviceProperties, DevicePtr, Event, EventImpl, FillPattern, HostPtr, ManagedAdvice,
-    MemInfo, MemLocation, Stream, StreamImpl,
+    Backend, CollectiveCall, CollectiveKind, DeviceProperties, DevicePtr, Event, EventImpl,
+    Exchange, FillPattern, HostPtr, Inputs, ManagedAdvice, MemInfo, MemLocation, ReduceOp, Stream,
+    StreamImpl, Transport, UniqueId, UNIQUE_ID_BYTES,
 };
 pub use crate::device_id::{DeviceId, DeviceKind};
 pub use count::{device_count, set_sim_device_count, MAX_SIM_DEVICES};

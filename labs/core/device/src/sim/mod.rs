@@ -3,6 +3,9 @@
 //! its own thread, has events, and runs the CPU twin of every kernel. The host device
 //! (`cpu`) is the same machinery with the capacity of the machine and inline execution.
 //!
+//! Its collectives move data through an exchange where the ranks' inputs meet on the
+//! host (`collectives.rs`), computing on the host what NCCL computes on the GPUs.
+//!
 //! A dry run (`dry`) is the simulated GPU with its work taken out: memory is reserved
 //! and freed exactly as on `sim` (and, backed only when touched, costs no host memory),
 //! but kernels, fills and copies are skipped and reading values back is an error. The
@@ -10,9 +13,11 @@
 //! peak memory on any capacity is known in the time its allocations take.
 
 mod backing;
+mod collectives;
 mod memory;
 mod peer;
 mod pinned;
+mod reduce;
 mod stream;
 
 use std::sync::atomic::{AtomicU64, Ordering};

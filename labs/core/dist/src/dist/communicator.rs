@@ -1,91 +1,15 @@
 //! The communicator: one rank's handle on a group, the checks every collective makes,
-//! and the stream ordering around it. The transport (NCCL, or the simulator's exchange)
-//! only moves the data of one checked call on one stream.
+//! and the stream ordering around it. The transport, which the rank's device makes
+//! (NCCL, or the simulator's exchange), only moves the data of one checked call on one
+//! stream.
 
 use std::fmt;
 
-use crate::device::{Device, DevicePtr, Event, Stream};
+pub use crate::device::ReduceOp;
+use crate::device::{CollectiveCall, CollectiveKind, Device, Event, Stream, Transport};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
-
-/// How a reduction combines the ranks' values (`torch.distributed.ReduceOp`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReduceOp {
-    Sum,
-    /// The sum divided by the world size (floating-point dtypes only).
-    Avg,
-    Product,
-    Max,
-    Min,
-}
-
-impl fmt::Display for ReduceOp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Avg => "avg",
-            ReduceOp::Product => "product",
-            ReduceOp::Max => "max",
-            ReduceOp::Min => "min",
-        })
-    }
-}
-
-/// Which collective, with its own arguments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    AllReduce(ReduceOp),
-    Broadcast { root: usize },
-    AllGather,
-    ReduceScatter(ReduceOp),
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Kind::AllReduce(op) => write!(f, "all_reduce({op})"),
-            Kind::Broadcast { root } => write!(f, "broadcast(root={root})"),
-            Kind::AllGather => write!(f, "all_gather"),
-            Kind::ReduceScatter(op) => write!(f, "reduce_scatter({op})"),
-        }
-    }
-}
-
-/// One checked collective call of one rank: what a transport runs. `count` is what
-/// NCCL calls it: the elements of `all_reduce` and `broadcast`, each rank's share of
-/// `all_gather`'s output and of `reduce_scatter`'s input.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Call {
-    pub kind: Kind,
-    pub dtype: DType,
-    pub send: DevicePtr,
-    pub recv: DevicePtr,
-    pub count: usize,
-}
-
-impl Call {
-    /// What every rank must agree on: the collective, its count and its dtype.
-    pub fn signature(&self) -> String {
-        format!("{} of {} {} elements", self.kind, self.count, self.dtype)
-    }
-
-    /// Bytes of this rank's input.
-    pub fn input_bytes(&self, world_size: usize) -> usize {
-        let per_rank = self.count * self.dtype.size();
-        match self.kind {
-            Kind::ReduceScatter(_) => per_rank * world_size,
-            _ => per_rank,
-        }
-    }
-}
-
-/// Moves the data of a collective: NCCL, or the simulator's exchange.
-pub(crate) trait Transport: Send + Sync {
-    /// Enqueues `call` on `stream` (a stream of the rank's device), after its earlier
-    /// work.
-    fn run(&self, call: &Call, stream: &Stream) -> Result<()>;
-}
 
 /// A collective in flight (PyTorch's `Work`, what `async_op=True` returns).
 #[must_use = "a collective's Work must be waited on (`wait`) before its result is used"]
@@ -192,8 +116,8 @@ impl Communicator {
         self.check(what, tensor)?;
         check_op(what, op, tensor.dtype())?;
         self.enqueue(
-            Call {
-                kind: Kind::AllReduce(op),
+            CollectiveCall {
+                kind: CollectiveKind::AllReduce(op),
                 dtype: tensor.dtype(),
                 send: tensor.ptr(),
                 recv: tensor.ptr(),
@@ -214,8 +138,8 @@ impl Communicator {
             )));
         }
         self.enqueue(
-            Call {
-                kind: Kind::Broadcast { root },
+            CollectiveCall {
+                kind: CollectiveKind::Broadcast { root },
                 dtype: tensor.dtype(),
                 send: tensor.ptr(),
                 recv: tensor.ptr(),
@@ -232,8 +156,8 @@ impl Communicator {
         self.check_pair(what, input, output)?;
         self.check_sizes(what, output, "output", input.numel() * self.world_size)?;
         self.enqueue(
-            Call {
-                kind: Kind::AllGather,
+            CollectiveCall {
+                kind: CollectiveKind::AllGather,
                 dtype: input.dtype(),
                 send: input.ptr(),
                 recv: output.ptr(),
@@ -251,8 +175,8 @@ impl Communicator {
         check_op(what, op, input.dtype())?;
         self.check_sizes(what, input, "input", output.numel() * self.world_size)?;
         self.enqueue(
-            Call {
-                kind: Kind::ReduceScatter(op),
+            CollectiveCall {
+                kind: CollectiveKind::ReduceScatter(op),
                 dtype: input.dtype(),
                 send: input.ptr(),
                 recv: output.ptr(),
@@ -273,7 +197,7 @@ impl Communicator {
     // ANCHOR: enqueue
     /// Orders the collective after the default stream's work, runs it on the chosen
     /// stream, tells the allocator that stream uses the tensors, and marks its end.
-    fn enqueue(&self, call: Call, tensors: &[&Tensor]) -> Result<Work> {
+    fn enqueue(&self, call: CollectiveCall, tensors: &[&Tensor]) -> Result<Work> {
         let stream = self.stream();
         let producer = self.device.default_stream()?;
         if stream.handle() != producer.handle() {

@@ -3,12 +3,14 @@
 //! `broadcast`, `all_gather` (PyTorch's `all_gather_into_tensor`), `reduce_scatter`
 //! (`reduce_scatter_tensor`) and `barrier`.
 //!
-//! Two transports carry the data, behind the same API and the same results:
+//! Two transports carry the data, behind the same API and the same results, each made
+//! by the rank's device (the collectives of the device contract):
 //!
 //! - NCCL on GPUs ([`nccl_group`] for the GPUs of one process, [`init_process_group`]
 //!   for one process per GPU, started by [`launch`]);
-//! - an in-process exchange for simulated GPUs ([`sim_group`]): ranks on threads meet in
-//!   a shared state, so the chapter's programs and tests run on any machine.
+//! - on simulated GPUs, an exchange where the ranks' inputs meet on the host: ranks on
+//!   threads meet in a shared state ([`sim_group`]), one process per rank over the
+//!   rendezvous's connections, so the chapter's programs and tests run on any machine.
 //!
 //! Each collective is enqueued on the communicator's own stream, ordered after the work
 //! already enqueued on the default stream by an event, as PyTorch's `ProcessGroupNCCL`
@@ -29,12 +31,11 @@ mod buckets;
 mod communicator;
 mod ddp;
 mod env;
+mod in_process;
 mod launch;
 mod nccl;
 mod process_group;
-mod reduce;
 mod rendezvous;
-mod sim;
 mod wire;
 mod zero;
 
@@ -45,6 +46,7 @@ pub use buckets::{
 pub use communicator::{Communicator, ReduceOp, Work};
 pub use ddp::{DdpEvent, DdpOptions, DistributedDataParallel, NoSync};
 pub use env::{new_job_token, DistEnv, ENV_JOB_TOKEN, MAX_TOKEN_BYTES, MAX_WORLD_SIZE};
+pub use in_process::{sim_group, sim_group_with_timeout};
 pub use launch::{
     free_loopback_port, launch, launch_with, launch_writing, OutputLine, OutputStream,
     MAX_LOCAL_RANKS,
@@ -52,7 +54,6 @@ pub use launch::{
 pub use nccl::nccl_group;
 pub use process_group::{init_process_group, init_process_group_with, ProcessGroupOptions};
 pub use rendezvous::{Rendezvous, DEFAULT_TIMEOUT, GREETING_TIMEOUT};
-pub use sim::{sim_group, sim_group_with_timeout};
 pub use wire::{MAX_GREETING_BYTES, MAX_MESSAGE_BYTES};
 pub use zero::ZeroRedundancyOptimizer;
 

@@ -1,39 +1,11 @@
-//! The NCCL transport: each collective is one NCCL call on the chosen stream. NCCL
+//! Groups of GPUs: NCCL communicators, made by each GPU's backend, one per rank. NCCL
 //! trusts its callers: ranks that disagree about a collective hang or corrupt memory
 //! there, so the checks this module can make (sizes against this rank's tensors) happen
 //! in [`Communicator`] before the call.
 
-use super::communicator::{Call, Communicator, Kind, ReduceOp, Transport};
-use crate::cuda::nccl::{NcclComm, RedOp, UNIQUE_ID_BYTES};
-use crate::device::{Device, DeviceId, Stream};
+use super::communicator::Communicator;
+use crate::device::{Device, DeviceId, UniqueId};
 use crate::error::{Error, Result};
-
-pub(crate) struct NcclTransport {
-    comm: NcclComm,
-}
-
-fn red_op(op: ReduceOp) -> RedOp {
-    match op {
-        ReduceOp::Sum => RedOp::Sum,
-        ReduceOp::Avg => RedOp::Avg,
-        ReduceOp::Product => RedOp::Product,
-        ReduceOp::Max => RedOp::Max,
-        ReduceOp::Min => RedOp::Min,
-    }
-}
-
-impl Transport for NcclTransport {
-    fn run(&self, call: &Call, stream: &Stream) -> Result<()> {
-        let c = &self.comm;
-        let (send, recv, n, dtype) = (call.send, call.recv, call.count, call.dtype);
-        match call.kind {
-            Kind::AllReduce(op) => c.all_reduce(send, recv, n, dtype, red_op(op), stream),
-            Kind::Broadcast { root } => c.broadcast(send, recv, n, dtype, root, stream),
-            Kind::AllGather => c.all_gather(send, recv, n, dtype, stream),
-            Kind::ReduceScatter(op) => c.reduce_scatter(send, recv, n, dtype, red_op(op), stream),
-        }
-    }
-}
 
 /// Rank `rank` of `world_size` on GPU `device`, joining the NCCL communicator `id`
 /// (made by rank 0 with `ncclGetUniqueId` and sent to the others by the rendezvous).
@@ -41,16 +13,11 @@ pub(crate) fn nccl_rank(
     device: &Device,
     rank: usize,
     world_size: usize,
-    id: &[u8; UNIQUE_ID_BYTES],
+    id: &UniqueId,
 ) -> Result<Communicator> {
     check_cuda(device)?;
-    let comm = NcclComm::init_rank(&device.default_stream()?, world_size, id, rank)?;
-    Communicator::new(
-        rank,
-        world_size,
-        device.clone(),
-        Box::new(NcclTransport { comm }),
-    )
+    let transport = device.comm_init_rank(rank, world_size, id)?;
+    Communicator::new(rank, world_size, device.clone(), transport)
 }
 
 /// A communicator per GPU of this process (`ncclCommInitAll`), rank `i` on
@@ -70,18 +37,18 @@ pub fn nccl_group(devices: &[Device]) -> Result<Vec<Communicator>> {
         }
         ordinals.push(o);
     }
-    let first = devices.first().ok_or_else(|| {
-        Error::InvalidArgument("nccl_group: a group needs at least one device".into())
-    })?;
-    let comms = NcclComm::init_all(&ordinals, &first.default_stream()?)?;
+    if devices.is_empty() {
+        return Err(Error::InvalidArgument(
+            "nccl_group: a group needs at least one device".into(),
+        ));
+    }
+    let transports = Device::comm_init_all(devices)?;
     let world = devices.len();
-    comms
+    transports
         .into_iter()
         .zip(devices)
         .enumerate()
-        .map(|(rank, (comm, d))| {
-            Communicator::new(rank, world, d.clone(), Box::new(NcclTransport { comm }))
-        })
+        .map(|(rank, (transport, d))| Communicator::new(rank, world, d.clone(), transport))
         .collect()
 }
 

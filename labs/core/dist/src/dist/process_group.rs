@@ -10,9 +10,9 @@ use std::time::Duration;
 use super::communicator::Communicator;
 use super::env::DistEnv;
 use super::rendezvous::{Rendezvous, DEFAULT_TIMEOUT};
-use super::sim::{Exchange, Inputs, SimTransport};
-use crate::cuda::nccl::UNIQUE_ID_BYTES;
-use crate::device::{Device, DeviceId, ENV_DEVICE};
+use crate::device::{
+    device_count, Device, DeviceId, DeviceKind, Exchange, Inputs, ENV_DEVICE, UNIQUE_ID_BYTES,
+};
 use crate::error::{Error, Result};
 
 /// The simulator's exchange over the rendezvous's connections, through rank 0.
@@ -41,7 +41,7 @@ impl Exchange for TcpExchange {
                     )));
                     inputs.push(m[(cut + 1).min(m.len())..].to_vec());
                 }
-                if let Some(e) = super::sim::mismatch(seq, &sigs) {
+                if let Some(e) = super::in_process::mismatch(seq, &sigs) {
                     return Err(e);
                 }
                 // Every input, each prefixed by its length.
@@ -121,7 +121,7 @@ pub fn init_process_group_with(options: ProcessGroupOptions) -> Result<Communica
     let (rank, world) = (env.rank, env.world_size);
     if device.is_cuda() {
         let (_rendezvous, id) =
-            Rendezvous::join(&env, options.timeout, crate::cuda::nccl::unique_id)?;
+            Rendezvous::join(&env, options.timeout, || device.comm_unique_id())?;
         return super::nccl::nccl_rank(&device, rank, world, &id);
     }
     if !matches!(device.id(), DeviceId::Sim(_) | DeviceId::Dry(_)) {
@@ -134,12 +134,8 @@ pub fn init_process_group_with(options: ProcessGroupOptions) -> Result<Communica
     let exchange = Arc::new(TcpExchange {
         rendezvous: Mutex::new(rendezvous),
     });
-    Communicator::new(
-        rank,
-        world,
-        device.clone(),
-        Box::new(SimTransport::new(device, rank, world, exchange)),
-    )
+    let transport = device.comm_exchange(rank, world, exchange)?;
+    Communicator::new(rank, world, device, transport)
 }
 // ANCHOR_END: init_process_group
 
@@ -151,7 +147,7 @@ fn default_device(local_rank: usize) -> Result<DeviceId> {
         .filter(|v| !v.trim().is_empty());
     let kind = match named {
         Some(text) => text.parse::<DeviceId>()?,
-        None => match crate::cuda::device_count() {
+        None => match device_count(DeviceKind::Cuda) {
             Ok(n) if n > 0 => DeviceId::Cuda(0),
             _ => DeviceId::Sim(0),
         },

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::env::{DistEnv, ENV_JOB_TOKEN};
 use super::wire::{self, lost, recv, send, MAX_GREETING_BYTES, MAX_MESSAGE_BYTES};
-use crate::cuda::nccl::UNIQUE_ID_BYTES;
+use crate::device::UNIQUE_ID_BYTES;
 use crate::error::{Error, Result};
 
 /// How long the rendezvous and each collective wait for the other ranks by default.

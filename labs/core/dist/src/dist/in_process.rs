@@ -1,38 +1,23 @@
-//! The transport of simulated GPUs. A rank's collective reads its input back to the
-//! host once the communication stream reaches it, hands it to an [`Exchange`] that
-//! returns every rank's input once all have arrived, computes its own output there
-//! (`reduce.rs`) and writes it to its device. The in-process exchange here serves ranks
-//! on threads of one process ([`sim_group`]); the rendezvous's TCP exchange serves one
-//! process per rank.
+//! Where the ranks of a simulated group meet when they are threads of one process
+//! ([`sim_group`]): an [`Exchange`] that returns every rank's input to a collective once
+//! all have arrived. The transport around it (reading each rank's input back from its
+//! device, computing its output, writing it) is the simulated GPU's; the rendezvous's
+//! TCP exchange (`process_group.rs`) serves one process per rank.
 //!
-//! Dry runs (`dry:N`) form groups too: their ranks meet and are checked, no data moves,
-//! so a data-parallel step's memory is known without running it.
+//! Dry runs (`dry:N`) form groups too: their ranks meet and are checked, no data moves.
 //!
 //! The exchange checks what NCCL trusts: that every rank called the same collective with
 //! the same count and dtype. Ranks that disagree, a rank that drops its communicator
 //! and a rank that never comes are errors on every other rank, never a hang.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::communicator::{Call, Communicator, Transport};
+use super::communicator::Communicator;
 use super::rendezvous::DEFAULT_TIMEOUT;
-use crate::device::{Device, DeviceId, Stream};
+use crate::device::{Device, DeviceId, Exchange, Inputs};
 use crate::error::{Error, Result};
-
-/// Every rank's input of one collective, in rank order.
-pub(crate) type Inputs = Arc<Vec<Vec<u8>>>;
-
-/// Where the ranks of a simulated group meet.
-pub(crate) trait Exchange: Send + Sync {
-    /// Deposits this rank's `input` to collective number `seq`, described by
-    /// `signature`; returns every rank's input once all have come, or why not.
-    fn exchange(&self, rank: usize, seq: u64, signature: &str, input: Vec<u8>) -> Result<Inputs>;
-    /// This rank is gone: the others stop waiting for it.
-    fn leave(&self, rank: usize);
-}
 
 /// The ranks' deposits to one collective.
 struct Round {
@@ -172,64 +157,6 @@ impl Exchange for InProcess {
     }
 }
 
-/// One rank's side of the simulator's transport.
-pub(crate) struct SimTransport {
-    device: Device,
-    rank: usize,
-    world: usize,
-    exchange: Arc<dyn Exchange>,
-    /// How many collectives this rank has called: every rank's n-th call meets the
-    /// others' n-th.
-    calls: AtomicU64,
-}
-
-impl SimTransport {
-    pub(crate) fn new(
-        device: Device,
-        rank: usize,
-        world: usize,
-        exchange: Arc<dyn Exchange>,
-    ) -> Self {
-        SimTransport {
-            device,
-            rank,
-            world,
-            exchange,
-            calls: AtomicU64::new(0),
-        }
-    }
-}
-
-impl Transport for SimTransport {
-    // ANCHOR: sim_run
-    fn run(&self, call: &Call, stream: &Stream) -> Result<()> {
-        let seq = self.calls.fetch_add(1, Ordering::Relaxed);
-        if self.device.is_dry() {
-            // A dry run has no values: the ranks still meet, and still must agree.
-            self.exchange
-                .exchange(self.rank, seq, &call.signature(), Vec::new())?;
-            return Ok(());
-        }
-        let backend = self.device.backend();
-        // The stream has been told to wait for the input's producer: reading it back
-        // waits for that, as NCCL's kernel would start only then.
-        let mut input = vec![0u8; call.input_bytes(self.world)];
-        backend.copy_dtoh(&mut input, call.send, stream)?;
-        let inputs = self
-            .exchange
-            .exchange(self.rank, seq, &call.signature(), input)?;
-        let output = super::reduce::output_of(call, self.rank, &inputs)?;
-        backend.copy_htod(call.recv, &output, stream)
-    }
-    // ANCHOR_END: sim_run
-}
-
-impl Drop for SimTransport {
-    fn drop(&mut self) {
-        self.exchange.leave(self.rank);
-    }
-}
-
 /// A communicator per simulated GPU, rank `i` on `devices[i]`, meeting in this process:
 /// hand each to its own thread. Collectives wait at most [`DEFAULT_TIMEOUT`] for the
 /// other ranks.
@@ -254,8 +181,8 @@ pub fn sim_group_with_timeout(devices: &[Device], timeout: Duration) -> Result<V
         .iter()
         .enumerate()
         .map(|(rank, d)| {
-            let transport = SimTransport::new(d.clone(), rank, world, exchange.clone());
-            Communicator::new(rank, world, d.clone(), Box::new(transport))
+            let transport = d.comm_exchange(rank, world, exchange.clone())?;
+            Communicator::new(rank, world, d.clone(), transport)
         })
         .collect()
 }

@@ -1,10 +1,10 @@
 //! What a collective leaves in each rank's output, computed on the host from every
-//! rank's input: the simulated transports' arithmetic. Floats are combined in float64
+//! rank's input: the simulated transport's arithmetic. Floats are combined in float64
 //! and rounded once to the dtype; integers wrap, as on the GPU.
 
 use half::{bf16, f16};
 
-use super::communicator::{Call, Kind, ReduceOp};
+use crate::backend::{CollectiveCall, CollectiveKind, ReduceOp};
 use crate::dtype::{as_bytes, from_bytes, DType};
 use crate::error::{Error, Result};
 
@@ -104,16 +104,16 @@ fn reduce(op: ReduceOp, dtype: DType, inputs: &[&[u8]]) -> Vec<u8> {
 }
 
 /// Rank `rank`'s output bytes of `call`, given every rank's input bytes in rank order.
-pub(crate) fn output_of(call: &Call, rank: usize, inputs: &[Vec<u8>]) -> Result<Vec<u8>> {
+pub(super) fn output_of(call: &CollectiveCall, rank: usize, inputs: &[Vec<u8>]) -> Result<Vec<u8>> {
     let all: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
     Ok(match call.kind {
-        Kind::AllReduce(op) => reduce(op, call.dtype, &all),
-        Kind::Broadcast { root } => all
+        CollectiveKind::AllReduce(op) => reduce(op, call.dtype, &all),
+        CollectiveKind::Broadcast { root } => all
             .get(root)
             .ok_or_else(|| Error::InvalidArgument(format!("broadcast: no rank {root}")))?
             .to_vec(),
-        Kind::AllGather => all.concat(),
-        Kind::ReduceScatter(op) => {
+        CollectiveKind::AllGather => all.concat(),
+        CollectiveKind::ReduceScatter(op) => {
             let chunk = call.count * call.dtype.size();
             let reduced = reduce(op, call.dtype, &all);
             reduced[rank * chunk..(rank + 1) * chunk].to_vec()
