@@ -21,12 +21,15 @@
 //!   simulated GPUs), the rendezvous of a job's processes and its launcher;
 //! - `nn` and `optim`: modules with PyTorch's parameter names and layouts, safetensors
 //!   state dicts, and optimizers (SGD, Adam, AdamW) with one fused kernel per step;
-//! - `cli`, `table`, `timing`, `testing`: what the labs and their tests share.
+//! - `cli`, `table`, `timing`, `testing`: what the labs and their tests share; `plot`
+//!   and `compare`, a snapshot's pictures (SVG) and two snapshots side by side, which
+//!   the monitoring and training chapters both show.
 
 pub mod alloc;
 pub mod autograd;
 pub mod backend;
 pub mod cli;
+pub mod compare;
 pub mod cuda;
 pub mod device;
 pub mod device_id;
@@ -40,6 +43,7 @@ pub mod kernels;
 pub mod nn;
 pub mod oom_report;
 pub mod optim;
+pub mod plot;
 pub mod sim;
 pub mod snapshot;
 pub mod table;
