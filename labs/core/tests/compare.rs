@@ -7,7 +7,7 @@ use labs_core::testing::data_dir;
 
 #[test]
 fn pytorchs_pickle_and_our_json_of_it_compare_as_the_same() {
-    let (pickle, _) = snapshot::load_file(&data_dir().join("snapshots/mlp_adam.pickle")).unwrap();
+    let (pickle, _) = snapshot::load_file(data_dir().join("snapshots/mlp_adam.pickle")).unwrap();
     let json = std::env::temp_dir().join(format!("labs-core-compare-{}.json", std::process::id()));
     snapshot::dump_to_file(&pickle, &json).unwrap();
     let (ours, _) = snapshot::load_file(&json).unwrap();
