@@ -1,8 +1,8 @@
 //! `cargo run --release -p lab-05 [-- --device cuda|sim|dry|cpu]`: the experiments of
 //! chapter 5. `share` runs two processes on one device under memory fractions; `fit`
 //! finds the largest batch that fits a GPU of a given size on the dry-run device (of an
-//! MLP, or of the Transformer or GPT-2 training step of `labs-train`, the driver `lab-10 train`
-//! runs).
+//! MLP, or of the Transformer or GPT-2 training step of `labs-train`, the driver
+//! `lab-10 train` runs).
 
 use std::time::Duration;
 
