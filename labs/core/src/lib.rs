@@ -12,7 +12,11 @@
 //! - `labs-tensor`: `tensor`, `host` and `autograd`;
 //! - `labs-nn`: `nn` and `optim`;
 //! - `labs-dist`: `dist`, collectives, DDP, ZeRO, rendezvous and launch;
-//! - here: `cli`, `table`, `timing`, `testing`, what the labs and their tests share.
+//! - here: `cli`, `table`, `timing`, `testing`, what the labs and their tests share;
+//!   `plot` and `compare`, a snapshot's pictures (SVG) and two snapshots side by side,
+//!   which the monitoring and training chapters both show.
+//!
+//! The training driver the labs share is the crate above this one, `labs-train`.
 
 pub use labs_alloc::{alloc, snapshot};
 pub use labs_base::{device_id, dtype, error, format, input, oom_report, threads};
@@ -22,6 +26,8 @@ pub use labs_nn::{nn, optim};
 pub use labs_tensor::{autograd, host, tensor};
 
 pub mod cli;
+pub mod compare;
+pub mod plot;
 pub mod table;
 pub mod testing;
 pub mod timing;

@@ -10,12 +10,12 @@ use labs_core::alloc::replay::read_trace;
 use labs_core::alloc::{Allocator, Config, LeakGuard, LeakReport};
 use labs_core::device::replay_on_sim;
 use labs_core::format::bytes;
+use labs_core::plot;
 use labs_core::snapshot;
 use labs_core::table::Table;
 use labs_core::Device;
 use serde_json::json;
 
-use crate::plots;
 use crate::training::{Model, Phase, Reading, Trainer};
 
 /// Steps of the monitored loop.
@@ -100,14 +100,14 @@ pub fn run(device: &Device, opts: &Options) -> anyhow::Result<Outcome> {
     allocator.record_memory_history(0, false);
     let (snap, _) = snapshot::load_file(&snapshot_file)?;
     let gpu = snap.pick_device(None)?;
-    let pictures = plots::write_all(&snap, gpu, &opts.out)?;
+    let pictures = plot::write_all(&snap, gpu, &opts.out)?;
     // The segment map of the end state would show only cached memory: draw the last
     // step's backward pass instead, and keep that snapshot beside the final one.
     let mid_step = mid_step.context("the loop ran no step")?;
     let mid_file = opts.out.join("demo-snapshot-mid-step.json");
     snapshot::dump_to_file(&mid_step, &mid_file)?;
     let segments_file = opts.out.join("segments.svg");
-    std::fs::write(&segments_file, plots::segments_svg(&mid_step, gpu)?)
+    std::fs::write(&segments_file, plot::segments_svg(&mid_step, gpu)?)
         .with_context(|| format!("writing {}", segments_file.display()))?;
     let trace_file = opts.out.join("demo.trace.csv.gz");
     snapshot::export_trace(&snap, gpu, &trace_file)?;

@@ -2,10 +2,8 @@
 //! exported for replay, two of them compared, and the device-wide view `nvidia-smi`
 //! gives.
 
-pub mod compare;
 pub mod demo;
 pub mod exercises;
-pub mod plots;
 pub mod report;
 pub mod smi;
 pub mod training;

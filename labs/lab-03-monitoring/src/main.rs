@@ -10,8 +10,9 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use labs_core::cli::{check_outputs, PathArg, Written};
 use labs_core::snapshot::{self, Snapshot, SourceFormat, Summary};
+use labs_core::{compare, plot};
 
-use lab_03::{compare, demo, plots, report, smi};
+use lab_03::{demo, report, smi};
 
 #[derive(Parser)]
 #[command(about = "Lab 3: memory monitoring: snapshot summaries, pictures, trace export, smi")]
@@ -195,7 +196,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             )?;
             let (snap, _) = load(&file)?;
             let device = snap.pick_device(gpu)?;
-            for path in plots::write_all(&snap, device, &out)? {
+            for path in plot::write_all(&snap, device, &out)? {
                 println!("wrote {}", path.display());
             }
         }

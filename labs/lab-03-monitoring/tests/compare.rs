@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use lab_03::compare::{self, Side, Step};
+use labs_core::compare::{self, Side, Step};
 use labs_core::snapshot::{self, Frame, Snapshot, TraceAction, TraceEvent};
 use labs_core::testing::{data_dir, test_device};
 use labs_core::{DType, Device, Tensor};

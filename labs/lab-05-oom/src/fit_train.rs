@@ -1,5 +1,5 @@
 //! Experiment 7 on a real model: the largest batch of a Transformer or a GPT-2 training
-//! step (lab 10's training driver, with its checkpointing, mixed precision and
+//! step (the training driver of `labs-train`, with its checkpointing, mixed precision and
 //! accumulation) that fits a GPU of a given size, found on the dry-run device of that
 //! size; on a GPU the answer is checked by real runs capped at the same capacity (the
 //! batch found fits, one more does not) and the prediction by the measured peak
@@ -8,10 +8,10 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use lab_10::train::{self, ModelKind, TrainConfig, TrainReport};
 use labs_core::format::{bytes, duration};
 use labs_core::table::Table;
 use labs_core::{Device, DeviceId};
+use labs_train::{ModelKind, TrainConfig, TrainReport};
 
 use crate::finder::{search, Search};
 
@@ -60,7 +60,7 @@ fn at_batch(base: &TrainConfig, batch: usize) -> TrainConfig {
 /// One run of `config` on `device` from an empty cache, the cache emptied after it.
 fn trial(device: &Device, config: &TrainConfig) -> Result<TrainReport> {
     device.allocator()?.empty_cache()?;
-    let report = train::run(config, device)?;
+    let report = labs_train::run(config, device)?;
     device.allocator()?.empty_cache()?;
     Ok(report)
 }
@@ -161,7 +161,7 @@ fn describe(c: &TrainConfig) -> String {
          {:?} with {} steps a trial",
         c.seq,
         c.accum,
-        lab_10::train::step::amp_name(c.amp),
+        labs_train::step::amp_name(c.amp),
         c.optimizer,
         c.steps
     )

@@ -1,7 +1,8 @@
 //! `cargo run --release -p lab-05 [-- --device cuda|sim|dry|cpu]`: the experiments of
 //! chapter 5. `share` runs two processes on one device under memory fractions; `fit`
 //! finds the largest batch that fits a GPU of a given size on the dry-run device (of an
-//! MLP, or of lab 10's Transformer or GPT-2 training step).
+//! MLP, or of the Transformer or GPT-2 training step of `labs-train`, the driver
+//! `lab-10 train` runs).
 
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use labs_core::{Device, DeviceId};
 
 use lab_05::model::MlpSpec;
 use lab_05::{explain, finder, fit, fit_train, fragmentation, pending_free, recovery, share};
-use lab_10::train::{AmpMode, CheckpointMode, ModelKind, TrainConfig};
+use labs_train::{AmpMode, CheckpointMode, ModelKind, TrainConfig};
 
 #[derive(Parser)]
 #[command(name = "lab-05", about = "Chapter 5: out of memory")]
@@ -46,8 +47,8 @@ enum Command {
     /// The largest batch that fits a GPU of --capacity, found on the dry-run device
     /// and, on a GPU, checked by a real run.
     Fit {
-        /// The model: mlp (an nn::Mlp with Adam), or transformer or gpt2 (lab 10's
-        /// training driver, with its defaults and the flags below).
+        /// The model: mlp (an nn::Mlp with Adam), or transformer or gpt2 (the training
+        /// driver `lab-10 train` runs, with its defaults and the flags below).
         #[arg(long, default_value = "mlp")]
         model: String,
         /// Model width (transformer, gpt2; default: 512, 768).

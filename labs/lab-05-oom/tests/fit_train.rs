@@ -1,10 +1,10 @@
-//! `fit` on lab 10's training driver: the batch found on the dry-run device of a
+//! `fit` on the training driver of `labs-train`: the batch found on the dry-run device of a
 //! capacity fits a simulated GPU of that capacity, one more does not, and the dry run's
 //! peaks are the simulated run's, exactly.
 
 use lab_05::fit_train;
-use lab_10::train::{AmpMode, CheckpointMode, TrainConfig};
 use labs_core::Device;
+use labs_train::{AmpMode, CheckpointMode, TrainConfig};
 
 const MIB: u64 = 1 << 20;
 

@@ -1,7 +1,7 @@
 //! Experiment 6: tutorial 004's mixed-precision step on the training driver. The
 //! tutorial trains `nn.Transformer(d_model=512, batch_first=True)` on a batch of 32
 //! sequences of 100 with Adam and MSE against a random target, in float32 and under
-//! autocast; here the same run goes through lab 10's driver (`lab_10::train::run`) in
+//! autocast; here the same run goes through the training driver (`labs_train::run`) in
 //! float32, bfloat16, and float16 with the gradient scaler, each with its peaks, the
 //! allocated peak's split by category, its step time and skipped steps; then GPT-2
 //! small (124 M parameters, batch 8 x 1024, AdamW) in float32 and bfloat16. With
@@ -11,9 +11,9 @@
 //! (the headings give the sizes): the memory's shape is the same, its size is not.
 
 use anyhow::Result;
-use lab_10::train::{self, AmpMode, ModelKind, OptimizerKind, TrainConfig, TrainReport};
 use labs_core::table::Table;
 use labs_core::Device;
+use labs_train::{AmpMode, ModelKind, OptimizerKind, TrainConfig, TrainReport};
 
 use crate::mib;
 use crate::pytorch::{PyTorchRun, Source};
@@ -85,7 +85,7 @@ pub fn measure(
             ..base.clone()
         };
         device.allocator()?.empty_cache()?;
-        let ours = train::run(&config, device)?;
+        let ours = labs_train::run(&config, device)?;
         device.allocator()?.empty_cache()?;
         let pytorch = match pytorch {
             Some(source) => source.run(&config)?,

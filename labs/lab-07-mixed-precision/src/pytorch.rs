@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use lab_10::train::TrainConfig;
+use labs_train::TrainConfig;
 use serde_json::Value;
 
 /// The figures the tables show of one PyTorch run.
@@ -129,10 +129,10 @@ pub fn flags(config: &TrainConfig) -> Vec<String> {
         });
     }
     match config.model {
-        lab_10::train::ModelKind::Transformer => {
+        labs_train::ModelKind::Transformer => {
             out.extend(["--ffn".to_string(), config.ffn.to_string()])
         }
-        lab_10::train::ModelKind::Gpt2 => {
+        labs_train::ModelKind::Gpt2 => {
             out.extend(["--vocab".to_string(), config.vocab.to_string()])
         }
     }
@@ -202,7 +202,7 @@ mod tests {
     fn the_flags_name_every_setting_and_a_report_matches_its_config() {
         let mut c = TrainConfig::transformer();
         c.batch = 32;
-        c.amp = lab_10::train::AmpMode::F16;
+        c.amp = labs_train::AmpMode::F16;
         let f = flags(&c).join(" ");
         assert!(
             f.contains("--model transformer --d-model 512 --nhead 8 --layers 6"),
@@ -219,7 +219,7 @@ mod tests {
         let source = Source::Reports(vec![report]);
         let run = source.run(&c).unwrap().unwrap();
         assert_eq!((run.peak_allocated, run.skipped_steps), (1024, Some(0)));
-        c.amp = lab_10::train::AmpMode::Bf16;
+        c.amp = labs_train::AmpMode::Bf16;
         assert_eq!(source.run(&c).unwrap(), None, "another amp: no report");
     }
 }

@@ -1,12 +1,12 @@
-//! Experiment 6: tutorial 004's step and GPT-2 on lab 10's training driver, on the
+//! Experiment 6: tutorial 004's step and GPT-2 on the training driver of `labs-train`, on the
 //! device under test (the simulated GPU here, the GPU with `LABS_DEVICE=cuda`), and
 //! PyTorch's figures read from a file of reports.
 
 use lab_07::driver;
 use lab_07::pytorch::Source;
-use lab_10::train::AmpMode;
 use labs_core::alloc::round_size;
 use labs_core::testing::test_device;
+use labs_train::AmpMode;
 
 /// The tests measure the one simulated device's allocator: one at a time.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -14,7 +14,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn bytes(r: &lab_10::train::TrainReport, name: &str) -> u64 {
+fn bytes(r: &labs_train::TrainReport, name: &str) -> u64 {
     r.by_category.get(name).copied().unwrap_or(0)
 }
 

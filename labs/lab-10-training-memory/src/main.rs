@@ -20,7 +20,7 @@ use labs_core::format::parse_bytes;
 use labs_core::{Device, DeviceId};
 
 use lab_10::experiments::{self, configs, pytorch::PyTorchSource, Options};
-use lab_10::train::{self, data_parallel, snapshot, DataParallel, TrainArgs};
+use labs_train::{data_parallel, snapshot, DataParallel, TrainArgs};
 
 #[derive(Parser)]
 #[command(name = "lab-10", about = "Chapter 10: training memory")]
@@ -182,7 +182,7 @@ fn run(cli: Cli) -> Result<()> {
     } else {
         let mut snapshots = Snapshots::start(&args, std::slice::from_ref(&device), 0)?;
         snapshots.single = true;
-        let outcome = train::run_with_progress(&config, &device, &bar);
+        let outcome = labs_train::run_with_progress(&config, &device, &bar);
         snapshots.finish()?;
         outcome?
     };
@@ -416,7 +416,7 @@ fn rank_devices(device: &Device, nproc: usize, capacity: Option<u64>) -> Result<
 
 /// The last step's memory by category, as an SVG picture in `path`.
 fn draw_timeline(
-    report: &train::TrainReport,
+    report: &labs_train::TrainReport,
     device: &Device,
     path: &std::path::Path,
 ) -> Result<()> {
@@ -425,7 +425,7 @@ fn draw_timeline(
     }
     let name = device.properties().map(|p| p.name).unwrap_or_default();
     let title = report.timeline_title(&name);
-    let svg = lab_03::plots::category_area_svg(&report.timeline, &title)?;
+    let svg = labs_core::plot::category_area_svg(&report.timeline, &title)?;
     std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
     eprintln!("wrote {}", path.display());
     Ok(())

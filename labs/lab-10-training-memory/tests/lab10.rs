@@ -3,10 +3,10 @@
 //! starter code, the default build the reference solutions.
 
 use lab_10::exercises::{accumulate, fused_attention_saving, largest_batch, optimizer_state_bytes};
-use lab_10::train::model::Batch;
-use lab_10::train::{run, CheckpointMode, OptimizerKind, TrainConfig, Trainer};
 use labs_core::testing::test_device;
 use labs_core::{DType, Device};
+use labs_train::model::Batch;
+use labs_train::{run, CheckpointMode, OptimizerKind, TrainConfig, Trainer};
 
 /// The tests measure one shared device: one at a time.
 fn serial() -> std::sync::MutexGuard<'static, ()> {

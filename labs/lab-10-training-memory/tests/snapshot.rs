@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use lab_03::compare::{self, Side};
+use labs_core::compare::{self, Side};
 use labs_core::snapshot::{self, Snapshot, TraceAction};
 use labs_core::testing::test_device;
 

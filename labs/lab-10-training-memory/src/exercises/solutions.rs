@@ -3,8 +3,8 @@
 use anyhow::Result;
 use labs_core::alloc::round_size;
 
-use crate::train::model::Batch;
-use crate::train::{OptimizerKind, TrainConfig, Trainer};
+use labs_train::model::Batch;
+use labs_train::{OptimizerKind, TrainConfig, Trainer};
 
 // ANCHOR: solution_accumulate
 /// Exercise 1: gradient accumulation.
@@ -50,7 +50,7 @@ pub fn largest_batch(
             batch,
             ..config.clone()
         };
-        let report = crate::train::run(&c, &labs_core::Device::new_dry(capacity))?;
+        let report = labs_train::run(&c, &labs_core::Device::new_dry(capacity))?;
         Ok(report.oom.is_none())
     };
     if max_batch == 0 || !fits(1)? {

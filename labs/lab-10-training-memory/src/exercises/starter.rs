@@ -3,8 +3,8 @@
 
 use anyhow::Result;
 
-use crate::train::model::Batch;
-use crate::train::{OptimizerKind, TrainConfig, Trainer};
+use labs_train::model::Batch;
+use labs_train::{OptimizerKind, TrainConfig, Trainer};
 
 // ANCHOR: exercise_accumulate
 /// Exercise 1: gradient accumulation. Run forward and backward on each micro-batch so
@@ -39,7 +39,7 @@ pub fn optimizer_state_bytes(
 /// Exercise 3: the largest micro-batch, from 1 to `max_batch`, with which a run of
 /// `config` fits a GPU of `capacity` bytes, or `None` when not even a batch of 1 fits.
 /// Ask the dry run, which allocates as the GPU would without running a kernel:
-/// `crate::train::run(&config, &labs_core::Device::new_dry(capacity))` returns a report
+/// `labs_train::run(&config, &labs_core::Device::new_dry(capacity))` returns a report
 /// whose `oom` is `Some` when the run did not fit. A larger batch never needs less
 /// memory, so a bisection takes a handful of dry runs. Then compare `config` with and
 /// without `checkpoint: CheckpointMode::Layers`.

@@ -11,7 +11,7 @@ use anyhow::Result;
 use labs_core::Device;
 use serde::Serialize;
 
-use crate::train::{parse_flags, TrainConfig};
+use labs_train::{parse_flags, TrainConfig};
 
 /// Which model a configuration trains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -164,7 +164,7 @@ fn draw(
             continue;
         };
         let svg =
-            lab_03::plots::category_area_svg(&report.timeline, &report.timeline_title(&name))?;
+            labs_core::plot::category_area_svg(&report.timeline, &report.timeline_title(&name))?;
         let path = dir.join(format!("{}.svg", m.configuration.name));
         std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
         writeln!(w, "wrote {}", path.display())?;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use crate::train::TrainConfig;
+use labs_train::TrainConfig;
 
 /// What PyTorch measured for one configuration (its JSON's fields that the tables use).
 #[derive(Debug, Clone, PartialEq)]
@@ -99,7 +99,7 @@ fn config_difference(report: &Value, c: &TrainConfig) -> Option<String> {
         "amp",
         "optimizer",
     ];
-    if c.model == crate::train::ModelKind::Gpt2 {
+    if c.model == labs_train::ModelKind::Gpt2 {
         keys.push("vocab");
     }
     let mut differ = Vec::new();

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::configs::{Configuration, Family};
 use super::pytorch::{PyTorchRun, PyTorchSource};
-use crate::train::{self, TrainConfig, TrainReport};
+use labs_train::{TrainConfig, TrainReport};
 
 /// The dry run's prediction.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,7 +71,7 @@ impl Runner<'_> {
         let ours = if predicted.fits {
             // An error other than out-of-memory is a row that says so, not the end of
             // every other configuration's figures.
-            let report = match train::run(&config, self.device) {
+            let report = match labs_train::run(&config, self.device) {
                 Ok(report) => {
                     self.write(c, "ours", &report)?;
                     Some(report)
@@ -116,7 +116,7 @@ impl Runner<'_> {
             timeline: false,
             ..config.clone()
         };
-        let report = train::run(&dry, &self.device.dry_twin(self.capacity)?)?;
+        let report = labs_train::run(&dry, &self.device.dry_twin(self.capacity)?)?;
         self.write(c, "ours-dry", &report)?;
         if report.oom.is_none() {
             return Ok(Prediction {
@@ -125,7 +125,7 @@ impl Runner<'_> {
                 fits: true,
             });
         }
-        let larger = train::run(
+        let larger = labs_train::run(
             &dry,
             &self.device.dry_twin(self.capacity.saturating_mul(8))?,
         )?;

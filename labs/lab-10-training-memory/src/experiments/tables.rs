@@ -47,7 +47,7 @@ fn ours_missing(m: &Measurement) -> Option<String> {
 fn triple(
     m: &Measurement,
     explain: bool,
-    ours: impl Fn(&crate::train::TrainReport) -> Option<f64>,
+    ours: impl Fn(&labs_train::TrainReport) -> Option<f64>,
     theirs: impl Fn(&super::pytorch::PyTorchFigures) -> Option<f64>,
     digits: usize,
 ) -> Vec<String> {

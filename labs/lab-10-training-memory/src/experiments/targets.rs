@@ -103,7 +103,7 @@ mod tests {
     use crate::experiments::configs::{configurations, Scale};
     use crate::experiments::pytorch::PyTorchFigures;
     use crate::experiments::runs::Prediction;
-    use crate::train::TrainReport;
+    use labs_train::TrainReport;
 
     /// Configuration `name` (tiny) with our figures and PyTorch's, no workspaces.
     fn measured(name: &str, ours: (u64, f64), theirs: (u64, f64)) -> Measurement {
@@ -120,7 +120,7 @@ mod tests {
             &config,
             &labs_core::Device::new_dry(1 << 30),
             1,
-            crate::train::measure::Memory {
+            labs_train::measure::Memory {
                 peak_allocated: ours.0,
                 peak_reserved: ours.0,
                 by_category: Default::default(),

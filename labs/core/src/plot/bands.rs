@@ -1,8 +1,8 @@
 //! The largest allocations as stacked bands over the trace, earliest at the bottom,
 //! everything else summed on top: where the memory went at every moment.
 
-use labs_core::format::bytes;
-use labs_core::snapshot::{stacked_bands, Snapshot};
+use crate::format::bytes;
+use crate::snapshot::{stacked_bands, Snapshot};
 use plotters::prelude::*;
 
 use super::style::{self, FONT, OTHERS, PALETTE};

@@ -1,7 +1,7 @@
-//! A [`Comparison`] as the lab's tables, and as one JSON object.
+//! A [`Comparison`] as tables, and as one JSON object.
 
-use labs_core::format::bytes;
-use labs_core::table::Table;
+use crate::format::bytes;
+use crate::table::Table;
 
 use super::{Comparison, EventLine, SegmentEvent, SizeGroup, Step};
 

@@ -1,8 +1,8 @@
 //! A map of the segments: one bar per segment, its length the segment's size, its
 //! blocks coloured by state. Fragmentation shows as grey gaps between blue blocks.
 
-use labs_core::format::bytes;
-use labs_core::snapshot::{BlockState, Snapshot, Summary};
+use crate::format::bytes;
+use crate::snapshot::{BlockState, Snapshot, Summary};
 use plotters::prelude::*;
 
 use super::style::{self, ALLOCATED, FONT, INACTIVE, PENDING};

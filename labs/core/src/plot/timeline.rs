@@ -1,7 +1,7 @@
 //! Allocated and reserved bytes after each event of the trace.
 
-use labs_core::format::bytes;
-use labs_core::snapshot::{memory_timeline, Snapshot};
+use crate::format::bytes;
+use crate::snapshot::{memory_timeline, Snapshot};
 use plotters::prelude::*;
 
 use super::style::{self, ALLOCATED, FONT, RESERVED};
@@ -44,7 +44,7 @@ pub fn timeline_svg(snapshot: &Snapshot, device: i64) -> anyhow::Result<String> 
             .y_label_formatter(&|y| format!("{y:.0}"))
             .label_style((FONT, 14))
             .draw()?;
-        let series = |f: fn(&labs_core::snapshot::TimelinePoint) -> u64| {
+        let series = |f: fn(&crate::snapshot::TimelinePoint) -> u64| {
             style::steps(&keep, |j| f(&points[keep[j]]) as f64 / scale)
         };
         chart

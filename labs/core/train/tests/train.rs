@@ -3,13 +3,13 @@
 //! rounding; the dry-run device predicts the simulated GPU's peaks exactly. On the
 //! simulated GPU by default, on the GPU with `LABS_DEVICE=cuda`.
 
-use lab_10::train::model::Batch;
-use lab_10::train::{
+use labs_core::testing::test_device;
+use labs_core::{DType, Device};
+use labs_train::model::Batch;
+use labs_train::{
     run, AmpMode, AttentionMode, CheckpointMode, ModelKind, OptimizerKind, TrainConfig,
     TrainReport, Trainer,
 };
-use labs_core::testing::test_device;
-use labs_core::{DType, Device};
 
 /// The tests measure the peaks of one shared device: one at a time.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -382,9 +382,9 @@ fn a_run_after_a_larger_one_reserves_as_on_a_fresh_device() {
     let device = test_device();
     let flags = "--model gpt2 --optimizer adamw --d-model 64 --nhead 2 --layers 4 \
                  --vocab 8192 --batch 8 --seq 256 --steps 2";
-    let larger = lab_10::train::parse_flags(flags).unwrap();
+    let larger = labs_train::parse_flags(flags).unwrap();
     let smaller =
-        lab_10::train::parse_flags(&format!("{flags} --amp bf16 --checkpoint layers")).unwrap();
+        labs_train::parse_flags(&format!("{flags} --amp bf16 --checkpoint layers")).unwrap();
     let allocator = device.allocator().unwrap();
     allocator.empty_cache().unwrap();
     let first = report(&larger, &device);

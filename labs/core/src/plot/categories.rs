@@ -2,8 +2,8 @@
 //! stacked, with the cache (reserved but free) on top, from the allocator's category
 //! timeline (PyTorch's memory profiler draws the same picture from a profile).
 
-use labs_core::alloc::{Category, CategorySample};
-use labs_core::format::bytes;
+use crate::alloc::{Category, CategorySample};
+use crate::format::bytes;
 use plotters::prelude::*;
 
 use super::style::{self, FONT};

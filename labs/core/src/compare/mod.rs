@@ -1,6 +1,6 @@
-//! `compare A B`: two snapshots of the same configuration side by side (ours and
-//! PyTorch's, or a dry run and the GPU's; either format). Three views, each read off
-//! the traces:
+//! Two snapshots of the same configuration side by side (`lab-03 compare A B`): ours
+//! and PyTorch's, or a dry run and the GPU's, in either format. Three views, each read
+//! off the traces:
 //!
 //! - the totals: peaks of requested, allocated and reserved bytes, segments, counts;
 //! - the blocks live at each one's allocated peak, grouped by size, with the
@@ -16,7 +16,7 @@ pub mod trace;
 
 use std::collections::BTreeMap;
 
-use labs_core::snapshot::Snapshot;
+use crate::snapshot::Snapshot;
 use serde::Serialize;
 
 pub use trace::{SegmentEvent, Step, Totals, Trace};

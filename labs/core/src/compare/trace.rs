@@ -8,8 +8,8 @@
 
 use std::collections::HashMap;
 
-use labs_core::alloc::{origin_of, round_size};
-use labs_core::snapshot::{Frame, Snapshot, TraceAction, TraceEvent};
+use crate::alloc::{origin_of, round_size};
+use crate::snapshot::{Frame, Snapshot, TraceAction, TraceEvent};
 use serde::Serialize;
 
 /// A step of the allocation sequence: a request, or the free of one (by the size its

@@ -10,8 +10,8 @@ mod timeline;
 
 use std::path::{Path, PathBuf};
 
+use crate::snapshot::Snapshot;
 use anyhow::Context;
-use labs_core::snapshot::Snapshot;
 
 pub use bands::active_memory_svg;
 pub use categories::{category_area_svg, BANDS as CATEGORY_BANDS};
