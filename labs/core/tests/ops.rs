@@ -171,7 +171,7 @@ impl Float for bf16 {
     }
 }
 
-fn assert_close<T: Float>(what: &str, i: usize, got: T, expected: f32) {
+fn assert_element_close<T: Float>(what: &str, i: usize, got: T, expected: f32) {
     assert_near(what, i, got, expected, 0.0)
 }
 
@@ -227,7 +227,7 @@ fn check_binary_ops<T: Float>(d: &Device) {
         let what = format!("{} on {}", op.name(), T::DTYPE);
         for i in 0..n {
             let expected = binary_reference(op, a[i].to(), b[i].to(), alpha);
-            assert_close(&what, i, got[i], expected);
+            assert_element_close(&what, i, got[i], expected);
         }
     }
 }

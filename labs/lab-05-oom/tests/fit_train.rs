@@ -3,16 +3,11 @@
 //! peaks are the simulated run's, exactly.
 
 use lab_05::fit_train;
+use labs_core::testing::serial;
 use labs_core::Device;
 use labs_train::{AmpMode, CheckpointMode, TrainConfig};
 
 const MIB: u64 = 1 << 20;
-
-/// The tests measure devices' allocators: one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn small_transformer() -> TrainConfig {
     TrainConfig {

@@ -2,20 +2,15 @@
 //! the GPU with `LABS_DEVICE=cuda`). Experiments that cap the device's own allocator
 //! run one at a time.
 
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use lab_05::exercises::{fits_on, largest_fitting, step_or_halve};
 use lab_05::model::{train_run, MlpSpec, Trainer};
 use lab_05::{explain, finder, fit, fragmentation, pending_free, recovery};
 use labs_core::oom_report::Suggestion;
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_core::Device;
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 const MIB: u64 = 1 << 20;
 

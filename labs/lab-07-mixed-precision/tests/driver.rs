@@ -5,14 +5,9 @@
 use lab_07::driver;
 use lab_07::pytorch::Source;
 use labs_core::alloc::round_size;
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_train::AmpMode;
-
-/// The tests measure the one simulated device's allocator: one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn bytes(r: &labs_train::TrainReport, name: &str) -> u64 {
     r.by_category.get(name).copied().unwrap_or(0)

@@ -2,8 +2,6 @@
 //! the GPU with `LABS_DEVICE=cuda`). The tests measure the device's allocator and use
 //! autocast's thread state, so they run one at a time.
 
-use std::sync::{Mutex, MutexGuard};
-
 use lab_07::exercises::{autocast_output_dtype, flushes_to_zero_in_f16, next_scale};
 use lab_07::model::{Precision, Sizes, Trainer};
 use lab_07::{categories, curves, full_vs_mixed, gemm, scaler};
@@ -12,13 +10,9 @@ use labs_core::kernels::UnaryOp;
 use labs_core::nn::Module;
 use labs_core::optim::{GradScaler, Sgd};
 use labs_core::tensor::autocast;
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_core::{DType, Device, Tensor};
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn sizes(device: &Device) -> Sizes {
     Sizes::for_device(device, true)

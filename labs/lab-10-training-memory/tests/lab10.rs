@@ -3,16 +3,11 @@
 //! starter code, the default build the reference solutions.
 
 use lab_10::exercises::{accumulate, fused_attention_saving, largest_batch, optimizer_state_bytes};
+use labs_core::testing::serial;
 use labs_core::testing::test_device;
 use labs_core::{DType, Device};
 use labs_train::model::Batch;
 use labs_train::{run, CheckpointMode, OptimizerKind, TrainConfig, Trainer};
-
-/// The tests measure one shared device: one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn small() -> TrainConfig {
     TrainConfig {

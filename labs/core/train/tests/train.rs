@@ -3,19 +3,13 @@
 //! rounding; the dry-run device predicts the simulated GPU's peaks exactly. On the
 //! simulated GPU by default, on the GPU with `LABS_DEVICE=cuda`.
 
-use labs_core::testing::test_device;
+use labs_core::testing::{assert_close, serial, test_device};
 use labs_core::{DType, Device};
 use labs_train::model::Batch;
 use labs_train::{
     run, AmpMode, AttentionMode, CheckpointMode, ModelKind, OptimizerKind, TrainConfig,
     TrainReport, Trainer,
 };
-
-/// The tests measure the peaks of one shared device: one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A small Transformer whose activations outweigh its parameters, trained with SGD
 /// (no optimizer state), so that the peak falls where the activations live.
@@ -75,17 +69,6 @@ fn assert_bits_equal(a: &[f32], b: &[f32], what: &str) {
     }
 }
 
-/// `|a - b| <= atol + rtol |b|` elementwise.
-fn assert_close(a: &[f32], b: &[f32], rtol: f32, atol: f32, what: &str) {
-    assert_eq!(a.len(), b.len(), "{what}: lengths");
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!(
-            (x - y).abs() <= atol + rtol * y.abs(),
-            "{what}: element {i}: {x} vs {y}"
-        );
-    }
-}
-
 fn report(c: &TrainConfig, device: &Device) -> TrainReport {
     let r = run(c, device).unwrap();
     assert!(r.oom.is_none(), "{:?}", r.oom);
@@ -128,11 +111,11 @@ fn accumulating_micro_batches_gives_the_gradients_of_one_big_batch() {
             base.model
         );
         assert_close(
+            &format!("{:?} accumulation", base.model),
             &grads(&t),
             &grads(&big),
             1e-4,
             1e-6,
-            &format!("{:?} accumulation", base.model),
         );
     }
 }
