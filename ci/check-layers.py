@@ -201,7 +201,7 @@ def self_test():
     return 0
 
 
-# The runtime's crates, bottom to top, and the façade.
+# The runtime's crates, bottom to top, the façade, and the training driver on it.
 RUNTIME = [
     "labs/core/base/src",
     "labs/core/alloc/src",
@@ -210,6 +210,7 @@ RUNTIME = [
     "labs/core/nn/src",
     "labs/core/dist/src",
     "labs/core/src",
+    "labs/core/train/src",
 ]
 
 

@@ -170,3 +170,31 @@ fn simulated_gpus_refuse_nccl_and_ranks_outside_the_group() {
     assert!(e.contains("rank 2 is not a rank of a group of 2"), "{e}");
     assert!(Device::comm_init_all(&[]).is_err());
 }
+
+#[test]
+fn tensor_collectives_refuse_what_the_transport_cannot_read() {
+    let d = Device::new_sim(64 << 20);
+    let transport = d.comm_exchange(0, 1, Meeting::new(1)).unwrap();
+    let stream = d.default_stream().unwrap();
+    let sum = CollectiveKind::AllReduce(ReduceOp::Sum);
+    let run = |send: &Tensor, recv: &Tensor, count| {
+        labs_tensor::tensor::run_collective(&*transport, sum, send, recv, count, &stream)
+            .unwrap_err()
+            .to_string()
+    };
+    let square = Tensor::zeros(&[2, 3], DType::F32, &d).unwrap();
+    let strided = square.transpose(0, 1).unwrap();
+    assert!(run(&strided, &strided, 6).contains("not contiguous"));
+    let halves = Tensor::zeros(&[6], DType::F16, &d).unwrap();
+    let e = run(&square, &halves, 6);
+    assert!(e.contains("float32") && e.contains("float16"), "{e}");
+    let e = run(&square, &square, 7);
+    assert!(e.contains("7 elements"), "{e}");
+    let other = Device::new_sim(64 << 20);
+    let elsewhere = Tensor::zeros(&[6], DType::F32, &other).unwrap();
+    assert!(run(&elsewhere, &elsewhere, 6).contains("sim"));
+    // Within bounds, the one rank's all-reduce leaves its values.
+    let ones = Tensor::from_slice(&[1.0f32; 6], &[6], &d).unwrap();
+    labs_tensor::tensor::run_collective(&*transport, sum, &ones, &ones, 6, &stream).unwrap();
+    assert_eq!(ones.to_vec::<f32>().unwrap(), [1.0; 6]);
+}

@@ -6,10 +6,10 @@
 use std::fmt;
 
 pub use crate::device::ReduceOp;
-use crate::device::{CollectiveCall, CollectiveKind, Device, Event, Stream, Transport};
+use crate::device::{CollectiveKind, Device, Event, Stream, Transport};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::tensor::{run_collective, Tensor};
 
 /// A collective in flight (PyTorch's `Work`, what `async_op=True` returns).
 #[must_use = "a collective's Work must be waited on (`wait`) before its result is used"]
@@ -116,14 +116,10 @@ impl Communicator {
         self.check(what, tensor)?;
         check_op(what, op, tensor.dtype())?;
         self.enqueue(
-            CollectiveCall {
-                kind: CollectiveKind::AllReduce(op),
-                dtype: tensor.dtype(),
-                send: tensor.ptr(),
-                recv: tensor.ptr(),
-                count: tensor.numel(),
-            },
-            &[tensor],
+            CollectiveKind::AllReduce(op),
+            tensor,
+            tensor,
+            tensor.numel(),
         )
     }
     // ANCHOR_END: all_reduce
@@ -138,14 +134,10 @@ impl Communicator {
             )));
         }
         self.enqueue(
-            CollectiveCall {
-                kind: CollectiveKind::Broadcast { root },
-                dtype: tensor.dtype(),
-                send: tensor.ptr(),
-                recv: tensor.ptr(),
-                count: tensor.numel(),
-            },
-            &[tensor],
+            CollectiveKind::Broadcast { root },
+            tensor,
+            tensor,
+            tensor.numel(),
         )
     }
 
@@ -155,16 +147,7 @@ impl Communicator {
         let what = "all_gather";
         self.check_pair(what, input, output)?;
         self.check_sizes(what, output, "output", input.numel() * self.world_size)?;
-        self.enqueue(
-            CollectiveCall {
-                kind: CollectiveKind::AllGather,
-                dtype: input.dtype(),
-                send: input.ptr(),
-                recv: output.ptr(),
-                count: input.numel(),
-            },
-            &[input, output],
-        )
+        self.enqueue(CollectiveKind::AllGather, input, output, input.numel())
     }
 
     /// Reduces `input` (`world_size × output.numel()` elements) across ranks and leaves
@@ -175,14 +158,10 @@ impl Communicator {
         check_op(what, op, input.dtype())?;
         self.check_sizes(what, input, "input", output.numel() * self.world_size)?;
         self.enqueue(
-            CollectiveCall {
-                kind: CollectiveKind::ReduceScatter(op),
-                dtype: input.dtype(),
-                send: input.ptr(),
-                recv: output.ptr(),
-                count: output.numel(),
-            },
-            &[input, output],
+            CollectiveKind::ReduceScatter(op),
+            input,
+            output,
+            output.numel(),
         )
     }
 
@@ -197,7 +176,13 @@ impl Communicator {
     // ANCHOR: enqueue
     /// Orders the collective after the default stream's work, runs it on the chosen
     /// stream, tells the allocator that stream uses the tensors, and marks its end.
-    fn enqueue(&self, call: CollectiveCall, tensors: &[&Tensor]) -> Result<Work> {
+    fn enqueue(
+        &self,
+        kind: CollectiveKind,
+        send: &Tensor,
+        recv: &Tensor,
+        count: usize,
+    ) -> Result<Work> {
         let stream = self.stream();
         let producer = self.device.default_stream()?;
         if stream.handle() != producer.handle() {
@@ -205,8 +190,8 @@ impl Communicator {
             producer.record(&ready)?;
             stream.wait(&ready)?;
         }
-        self.transport.run(&call, stream)?;
-        for t in tensors {
+        run_collective(&*self.transport, kind, send, recv, count, stream)?;
+        for t in [send, recv] {
             // Freed early, their blocks are reused only after this stream's work.
             t.record_stream(stream)?;
         }

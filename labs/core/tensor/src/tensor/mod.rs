@@ -9,6 +9,7 @@ mod attention_path;
 mod autocast;
 mod broadcast;
 mod cast;
+mod collective;
 mod compare;
 mod concat;
 mod dropout;
@@ -41,6 +42,7 @@ pub use autocast::{
     LOWER_PRECISION_OPS, PROMOTE_OPS,
 };
 pub use broadcast::broadcast_shapes;
+pub use collective::run_collective;
 pub use graph::{
     enable_grad, is_grad_enabled, no_grad, Edge, GradCell, GradOp, GradSlot, NoGradGuard, Node,
     PostAccumulateGradHook,
