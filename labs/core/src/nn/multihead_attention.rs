@@ -384,10 +384,7 @@ impl MultiheadAttention {
 /// Whether two arguments are one tensor (PyTorch's `query is key`): the same storage
 /// seen the same way.
 fn same_tensor(a: &Tensor, b: &Tensor) -> bool {
-    a.shares_storage(b)
-        && a.ptr() == b.ptr()
-        && a.shape() == b.shape()
-        && a.strides() == b.strides()
+    a.is_same_view(b)
 }
 
 /// PyTorch's `linear` on a 3-D input: a contiguous one is viewed as 2-D; any other is

@@ -19,7 +19,6 @@ pub use adam::{Adam, AdamW};
 pub use grad_scaler::{GradScaler, ScalerStage};
 pub use sgd::Sgd;
 
-use crate::dtype::FillPattern;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -38,13 +37,7 @@ pub trait Optimizer {
             if set_to_none {
                 p.clear_grad();
             } else if let Some(g) = p.grad() {
-                let device = g.device();
-                device.backend().fill(
-                    g.ptr(),
-                    FillPattern::U8(0),
-                    g.nbytes(),
-                    &device.default_stream()?,
-                )?;
+                g.zero_()?;
             }
         }
         Ok(())

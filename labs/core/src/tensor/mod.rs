@@ -15,6 +15,7 @@ mod dropout;
 mod graph;
 mod host_reads;
 mod index;
+mod inplace;
 mod layout;
 mod loss;
 mod matmul;
@@ -29,7 +30,12 @@ mod softmax;
 mod stats;
 mod views;
 
+/// What a tensor's memory is counted as ([`Tensor::category`]; a scope makes new
+/// tensors count as one).
+pub use crate::alloc::Category;
 pub use crate::dtype::{DType, Element};
+/// The largest head size the fused attention kernel serves.
+pub use crate::kernels::ATTENTION_MAX_HEAD_DIM;
 pub use attention_path::{
     attention_path, path_for, set_attention_chunk_bytes, set_attention_path, AttentionPath,
     DEFAULT_CHUNK_BYTES,
@@ -57,7 +63,7 @@ pub use saved_hooks::{
 
 use std::sync::{Arc, Weak};
 
-use crate::alloc::{Allocation, Category};
+use crate::alloc::Allocation;
 use crate::device::{copy_between, CopyPath, CopyVia, Device, DevicePtr};
 use crate::error::{Error, Result};
 
@@ -409,7 +415,8 @@ impl Tensor {
     }
 
     // ANCHOR: check_same_device
-    pub(crate) fn check_same_device(&self, other: &Tensor) -> Result<()> {
+    /// An error unless `other` is on this tensor's device.
+    pub fn check_same_device(&self, other: &Tensor) -> Result<()> {
         if self.device().id() != other.device().id() {
             return Err(Error::DeviceMismatch {
                 a: self.device().id(),

@@ -25,7 +25,9 @@ impl Tensor {
         }
     }
 
-    pub(crate) fn check_float_dtype(&self, op: &'static str) -> Result<()> {
+    /// An error naming `op` unless the dtype is a float one (float32, float16,
+    /// bfloat16).
+    pub fn check_float_dtype(&self, op: &'static str) -> Result<()> {
         self.check_float(op)
     }
 
@@ -62,7 +64,7 @@ impl Tensor {
 
     /// In-place ops would change what a recorded graph saved; PyTorch refuses them on
     /// tensors that need a gradient while recording, and so do we.
-    pub(crate) fn check_not_recording(&self, op: &'static str) -> Result<()> {
+    pub fn check_not_recording(&self, op: &'static str) -> Result<()> {
         if self.requires_grad() && super::is_grad_enabled() {
             return Err(Error::InvalidArgument(format!(
                 "{op}: a tensor that requires grad is used in an in-place operation; \
