@@ -2,8 +2,8 @@
 //! (`copy_`, `zero_`, `fill_`, `write_bytes`, `is_same_view`, `check_*`): values on the
 //! test device, and each refusal of a bad argument as one line.
 
-use labs_core::testing::test_device;
 use labs_core::tensor::no_grad;
+use labs_core::testing::test_device;
 use labs_core::{DType, Device, Error, Tensor};
 
 fn ramp(n: usize) -> Vec<f32> {
@@ -27,11 +27,16 @@ fn copy_writes_dense_tensors_and_strided_views() {
     // Into a column of a matrix, from a transposed (strided) source.
     let m = Tensor::zeros(&[3, 2], DType::F32, &d).unwrap();
     let row = Tensor::from_slice(&[7.0f32, 8.0, 9.0], &[1, 3], &d).unwrap();
-    m.narrow(1, 1, 1).unwrap().copy_(&row.transpose(0, 1).unwrap()).unwrap();
+    m.narrow(1, 1, 1)
+        .unwrap()
+        .copy_(&row.transpose(0, 1).unwrap())
+        .unwrap();
     assert_eq!(m.to_vec::<f32>().unwrap(), [0.0, 7.0, 0.0, 8.0, 0.0, 9.0]);
 
     let empty = Tensor::zeros(&[0], DType::F32, &d).unwrap();
-    empty.copy_(&Tensor::zeros(&[0], DType::F32, &d).unwrap()).unwrap();
+    empty
+        .copy_(&Tensor::zeros(&[0], DType::F32, &d).unwrap())
+        .unwrap();
 }
 
 #[test]
@@ -112,10 +117,17 @@ fn write_bytes_fills_a_tensor_piece_by_piece() {
     assert_eq!(t.to_vec::<f32>().unwrap(), values);
 
     let e = one_line(t.write_bytes(12, &bytes[..8]).unwrap_err());
-    assert!(e.contains("8 bytes at offset 12") && e.contains("16 bytes"), "{e}");
+    assert!(
+        e.contains("8 bytes at offset 12") && e.contains("16 bytes"),
+        "{e}"
+    );
     assert!(t.write_bytes(usize::MAX, &bytes[..1]).is_err());
     let m = Tensor::zeros(&[2, 2], DType::F32, &d).unwrap();
-    assert!(m.transpose(0, 1).unwrap().write_bytes(0, &bytes[..4]).is_err());
+    assert!(m
+        .transpose(0, 1)
+        .unwrap()
+        .write_bytes(0, &bytes[..4])
+        .is_err());
 }
 
 #[test]

@@ -19,10 +19,9 @@
 
 use super::attention::{additive_mask, attention_with_weights, scaled_dot_product_attention};
 use super::{join, Linear, Module, Rng};
-use crate::alloc::Category;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{Category, DType, Tensor};
 
 /// How [`MultiheadAttention`] lays out the tensors around the heads (see the module
 /// doc): the values are the same either way, the memory is not.
