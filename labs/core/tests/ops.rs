@@ -311,11 +311,17 @@ fn named_unary_methods_run_their_ops() {
         assert_eq!(got, x.unary(op).unwrap().to_vec::<f32>().unwrap(), "{op:?}");
         for (g, &v) in got.iter().zip(&xs) {
             let want = unary_reference(op, v, 0.0);
-            assert!((g - want).abs() <= 1e-6 * want.abs(), "{op:?}({v}): {g} vs {want}");
+            assert!(
+                (g - want).abs() <= 1e-6 * want.abs(),
+                "{op:?}({v}): {g} vs {want}"
+            );
         }
     }
     let gelu = x.gelu("none").unwrap().to_vec::<f32>().unwrap();
-    assert_eq!(gelu, x.unary(UnaryOp::Gelu).unwrap().to_vec::<f32>().unwrap());
+    assert_eq!(
+        gelu,
+        x.unary(UnaryOp::Gelu).unwrap().to_vec::<f32>().unwrap()
+    );
     // An integer tensor computes in float32, as in PyTorch (`torch.sqrt` of int32).
     let i = Tensor::from_slice(&[4i32, 9], &[2], &d).unwrap();
     assert_eq!(i.sqrt().unwrap().to_vec::<f32>().unwrap(), [2.0, 3.0]);

@@ -12,6 +12,7 @@ mod cast;
 mod compare;
 mod concat;
 mod dropout;
+pub mod fused;
 mod graph;
 mod host_reads;
 mod index;
