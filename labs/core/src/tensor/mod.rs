@@ -44,8 +44,7 @@ pub use attention_path::{
 pub(crate) use autocast::autocast_args;
 pub use autocast::{
     autocast, autocast_cache_len, autocast_disabled, autocast_dtype, cast_policy,
-    clear_autocast_cache, AutocastGuard, CastPolicy, FP32_OPS, FP32_SET_OPT_DTYPE_OPS,
-    LOWER_PRECISION_OPS, PROMOTE_OPS,
+    clear_autocast_cache, ops_with, AutocastGuard, AutocastOp, CastPolicy,
 };
 pub use broadcast::broadcast_shapes;
 pub use graph::{
