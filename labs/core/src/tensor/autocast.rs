@@ -66,7 +66,7 @@ pub enum CastPolicy {
 }
 
 /// An op that is not one entry of the elementwise families, with its autocast class:
-/// declared as a constant beside the op, which passes it to [`autocast_args`].
+/// declared as a constant beside the op, which passes it to `autocast_args`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AutocastOp {
     pub name: &'static str,
