@@ -88,11 +88,17 @@ fn zero_and_fill_write_every_element_of_their_dtype() {
 
     let e = one_line(x.fill_(1i32).unwrap_err());
     assert!(e.contains("fill_") && e.contains("int32"), "{e}");
-    let m = Tensor::zeros(&[2, 3], DType::F32, &d).unwrap();
-    let t = m.transpose(0, 1).unwrap();
-    let e = one_line(t.zero_().unwrap_err());
-    assert!(e.contains("zero_") && e.contains("not contiguous"), "{e}");
-    assert!(t.fill_(1.0f32).is_err());
+    // A transpose is dense in memory (one fill); a column is not (a copy into it).
+    let m = Tensor::from_slice(&ramp(6), &[2, 3], &d).unwrap();
+    m.transpose(0, 1).unwrap().fill_(2.0f32).unwrap();
+    assert_eq!(m.to_vec::<f32>().unwrap(), [2.0; 6]);
+    m.narrow(1, 1, 1).unwrap().zero_().unwrap();
+    assert_eq!(m.to_vec::<f32>().unwrap(), [2.0, 0.0, 2.0, 2.0, 0.0, 2.0]);
+    m.narrow(1, 2, 1).unwrap().fill_(5.0f32).unwrap();
+    assert_eq!(m.to_vec::<f32>().unwrap(), [2.0, 0.0, 5.0, 2.0, 0.0, 5.0]);
+    let row = Tensor::zeros(&[1, 3], DType::F32, &d).unwrap();
+    let e = one_line(row.expand(&[2, 3]).unwrap().zero_().unwrap_err());
+    assert!(e.contains("repeats elements"), "{e}");
     let param = Tensor::zeros(&[2], DType::F32, &d)
         .unwrap()
         .requires_grad_(true);

@@ -37,7 +37,9 @@ pub trait Optimizer {
             if set_to_none {
                 p.clear_grad();
             } else if let Some(g) = p.grad() {
-                g.zero_()?;
+                // Detached first, as PyTorch's zero_grad detaches a gradient that has a
+                // graph (made with create_graph) before zeroing it.
+                g.detach().zero_()?;
             }
         }
         Ok(())

@@ -11,19 +11,22 @@ use crate::error::{Error, Result};
 
 impl Tensor {
     /// Every element set to zero, in place (PyTorch's `zero_()`): one fill of the
-    /// tensor's bytes. The tensor must be contiguous.
+    /// tensor's bytes when they are dense in memory (contiguous, or a transpose or
+    /// permutation of a contiguous tensor), else a copy from a zero tensor into the view.
+    /// A view that repeats elements (stride 0) is refused.
     pub fn zero_(&self) -> Result<()> {
         self.check_not_recording("zero_")?;
-        self.check_contiguous("zero_")?;
-        self.fill_pattern(FillPattern::U8(0), self.nbytes())
+        if self.is_dense_in_memory() {
+            return self.fill_pattern(FillPattern::U8(0), self.nbytes());
+        }
+        self.copy_(&Tensor::zeros(self.shape(), self.dtype, self.device())?)
     }
 
     /// Every element set to `value`, in place (PyTorch's `fill_`): `value`'s type must
-    /// be the tensor's dtype (`fill_(1.0f32)` on a float32 tensor). The tensor must be
-    /// contiguous.
+    /// be the tensor's dtype (`fill_(1.0f32)` on a float32 tensor). Written as `zero_`
+    /// writes.
     pub fn fill_<T: Element>(&self, value: T) -> Result<()> {
         self.check_not_recording("fill_")?;
-        self.check_contiguous("fill_")?;
         if T::DTYPE != self.dtype {
             return Err(Error::DTypeMismatch {
                 op: "fill_",
@@ -31,7 +34,16 @@ impl Tensor {
                 b: T::DTYPE,
             });
         }
-        self.fill_pattern(value.pattern(), self.numel())
+        if self.is_dense_in_memory() {
+            return self.fill_pattern(value.pattern(), self.numel());
+        }
+        self.copy_(&Tensor::full(self.shape(), value, self.device())?)
+    }
+
+    /// Whether the elements fill `numel` consecutive slots from the first one (in some
+    /// order): then a fill from `ptr()` writes exactly them.
+    fn is_dense_in_memory(&self) -> bool {
+        self.is_contiguous() || self.layout.dense_order().is_some()
     }
 
     fn fill_pattern(&self, pattern: FillPattern, count: usize) -> Result<()> {
