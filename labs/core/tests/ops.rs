@@ -288,3 +288,44 @@ fn elementwise_ops_make_strided_inputs_dense_first() {
     // In place on a view would write through a copy: refused.
     assert!(t.axpy_(1.0, &ones).is_err());
 }
+
+#[test]
+fn named_unary_methods_run_their_ops() {
+    let d = test_device();
+    let xs = [0.25f32, 1.0, 4.0];
+    let x = Tensor::from_slice(&xs, &[3], &d).unwrap();
+    type Method = fn(&Tensor) -> labs_core::Result<Tensor>;
+    let named: [(Method, UnaryOp); 9] = [
+        (Tensor::neg, UnaryOp::Neg),
+        (Tensor::exp, UnaryOp::Exp),
+        (Tensor::log, UnaryOp::Log),
+        (Tensor::sqrt, UnaryOp::Sqrt),
+        (Tensor::rsqrt, UnaryOp::Rsqrt),
+        (Tensor::tanh, UnaryOp::Tanh),
+        (Tensor::sigmoid, UnaryOp::Sigmoid),
+        (Tensor::relu, UnaryOp::Relu),
+        (Tensor::abs, UnaryOp::Abs),
+    ];
+    for (method, op) in named {
+        let got = method(&x).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(got, x.unary(op).unwrap().to_vec::<f32>().unwrap(), "{op:?}");
+        for (g, &v) in got.iter().zip(&xs) {
+            let want = unary_reference(op, v, 0.0);
+            assert!(
+                (g - want).abs() <= 1e-6 * want.abs(),
+                "{op:?}({v}): {g} vs {want}"
+            );
+        }
+    }
+    let gelu = x.gelu("none").unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(
+        gelu,
+        x.unary(UnaryOp::Gelu).unwrap().to_vec::<f32>().unwrap()
+    );
+    // An integer tensor computes in float32, as in PyTorch (`torch.sqrt` of int32).
+    let i = Tensor::from_slice(&[4i32, 9], &[2], &d).unwrap();
+    assert_eq!(i.sqrt().unwrap().to_vec::<f32>().unwrap(), [2.0, 3.0]);
+    assert_eq!(i.tanh().unwrap().dtype(), DType::F32);
+    let e = x.gelu("fast").unwrap_err().to_string();
+    assert!(e.contains("approximate") && !e.contains('\n'), "{e}");
+}

@@ -7,7 +7,6 @@ pub mod optim;
 pub mod testing;
 
 // The lower crates' modules under the paths this crate's files name them by.
-use labs_alloc::alloc;
 use labs_base::{dtype, error, format, input};
-use labs_device::{device, kernels};
+use labs_device::device;
 use labs_tensor::{autograd, tensor};

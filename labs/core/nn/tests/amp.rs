@@ -127,6 +127,45 @@ fn the_policy_table_follows_pytorch_lists() {
 }
 
 #[test]
+fn each_class_lists_the_ops_that_declare_it() {
+    use labs_tensor::tensor::ops_with;
+    assert_eq!(ops_with(CastPolicy::LowerPrecision), ["matmul", "linear"]);
+    assert_eq!(
+        ops_with(CastPolicy::Fp32),
+        [
+            "layer_norm",
+            "nll_loss",
+            "mse_loss",
+            "exp",
+            "log",
+            "rsqrt",
+            "pow_scalar",
+            "pow"
+        ]
+    );
+    assert_eq!(
+        ops_with(CastPolicy::Fp32SetOptDtype),
+        ["softmax", "log_softmax", "sum"]
+    );
+    assert_eq!(ops_with(CastPolicy::Promote), ["cat"]);
+    let unchanged = ops_with(CastPolicy::Unchanged);
+    assert!(unchanged.contains(&"add") && unchanged.contains(&"tanh"));
+    for policy in [
+        CastPolicy::LowerPrecision,
+        CastPolicy::Fp32,
+        CastPolicy::Fp32SetOptDtype,
+        CastPolicy::Promote,
+        CastPolicy::Unchanged,
+    ] {
+        for op in ops_with(policy) {
+            assert_eq!(cast_policy(op), policy, "{op}");
+        }
+    }
+    // A name no op declares changes nothing.
+    assert_eq!(cast_policy("no_such_op"), CastPolicy::Unchanged);
+}
+
+#[test]
 fn weights_are_cast_once_per_region_into_the_cache_category() {
     let _s = serial();
     let d = test_device();

@@ -109,7 +109,7 @@ impl Reducer {
         let (b, offset) = self.slots[i];
         let bucket = &mut self.buckets[b];
         let slot = bucket.buffer.narrow(0, offset, grad.numel())?.view(shape)?;
-        if grad.ptr() != slot.ptr() {
+        if !grad.is_same_view(&slot) {
             let grad = grad.contiguous()?;
             if grad.dtype() != slot.dtype() || grad.numel() != slot.numel() {
                 return Err(Error::InvalidArgument(format!(
@@ -120,13 +120,7 @@ impl Reducer {
                     slot.dtype()
                 )));
             }
-            let device = slot.device();
-            device.backend().copy_dtod(
-                slot.ptr(),
-                grad.ptr(),
-                slot.nbytes(),
-                &device.default_stream()?,
-            )?;
+            slot.copy_(&grad)?;
             if let Some(cell) = cell.upgrade() {
                 *cell.lock().unwrap() = Some(slot);
             }

@@ -47,17 +47,6 @@ pub struct ZeroRedundancyOptimizer {
     hooks: Vec<HookHandle>,
 }
 
-/// Copies `src` into `dst` (dense, same bytes) on `dst`'s default stream.
-fn copy(dst: &Tensor, src: &Tensor) -> Result<()> {
-    let device = dst.device();
-    device.backend().copy_dtod(
-        dst.ptr(),
-        src.ptr(),
-        dst.nbytes(),
-        &device.default_stream()?,
-    )
-}
-
 impl ZeroRedundancyOptimizer {
     /// Broadcasts rank 0's parameters, hooks every parameter, and builds the inner
     /// optimizer over this rank's shard, one flat tensor: `make_optimizer(vec![shard])`,
@@ -120,8 +109,8 @@ impl ZeroRedundancyOptimizer {
                 let Some(ready) = ready.upgrade() else {
                     return Ok(()); // the optimizer is gone
                 };
-                if grad.ptr() != slot.ptr() {
-                    copy(&slot, &grad.contiguous()?)?;
+                if !grad.is_same_view(&slot) {
+                    slot.copy_(&grad.contiguous()?)?;
                     if let Some(cell) = cell.upgrade() {
                         *cell.lock().unwrap() = Some(slot.clone());
                     }
@@ -166,12 +155,9 @@ impl ZeroRedundancyOptimizer {
                 continue;
             }
             let flat = p.view(&[p.numel()])?;
-            copy(
-                &self
-                    .shard_params
-                    .narrow(0, start - self.shard.start, end - start)?,
-                &flat.narrow(0, start - offset, end - start)?,
-            )?;
+            self.shard_params
+                .narrow(0, start - self.shard.start, end - start)?
+                .copy_(&flat.narrow(0, start - offset, end - start)?)?;
         }
         Ok(())
     }
@@ -222,7 +208,12 @@ impl Optimizer for ZeroRedundancyOptimizer {
             .all_gather(&self.shard_params, &self.flat_grads)?
             .wait()?;
         for (p, &offset) in self.params.iter().zip(&self.offsets) {
-            copy(p, &self.flat_grads.narrow(0, offset, p.numel())?)?;
+            p.copy_(
+                &self
+                    .flat_grads
+                    .narrow(0, offset, p.numel())?
+                    .view(p.shape())?,
+            )?;
             p.clear_grad();
         }
         // ANCHOR_END: zero_step

@@ -3,7 +3,6 @@
 
 use super::Module;
 use crate::error::Result;
-use crate::kernels::UnaryOp;
 use crate::tensor::Tensor;
 
 macro_rules! activation {
@@ -28,7 +27,7 @@ macro_rules! activation {
 
         impl Module for $name {
             fn forward(&self, x: &Tensor) -> Result<Tensor> {
-                x.unary($op)
+                $op(x)
             }
             fn visit_parameters(&self, _: &str, _: &mut dyn FnMut(String, &Tensor)) {}
             fn train(&mut self, mode: bool) {
@@ -44,20 +43,20 @@ macro_rules! activation {
 activation!(
     /// `max(x, 0)` (`nn.ReLU`).
     Relu,
-    UnaryOp::Relu
+    Tensor::relu
 );
 activation!(
     /// `tanh(x)` (`nn.Tanh`).
     Tanh,
-    UnaryOp::Tanh
+    Tensor::tanh
 );
 activation!(
     /// `1 / (1 + e^-x)` (`nn.Sigmoid`).
     Sigmoid,
-    UnaryOp::Sigmoid
+    Tensor::sigmoid
 );
 activation!(
     /// `x Φ(x)` (`nn.GELU()`, `approximate="none"`).
     Gelu,
-    UnaryOp::Gelu
+    |x: &Tensor| x.gelu("none")
 );

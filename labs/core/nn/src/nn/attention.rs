@@ -147,7 +147,7 @@ fn fused_serves(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> bo
     mask.is_none()
         && q.shape().len() == 4
         && k.shape() == v.shape()
-        && q.shape()[3] <= crate::kernels::ATTENTION_MAX_HEAD_DIM
+        && q.shape()[3] <= crate::tensor::ATTENTION_MAX_HEAD_DIM
 }
 
 /// `softmax(q kᵀ / sqrt(head_dim) + mask) v`, with dropout on the attention weights

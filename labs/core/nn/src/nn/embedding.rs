@@ -2,10 +2,9 @@
 //! pick, initialised from N(0, 1) as PyTorch's.
 
 use super::{join, Module, Rng};
-use crate::alloc::Category;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::tensor::{Category, Tensor};
 
 pub struct Embedding {
     /// `[num_embeddings, embedding_dim]`.

@@ -20,10 +20,9 @@ use super::attention::scaled_dot_product_attention;
 use super::layer_checkpoint::run_layer;
 use super::multihead_attention::packed_heads;
 use super::{join, Dropout, Embedding, LayerCheckpoint, LayerNorm, Linear, Module, Rng};
-use crate::alloc::Category;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::tensor::{Tensor, IGNORE_INDEX};
+use crate::tensor::{Category, Tensor, IGNORE_INDEX};
 
 /// The sizes of a GPT-2 model (nanoGPT's `GPTConfig`, biases on).
 #[derive(Debug, Clone, Copy, PartialEq)]

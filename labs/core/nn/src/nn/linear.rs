@@ -3,10 +3,9 @@
 //! `1/sqrt(in)`, and the bias by the same).
 
 use super::{join, Module, Rng};
-use crate::alloc::Category;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::tensor::{Category, Tensor};
 
 #[derive(Clone)]
 pub struct Linear {

@@ -19,10 +19,9 @@
 
 use super::attention::{additive_mask, attention_with_weights, scaled_dot_product_attention};
 use super::{join, Linear, Module, Rng};
-use crate::alloc::Category;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{Category, DType, Tensor};
 
 /// How [`MultiheadAttention`] lays out the tensors around the heads (see the module
 /// doc): the values are the same either way, the memory is not.
@@ -384,10 +383,7 @@ impl MultiheadAttention {
 /// Whether two arguments are one tensor (PyTorch's `query is key`): the same storage
 /// seen the same way.
 fn same_tensor(a: &Tensor, b: &Tensor) -> bool {
-    a.shares_storage(b)
-        && a.ptr() == b.ptr()
-        && a.shape() == b.shape()
-        && a.strides() == b.strides()
+    a.is_same_view(b)
 }
 
 /// PyTorch's `linear` on a 3-D input: a contiguous one is viewed as 2-D; any other is

@@ -2,10 +2,9 @@
 //! each of `normalized_shape`.
 
 use super::{join, Module};
-use crate::alloc::Category;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{Category, DType, Tensor};
 
 #[derive(Clone)]
 pub struct LayerNorm {

@@ -17,7 +17,7 @@ use crate::dtype::{as_bytes, DType};
 use crate::error::{Error, Result};
 use crate::format::quote_message;
 use crate::input;
-use crate::tensor::Tensor;
+use crate::tensor::{no_grad, Tensor};
 
 /// The little-endian `u64` that gives the header's length.
 const HEADER_LEN: usize = 8;
@@ -177,7 +177,6 @@ pub fn load_limited(
         })?);
     }
 
-    let stream = device.default_stream()?;
     let largest = tensors
         .iter()
         .map(|(_, i)| i.data_offsets.1 - i.data_offsets.0);
@@ -190,8 +189,8 @@ pub fn load_limited(
             let buf = &mut chunk[..(end - at).min(CHUNK)];
             file.read_exact_or(buf, &format!("the data of tensor `{name}`"))
                 .map_err(read_err)?;
-            let offset = (at - info.data_offsets.0) as u64;
-            device.backend().copy_htod(t.ptr() + offset, buf, &stream)?;
+            let offset = at - info.data_offsets.0;
+            t.write_bytes(offset, buf)?;
             at += buf.len();
         }
         out.push((name.clone(), t));
@@ -255,11 +254,8 @@ pub(super) fn load_into(params: &[(String, Tensor)], state: &[(String, Tensor)])
 /// on `dst`'s device (PyTorch's `dst.copy_(src)` under `no_grad`).
 fn copy_into(dst: &Tensor, src: &Tensor) -> Result<()> {
     let src = src.detach().to(dst.device())?.contiguous()?;
-    let device = dst.device();
-    let stream = device.default_stream()?;
-    device
-        .backend()
-        .copy_dtod(dst.ptr(), src.ptr(), dst.nbytes(), &stream)?;
+    let _off = no_grad();
+    dst.copy_(&src)?;
     // `src` may be a temporary: its memory is freed into the cache for reuse by later
     // work on the same stream, which runs after the copy (stream order).
     Ok(())

@@ -12,10 +12,9 @@ use super::{
     join, AttentionMasks, DecoderMasks, LayerCheckpoint, LayerNorm, Module, Rng, TransformerConfig,
     TransformerDecoderLayer, TransformerEncoderLayer,
 };
-use crate::alloc::Category;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::tensor::{Category, Tensor};
 
 /// `n` copies of `first` (made by `make`, values copied from `first`).
 fn clones<L: Module>(first: L, n: usize, make: impl Fn() -> Result<L>) -> Result<Vec<L>> {

@@ -13,7 +13,7 @@
 
 use super::{gradient_of, state_like, Optimizer};
 use crate::error::Result;
-use crate::kernels::{AdamStep, Kernel};
+use crate::tensor::fused::{adam_step, AdamHyper};
 use crate::tensor::{no_grad, Tensor};
 
 /// A parameter's state: `step`, `exp_avg`, `exp_avg_sq` (float32).
@@ -107,13 +107,7 @@ impl Optimizer for Adam {
             } else {
                 (self.weight_decay, 1.0)
             };
-            p.device().launch(&Kernel::AdamStep(AdamStep {
-                dtype: p.dtype(),
-                param: p.ptr(),
-                grad: g.ptr(),
-                exp_avg: s.exp_avg.ptr(),
-                exp_avg_sq: s.exp_avg_sq.ptr(),
-                n: p.numel(),
+            let hyper = AdamHyper {
                 one_minus_beta1: (1.0 - beta1) as f32,
                 beta2: beta2 as f32,
                 one_minus_beta2: (1.0 - beta2) as f32,
@@ -122,7 +116,8 @@ impl Optimizer for Adam {
                 eps: self.eps as f32,
                 weight_decay: weight_decay as f32,
                 param_decay: param_decay as f32,
-            }))?;
+            };
+            adam_step(p, &g, &s.exp_avg, &s.exp_avg_sq, &hyper)?;
         }
         Ok(())
     }

@@ -30,11 +30,10 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use super::Optimizer;
-use crate::alloc::Category;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kernels::{Kernel, UnscaleGrad, UpdateScale};
-use crate::tensor::{no_grad, DType, Tensor};
+use crate::tensor::fused::{unscale_grad, update_scale, ScaleRule};
+use crate::tensor::{no_grad, Category, DType, Tensor};
 
 /// Where an optimizer is in the scaler's cycle since the last `update`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,7 +226,7 @@ impl GradScaler {
                 "GradScaler.unscale_: the optimizer has no parameters".into(),
             ));
         };
-        let scale = self.device_state(&device)?.scale.ptr();
+        let scale = self.device_state(&device)?.scale.clone();
         let found_inf = Tensor::zeros(&[1], DType::F32, &device)?;
         let _off = no_grad();
         for p in optimizer.params() {
@@ -248,13 +247,7 @@ impl GradScaler {
                     g.shape()
                 )));
             }
-            device.launch(&Kernel::UnscaleGrad(UnscaleGrad {
-                dtype: g.dtype(),
-                grad: g.ptr(),
-                found_inf: found_inf.ptr(),
-                scale,
-                n: g.numel(),
-            }))?;
+            unscale_grad(&g, &found_inf, &scale)?;
         }
         self.per_optimizer.insert(
             key(optimizer),
@@ -313,16 +306,12 @@ impl GradScaler {
         let first = flags.next().expect("not empty");
         let found_inf = flags.try_fold(first, |sum, f| sum.add(&f))?;
         let state = self.state.get().expect("unscale_ made the device state");
-        found_inf
-            .device()
-            .launch(&Kernel::UpdateScale(UpdateScale {
-                scale: state.scale.ptr(),
-                growth_tracker: state.growth_tracker.ptr(),
-                found_inf: found_inf.ptr(),
-                growth_factor: self.growth_factor,
-                backoff_factor: self.backoff_factor,
-                growth_interval: self.growth_interval,
-            }))?;
+        let rule = ScaleRule {
+            growth_factor: self.growth_factor,
+            backoff_factor: self.backoff_factor,
+            growth_interval: self.growth_interval,
+        };
+        update_scale(&state.scale, &state.growth_tracker, &found_inf, &rule)?;
         Ok(())
     }
     // ANCHOR_END: update

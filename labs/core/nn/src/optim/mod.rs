@@ -2,8 +2,8 @@
 //! holds clones of the parameters (sharing their storage and `.grad`), creates its
 //! state lazily at the first step (so, as in PyTorch, an optimizer's memory appears at
 //! step 1, not at construction), and updates each parameter with one fused kernel per
-//! step (`Kernel::SgdStep`, `Kernel::AdamStep`) under `no_grad`. A parameter whose
-//! `.grad` is `None` is skipped, as PyTorch skips it.
+//! step ([`crate::tensor::fused::sgd_step`], [`crate::tensor::fused::adam_step`]) under
+//! `no_grad`. A parameter whose `.grad` is `None` is skipped, as PyTorch skips it.
 //!
 //! Parameters may be `float32`, `float16` or `bfloat16` (a gradient has its
 //! parameter's dtype); the state is `float32` in every case (see `kernels/optim.rs`).
@@ -19,7 +19,6 @@ pub use adam::{Adam, AdamW};
 pub use grad_scaler::{GradScaler, ScalerStage};
 pub use sgd::Sgd;
 
-use crate::dtype::FillPattern;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -38,13 +37,9 @@ pub trait Optimizer {
             if set_to_none {
                 p.clear_grad();
             } else if let Some(g) = p.grad() {
-                let device = g.device();
-                device.backend().fill(
-                    g.ptr(),
-                    FillPattern::U8(0),
-                    g.nbytes(),
-                    &device.default_stream()?,
-                )?;
+                // Detached first, as PyTorch's zero_grad detaches a gradient that has a
+                // graph (made with create_graph) before zeroing it.
+                g.detach().zero_()?;
             }
         }
         Ok(())
@@ -90,6 +85,6 @@ fn gradient_of(p: &Tensor, op: &'static str) -> Result<Option<Tensor>> {
 /// Float32 zeros shaped like `p`, on its device: one piece of optimizer state (so
 /// counted by the allocator).
 fn state_like(p: &Tensor) -> Result<Tensor> {
-    let _state = crate::alloc::Category::OptimizerState.scope();
+    let _state = crate::tensor::Category::OptimizerState.scope();
     Tensor::zeros(p.shape(), crate::dtype::DType::F32, p.device())
 }

@@ -4,7 +4,7 @@
 
 use super::{gradient_of, state_like, Optimizer};
 use crate::error::{Error, Result};
-use crate::kernels::{Kernel, SgdStep};
+use crate::tensor::fused::{sgd_step, SgdHyper};
 use crate::tensor::{no_grad, Tensor};
 
 pub struct Sgd {
@@ -66,19 +66,15 @@ impl Optimizer for Sgd {
             if first {
                 *buffer = Some(state_like(p)?);
             }
-            p.device().launch(&Kernel::SgdStep(SgdStep {
-                dtype: p.dtype(),
-                param: p.ptr(),
-                grad: g.ptr(),
-                momentum_buffer: buffer.as_ref().map_or(0, Tensor::ptr),
-                n: p.numel(),
+            let hyper = SgdHyper {
                 lr: self.lr as f32,
                 momentum: self.momentum as f32,
                 dampening: self.dampening as f32,
                 weight_decay: self.weight_decay as f32,
                 nesterov: self.nesterov,
                 first,
-            }))?;
+            };
+            sgd_step(p, &g, buffer.as_ref(), &hyper)?;
         }
         Ok(())
     }

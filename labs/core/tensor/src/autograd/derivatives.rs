@@ -322,6 +322,6 @@ pub(super) fn narrow_backward(
     let mut shape = grad.shape().to_vec();
     shape[dim] = full;
     let out = Tensor::zeros(&shape, grad.dtype(), grad.device())?;
-    out.narrow(dim, start, len)?.copy_(grad)?;
+    out.narrow(dim, start, len)?.scatter_(grad)?;
     Ok(out)
 }

@@ -81,7 +81,7 @@ impl PartBuffers {
                             .all(|&(s, l)| start + len <= s || s + l <= start)
                 });
                 if fits {
-                    prev.narrow(dim, start, len)?.copy_(&grad)?;
+                    prev.narrow(dim, start, len)?.scatter_(&grad)?;
                     if let Some((_, parts)) = self.written.get_mut(&key) {
                         parts.push((start, len));
                     }

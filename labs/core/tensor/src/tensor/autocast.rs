@@ -4,12 +4,12 @@
 //! dtype their inputs arrive in. The lists are PyTorch's CUDA lists
 //! (`aten/src/ATen/autocast_mode.cpp`), restricted to the ops this runtime has:
 //!
-//! - [`LOWER_PRECISION_OPS`] run in the region's dtype (`matmul`, `linear`; attention
-//!   is made of them here, so its products run in half precision and its softmax in
-//!   float32);
-//! - [`FP32_OPS`] run in float32 (`layer_norm`, the losses, `exp`, `log`, `rsqrt`,
-//!   `pow`);
-//! - [`FP32_SET_OPT_DTYPE_OPS`] run in float32 through their `dtype` argument
+//! - [`CastPolicy::LowerPrecision`] ops run in the region's dtype (`matmul`, `linear`;
+//!   attention is made of them here, so its products run in half precision and its
+//!   softmax in float32);
+//! - [`CastPolicy::Fp32`] ops run in float32 (`layer_norm`, the losses, `exp`, `log`,
+//!   `rsqrt`, `pow`);
+//! - [`CastPolicy::Fp32SetOptDtype`] ops run in float32 through their `dtype` argument
 //!   (`softmax`, `log_softmax`, `sum`): softmax and log_softmax read a half-precision
 //!   input as it is and write float32, with no float32 copy of the input, and their
 //!   backward writes the gradient in the input's dtype (`sum` casts its input);
@@ -17,8 +17,8 @@
 //!   promote to the widest (type promotion does that already, region or not; two float
 //!   dtypes are read each in its own by one kernel, with no cast: `mixed.rs`).
 //!
-//! An op consults the region in one place, [`autocast_args`], with its name: the
-//! function returns its inputs cast as the op's policy says ([`cast_policy`]), or `None`
+//! An op consults the region in one place, [`autocast_args`], with its class, declared
+//! beside the op: the function returns its inputs cast as the class says, or `None`
 //! outside a region. Only out-of-place ops call it; in-place ops write their own dtype.
 //!
 //! As in PyTorch, half-precision copies of float32 leaves that require grad (the
@@ -35,35 +35,21 @@ use crate::alloc::Category;
 use crate::error::{Error, Result};
 
 // ANCHOR: cast_lists
-/// Ops that run in the region's dtype (PyTorch's `lower_precision_fp` list: `mm`,
-/// `matmul`, `linear`, `bmm`, `baddbmm`, `addmm`, `scaled_dot_product_attention`, ...).
-pub const LOWER_PRECISION_OPS: &[&str] = &["matmul", "linear"];
-
-/// Ops that run in float32 (PyTorch's `fp32` list): their inputs are cast.
-pub const FP32_OPS: &[&str] = &[
-    "layer_norm",
-    "nll_loss",
-    "mse_loss",
-    "exp",
-    "log",
-    "rsqrt",
-    "pow",
-    "pow_scalar",
-];
-
-/// Ops that run in float32 by setting their output dtype when the caller gave none
-/// (PyTorch's `fp32_set_opt_dtype` list: `softmax(x, dim)` runs as `softmax(x, dim,
-/// dtype=float32)`, which on CUDA reads half and writes float, `_softmax(x, dim,
-/// half_to_float=True)`). `sum` has no dtype argument here: it casts its input.
-pub const FP32_SET_OPT_DTYPE_OPS: &[&str] = &["softmax", "log_softmax", "sum"];
-
-/// Ops that run in the widest dtype of their inputs (PyTorch's `promote` list); this
-/// runtime's binary ops promote anyway, `cat` (and `stack`, which joins through it)
-/// only here.
-pub const PROMOTE_OPS: &[&str] = &["cat"];
-// ANCHOR_END: cast_lists
-
-/// What an op's inputs become inside a region.
+/// What an op's inputs become inside a region: the op's autocast class, after
+/// PyTorch's CUDA lists. Each op declares its class beside itself (an [`AutocastOp`]
+/// constant, or for the elementwise ops an exhaustive match over their enum), so an op
+/// cannot consult autocast without naming one, and a misspelt class does not compile:
+///
+/// - `LowerPrecision`: `matmul`, `linear` (PyTorch's `lower_precision_fp` list: `mm`,
+///   `matmul`, `linear`, `bmm`, `addmm`, `scaled_dot_product_attention`, ...);
+/// - `Fp32`: `layer_norm`, `nll_loss`, `mse_loss`, `exp`, `log`, `rsqrt`, `pow`,
+///   `pow_scalar` (PyTorch's `fp32` list);
+/// - `Fp32SetOptDtype`: `softmax`, `log_softmax`, `sum` (PyTorch's
+///   `fp32_set_opt_dtype` list: `softmax(x, dim)` runs as `softmax(x, dim,
+///   dtype=float32)`, which on CUDA reads half and writes float; `sum` has no dtype
+///   argument here: it casts its input);
+/// - `Promote`: `cat` (and `stack`, which joins through it); the binary ops promote
+///   anyway, region or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CastPolicy {
     /// Floating-point inputs are cast to the region's dtype.
@@ -79,19 +65,63 @@ pub enum CastPolicy {
     Unchanged,
 }
 
-/// The policy of the op named `op` (a kernel's or a method's name).
+/// An op that is not one entry of the elementwise families, with its autocast class:
+/// declared as a constant beside the op, which passes it to `autocast_args`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AutocastOp {
+    pub name: &'static str,
+    pub policy: CastPolicy,
+}
+
+/// The named ops' declarations, for looking an op's class up by name
+/// ([`cast_policy`]); each entry is the constant the op itself uses.
+const NAMED_OPS: &[AutocastOp] = &[
+    super::matmul::MATMUL,
+    super::matmul::LINEAR,
+    super::norm::LAYER_NORM,
+    super::loss::NLL_LOSS,
+    super::loss::MSE_LOSS,
+    super::softmax::SOFTMAX,
+    super::softmax::LOG_SOFTMAX,
+    super::reduce::SUM,
+    super::concat::CAT,
+];
+// ANCHOR_END: cast_lists
+
+/// The class of the op named `op` (a kernel's or a method's name), read from the op's
+/// own declaration; `Unchanged` for a name no op declares.
 pub fn cast_policy(op: &str) -> CastPolicy {
-    if LOWER_PRECISION_OPS.contains(&op) {
-        CastPolicy::LowerPrecision
-    } else if FP32_OPS.contains(&op) {
-        CastPolicy::Fp32
-    } else if FP32_SET_OPT_DTYPE_OPS.contains(&op) {
-        CastPolicy::Fp32SetOptDtype
-    } else if PROMOTE_OPS.contains(&op) {
-        CastPolicy::Promote
-    } else {
-        CastPolicy::Unchanged
-    }
+    let named = NAMED_OPS.iter().find(|o| o.name == op).map(|o| o.policy);
+    let unary = || {
+        (crate::kernels::UnaryOp::ALL.iter())
+            .find(|o| o.name() == op)
+            .map(|&o| super::ops::unary_autocast(o))
+    };
+    let binary = || {
+        (crate::kernels::BinaryOp::ALL.iter())
+            .find(|o| o.name() == op)
+            .map(|&o| super::ops::binary_autocast(o))
+    };
+    named
+        .or_else(unary)
+        .or_else(binary)
+        .unwrap_or(CastPolicy::Unchanged)
+}
+
+/// The names of the ops of class `policy`, named ops first, then the elementwise ones
+/// in declaration order (what PyTorch's lists hold, restricted to this runtime's ops).
+pub fn ops_with(policy: CastPolicy) -> Vec<&'static str> {
+    let named = NAMED_OPS
+        .iter()
+        .filter(|o| o.policy == policy)
+        .map(|o| o.name);
+    let unary = (crate::kernels::UnaryOp::ALL.iter())
+        .filter(|&&o| super::ops::unary_autocast(o) == policy)
+        .map(|o| o.name());
+    let binary = (crate::kernels::BinaryOp::ALL.iter())
+        .filter(|&&o| super::ops::binary_autocast(o) == policy)
+        .map(|o| o.name());
+    named.chain(unary).chain(binary).collect()
 }
 
 thread_local! {
@@ -199,20 +229,21 @@ fn cast(t: &Tensor, dtype: DType) -> Result<Tensor> {
 /// The output dtype the current region sets for op `op` called without one: float32
 /// for the `fp32_set_opt_dtype` ops in an enabled region (PyTorch's `set_opt_dtype`),
 /// `None` otherwise. Ops that take a dtype consult this instead of [`autocast_args`].
-pub(crate) fn autocast_opt_dtype(op: &str) -> Option<DType> {
+pub(crate) fn autocast_opt_dtype(op: AutocastOp) -> Option<DType> {
     autocast_dtype()?;
-    (cast_policy(op) == CastPolicy::Fp32SetOptDtype).then_some(DType::F32)
+    (op.policy == CastPolicy::Fp32SetOptDtype).then_some(DType::F32)
 }
 
 // ANCHOR: autocast_args
-/// The inputs of op `op` as the current region wants them: `None` outside a region or
-/// when the op's policy changes nothing, else every input, cast where the policy says
-/// (integer inputs, indices, are never cast). The one place ops consult autocast.
-pub(crate) fn autocast_args(op: &str, inputs: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+/// The inputs of an op of class `policy` as the current region wants them: `None`
+/// outside a region or when the class changes nothing, else every input, cast where
+/// the class says (integer inputs, indices, are never cast). The one place ops consult
+/// autocast.
+pub(crate) fn autocast_args(policy: CastPolicy, inputs: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
     let Some(region) = autocast_dtype() else {
         return Ok(None);
     };
-    let target = match cast_policy(op) {
+    let target = match policy {
         CastPolicy::Unchanged => return Ok(None),
         CastPolicy::LowerPrecision => region,
         // An op with a dtype argument asks `autocast_opt_dtype` first; one without

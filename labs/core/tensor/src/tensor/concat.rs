@@ -4,16 +4,24 @@
 //! that is a strided view is made dense first). Backward hands each input its
 //! `narrow`ed part of the gradient, a view.
 
+use super::autocast::{AutocastOp, CastPolicy};
 use super::graph::GradOp;
 use super::Tensor;
 use crate::error::{Error, Result};
 use crate::kernels::Kernel;
 
+/// `cat` runs in the widest float dtype of its inputs under autocast (PyTorch's
+/// `promote` list).
+pub(super) const CAT: AutocastOp = AutocastOp {
+    name: "cat",
+    policy: CastPolicy::Promote,
+};
+
 impl Tensor {
     /// PyTorch's `cat(tensors, dim)`: the tensors joined along `dim`; every other
     /// dimension, the dtype and the device must agree.
     pub fn cat(tensors: &[&Tensor], dim: usize) -> Result<Tensor> {
-        if let Some(args) = super::autocast_args("cat", tensors)? {
+        if let Some(args) = super::autocast_args(CAT.policy, tensors)? {
             return Tensor::cat(&args.iter().collect::<Vec<_>>(), dim);
         }
         let Some(first) = tensors.first() else {

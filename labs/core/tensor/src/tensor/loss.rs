@@ -3,6 +3,7 @@
 //! `cross_entropy` (`log_softmax` then `nll_loss`, so its gradient is
 //! `(softmax - onehot) / count`, zero on ignored rows), and `mse_loss`.
 
+use super::autocast::{AutocastOp, CastPolicy};
 use super::graph::{no_grad, GradOp};
 use super::{DType, Tensor};
 use crate::error::{Error, Result};
@@ -11,13 +12,23 @@ use crate::kernels::{BinaryOp, Kernel, RowKernel};
 /// PyTorch's default `ignore_index`.
 pub const IGNORE_INDEX: i64 = -100;
 
+/// The losses run in float32 under autocast (PyTorch's `fp32` list).
+pub(super) const NLL_LOSS: AutocastOp = AutocastOp {
+    name: "nll_loss",
+    policy: CastPolicy::Fp32,
+};
+pub(super) const MSE_LOSS: AutocastOp = AutocastOp {
+    name: "mse_loss",
+    policy: CastPolicy::Fp32,
+};
+
 impl Tensor {
     /// PyTorch's `nll_loss(logp, target, ignore_index=..., reduction='mean')` for
     /// log-probabilities `[N, C]` and int64 targets `[N]`: the mean of `-logp[n,
     /// target[n]]` over the rows whose target is not `ignore_index` (NaN when all are).
     pub fn nll_loss(&self, target: &Tensor, ignore_index: i64) -> Result<Tensor> {
         const OP: &str = "nll_loss";
-        if let Some(args) = super::autocast_args(OP, &[self])? {
+        if let Some(args) = super::autocast_args(NLL_LOSS.policy, &[self])? {
             return args[0].nll_loss(target, ignore_index);
         }
         self.check_float(OP)?;
@@ -109,7 +120,7 @@ impl Tensor {
     /// Operands of different shapes (broadcast, which PyTorch warns about) or dtypes
     /// take that composition.
     pub fn mse_loss(&self, target: &Tensor) -> Result<Tensor> {
-        if let Some(args) = super::autocast_args("mse_loss", &[self, target])? {
+        if let Some(args) = super::autocast_args(MSE_LOSS.policy, &[self, target])? {
             return args[0].mse_loss(&args[1]);
         }
         target.check_same_device(self)?;

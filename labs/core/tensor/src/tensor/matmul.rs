@@ -8,6 +8,7 @@
 //! an expanded batch a batch stride of 0. Only other views are made dense first (a
 //! copy), as PyTorch does.
 
+use super::autocast::{AutocastOp, CastPolicy};
 use super::graph::GradOp;
 use super::Tensor;
 use crate::error::{Error, Result};
@@ -23,6 +24,16 @@ pub struct MatmulOptions {
 }
 
 const OP: &str = "matmul";
+
+/// Products run in the autocast region's dtype (PyTorch's `lower_precision_fp` list).
+pub(super) const MATMUL: AutocastOp = AutocastOp {
+    name: OP,
+    policy: CastPolicy::LowerPrecision,
+};
+pub(super) const LINEAR: AutocastOp = AutocastOp {
+    name: "linear",
+    policy: CastPolicy::LowerPrecision,
+};
 
 /// The largest leading dimension the GEMM takes (cuBLAS's 32-bit `ld`).
 const MAX_LD: usize = i32::MAX as usize;
@@ -123,7 +134,7 @@ impl Tensor {
 
     /// [`matmul`](Self::matmul) with options (TF32 for `float32`).
     pub fn matmul_with(&self, other: &Tensor, options: MatmulOptions) -> Result<Tensor> {
-        if let Some(args) = super::autocast_args(OP, &[self, other])? {
+        if let Some(args) = super::autocast_args(MATMUL.policy, &[self, other])? {
             return args[0].matmul_with(&args[1], options);
         }
         let out = match Tensor::replayed_output(&GradOp::Matmul, &[self, other]) {
@@ -155,7 +166,7 @@ impl Tensor {
             .into_iter()
             .flatten()
             .collect();
-        if let Some(args) = super::autocast_args("linear", &inputs)? {
+        if let Some(args) = super::autocast_args(LINEAR.policy, &inputs)? {
             return args[0].linear(&args[1], args.get(2));
         }
         let wt = weight.transpose(0, 1)?;

@@ -13,9 +13,11 @@ mod collective;
 mod compare;
 mod concat;
 mod dropout;
+pub mod fused;
 mod graph;
 mod host_reads;
 mod index;
+mod inplace;
 mod layout;
 mod loss;
 mod matmul;
@@ -30,7 +32,12 @@ mod softmax;
 mod stats;
 mod views;
 
+/// What a tensor's memory is counted as ([`Tensor::category`]; a scope makes new
+/// tensors count as one).
+pub use crate::alloc::Category;
 pub use crate::dtype::{DType, Element};
+/// The largest head size the fused attention kernel serves.
+pub use crate::kernels::ATTENTION_MAX_HEAD_DIM;
 pub use attention_path::{
     attention_path, path_for, set_attention_chunk_bytes, set_attention_path, AttentionPath,
     DEFAULT_CHUNK_BYTES,
@@ -38,8 +45,7 @@ pub use attention_path::{
 pub(crate) use autocast::autocast_args;
 pub use autocast::{
     autocast, autocast_cache_len, autocast_disabled, autocast_dtype, cast_policy,
-    clear_autocast_cache, AutocastGuard, CastPolicy, FP32_OPS, FP32_SET_OPT_DTYPE_OPS,
-    LOWER_PRECISION_OPS, PROMOTE_OPS,
+    clear_autocast_cache, ops_with, AutocastGuard, AutocastOp, CastPolicy,
 };
 pub use broadcast::broadcast_shapes;
 pub use collective::run_collective;
@@ -59,7 +65,7 @@ pub use saved_hooks::{
 
 use std::sync::{Arc, Weak};
 
-use crate::alloc::{Allocation, Category};
+use crate::alloc::Allocation;
 use crate::device::{copy_between, CopyPath, CopyVia, Device, DevicePtr};
 use crate::error::{Error, Result};
 
@@ -411,6 +417,7 @@ impl Tensor {
     }
 
     // ANCHOR: check_same_device
+    /// An error unless `other` is on this tensor's device.
     pub fn check_same_device(&self, other: &Tensor) -> Result<()> {
         if self.device().id() != other.device().id() {
             return Err(Error::DeviceMismatch {

@@ -2,11 +2,18 @@
 //! and `rstd = 1 / sqrt(var + eps)` (saved in float32 for backward, as PyTorch saves
 //! them) and writes the normalised, scaled and shifted row.
 
+use super::autocast::{AutocastOp, CastPolicy};
 use super::graph::GradOp;
 use super::{DType, Tensor};
 use crate::error::{Error, Result};
 use crate::kernels::rows::layer_norm_chunks;
 use crate::kernels::{Kernel, RowKernel};
+
+/// `layer_norm` runs in float32 under autocast (PyTorch's `fp32` list).
+pub(super) const LAYER_NORM: AutocastOp = AutocastOp {
+    name: "layer_norm",
+    policy: CastPolicy::Fp32,
+};
 
 impl Tensor {
     /// PyTorch's `layer_norm(x, normalized_shape, weight, bias, eps)`: each group of the
@@ -21,7 +28,7 @@ impl Tensor {
     ) -> Result<Tensor> {
         const OP: &str = "layer_norm";
         let inputs: Vec<&Tensor> = [Some(self), weight, bias].into_iter().flatten().collect();
-        if let Some(args) = super::autocast_args(OP, &inputs)? {
+        if let Some(args) = super::autocast_args(LAYER_NORM.policy, &inputs)? {
             let mut rest = args[1..].iter();
             let w = weight.and_then(|_| rest.next());
             let b = bias.and_then(|_| rest.next());

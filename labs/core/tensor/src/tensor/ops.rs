@@ -5,10 +5,52 @@
 //! copy); binary ops broadcast, promote and read strided operands in place
 //! (`broadcast.rs`); in-place ops need a dense tensor.
 
+use super::autocast::CastPolicy;
 use super::graph::GradOp;
 use super::{DType, Tensor};
 use crate::error::{Error, Result};
 use crate::kernels::{BinaryOp, Kernel, UnaryOp};
+
+/// The autocast class of each unary op (PyTorch's `fp32` list holds `exp`, `log`,
+/// `rsqrt` and `pow`); the match is exhaustive, so a new op does not compile without one.
+pub(super) fn unary_autocast(op: UnaryOp) -> CastPolicy {
+    match op {
+        UnaryOp::Exp | UnaryOp::Log | UnaryOp::Rsqrt | UnaryOp::PowScalar => CastPolicy::Fp32,
+        UnaryOp::Neg
+        | UnaryOp::Sqrt
+        | UnaryOp::Tanh
+        | UnaryOp::Sigmoid
+        | UnaryOp::Relu
+        | UnaryOp::Step
+        | UnaryOp::Scale
+        | UnaryOp::Abs
+        | UnaryOp::Gelu
+        | UnaryOp::GeluTanh
+        | UnaryOp::GeluGrad
+        | UnaryOp::GeluTanhGrad
+        | UnaryOp::ClampMin
+        | UnaryOp::ClampMax
+        | UnaryOp::StepGe
+        | UnaryOp::StepLe => CastPolicy::Unchanged,
+    }
+}
+
+/// The autocast class of each binary op (`pow` is on PyTorch's `fp32` list; the others
+/// promote mixed inputs anyway); exhaustive, as [`unary_autocast`].
+pub(super) fn binary_autocast(op: BinaryOp) -> CastPolicy {
+    match op {
+        BinaryOp::Pow => CastPolicy::Fp32,
+        BinaryOp::Add
+        | BinaryOp::Sub
+        | BinaryOp::Mul
+        | BinaryOp::Div
+        | BinaryOp::Maximum
+        | BinaryOp::Minimum
+        | BinaryOp::Axpy
+        | BinaryOp::ThresholdBackward
+        | BinaryOp::SquaredDifference => CastPolicy::Unchanged,
+    }
+}
 
 /// What the elementwise kernels are generated for.
 const FLOAT_DTYPES: &str = "float32, float16, bfloat16";
@@ -25,6 +67,8 @@ impl Tensor {
         }
     }
 
+    /// An error naming `op` unless the dtype is a float one (float32, float16,
+    /// bfloat16).
     pub fn check_float_dtype(&self, op: &'static str) -> Result<()> {
         self.check_float(op)
     }
@@ -62,7 +106,7 @@ impl Tensor {
 
     /// In-place ops would change what a recorded graph saved; PyTorch refuses them on
     /// tensors that need a gradient while recording, and so do we.
-    pub(crate) fn check_not_recording(&self, op: &'static str) -> Result<()> {
+    pub fn check_not_recording(&self, op: &'static str) -> Result<()> {
         if self.requires_grad() && super::is_grad_enabled() {
             return Err(Error::InvalidArgument(format!(
                 "{op}: a tensor that requires grad is used in an in-place operation; \
@@ -87,7 +131,7 @@ impl Tensor {
     /// Integer tensors run the ops with an integer expression in their own dtype, and
     /// are promoted to float32 for the others (`exp` of an int32 tensor is float32).
     pub fn unary_with(&self, op: UnaryOp, alpha: f32) -> Result<Tensor> {
-        if let Some(args) = super::autocast_args(op.name(), &[self])? {
+        if let Some(args) = super::autocast_args(unary_autocast(op), &[self])? {
             return args[0].unary_with(op, alpha);
         }
         if !self.is_floating_point() && op.int_cuda().is_none() {
@@ -145,7 +189,7 @@ impl Tensor {
     /// `op` applied to pairs of elements of two tensors, broadcast together (PyTorch's
     /// rules) in their promoted dtype (see `broadcast.rs`).
     pub fn binary_with(&self, op: BinaryOp, other: &Tensor, alpha: f32) -> Result<Tensor> {
-        if let Some(args) = super::autocast_args(op.name(), &[self, other])? {
+        if let Some(args) = super::autocast_args(binary_autocast(op), &[self, other])? {
             return args[0].broadcast_binary(op, &args[1], alpha);
         }
         self.broadcast_binary(op, other, alpha)

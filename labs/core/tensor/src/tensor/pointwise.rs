@@ -1,5 +1,8 @@
-//! The named pointwise ops beyond arithmetic: `rsqrt`, `abs`, `gelu`, `clamp`. Each is
-//! one entry of `kernels/ops.rs`; this file gives them PyTorch's names and arguments.
+//! The named pointwise ops beyond arithmetic: `log`, `sqrt`, `rsqrt`, `tanh`,
+//! `sigmoid`, `abs`, `gelu`, `clamp` (`neg`, `exp`, `relu` and `scale` are in `ops.rs`,
+//! `pow_scalar` and `pow` in `broadcast.rs`). Each is one entry of `kernels/ops.rs`; this file gives them
+//! PyTorch's names and arguments. The entries left without a name (`Step`, `StepGe`,
+//! `StepLe`, `GeluGrad`, `GeluTanhGrad`) are derivatives, which autograd launches.
 
 use super::promote::{is_floating_point, result_type, Scalar};
 use super::{DType, Tensor};
@@ -7,6 +10,26 @@ use crate::error::{Error, Result};
 use crate::kernels::UnaryOp;
 
 impl Tensor {
+    /// The natural logarithm, elementwise (`torch.log`).
+    pub fn log(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Log)
+    }
+
+    /// `sqrt(self)`, elementwise (`torch.sqrt`).
+    pub fn sqrt(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sqrt)
+    }
+
+    /// `tanh(self)`, elementwise (`torch.tanh`).
+    pub fn tanh(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Tanh)
+    }
+
+    /// `1 / (1 + e^-self)`, elementwise (`torch.sigmoid`).
+    pub fn sigmoid(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sigmoid)
+    }
+
     /// `1 / sqrt(self)`.
     pub fn rsqrt(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Rsqrt)

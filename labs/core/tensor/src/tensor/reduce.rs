@@ -3,18 +3,26 @@
 //! spans in two passes); a sum over other dimensions moves them last first (a permuted
 //! view, made dense by one copy when it is not already).
 
+use super::autocast::{AutocastOp, CastPolicy};
 use super::graph::GradOp;
 use super::{DType, Tensor};
 use crate::error::{Error, Result};
 use crate::kernels::rows::sum_chunks;
 use crate::kernels::{Gemm, Kernel, RowKernel};
 
+/// `sum` runs in float32 under autocast (PyTorch's `fp32_set_opt_dtype` list; with no
+/// dtype argument here, its input is cast).
+pub(super) const SUM: AutocastOp = AutocastOp {
+    name: "sum",
+    policy: CastPolicy::Fp32SetOptDtype,
+};
+
 impl Tensor {
     /// The sum over dimensions `dims` (in any order, each once); `keepdim` keeps them as
     /// size-1 dimensions (PyTorch's `sum(dim, keepdim)`). An empty `dims` sums nothing
     /// and returns a copy, as PyTorch's `sum(dim=[])` does not: use [`Tensor::sum_all`].
     pub fn sum_dims(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
-        if let Some(args) = super::autocast_args("sum", &[self])? {
+        if let Some(args) = super::autocast_args(SUM.policy, &[self])? {
             return args[0].sum_dims(dims, keepdim);
         }
         self.reduce_dims("sum", dims, keepdim, 1.0)
@@ -31,7 +39,7 @@ impl Tensor {
 
     /// The sum of every element, as a tensor of shape `[]`.
     pub fn sum_all(&self) -> Result<Tensor> {
-        if let Some(args) = super::autocast_args("sum", &[self])? {
+        if let Some(args) = super::autocast_args(SUM.policy, &[self])? {
             return args[0].sum_all();
         }
         let dims: Vec<usize> = (0..self.shape().len()).collect();

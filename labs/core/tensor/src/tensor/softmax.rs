@@ -7,6 +7,7 @@
 //! float32 copy of the input nor a float32 gradient to cast, as PyTorch's
 //! `_softmax(x, dim, half_to_float=True)` and `_softmax_backward_data(.., input_dtype)`.
 
+use super::autocast::{AutocastOp, CastPolicy};
 use super::graph::GradOp;
 use super::promote::is_floating_point;
 use super::{DType, Tensor};
@@ -26,6 +27,17 @@ pub(super) fn inverse(order: &[usize]) -> Vec<usize> {
     }
     inv
 }
+
+/// `softmax` and `log_softmax` write float32 under autocast unless given a dtype
+/// (PyTorch's `fp32_set_opt_dtype` list).
+pub(super) const SOFTMAX: AutocastOp = AutocastOp {
+    name: "softmax",
+    policy: CastPolicy::Fp32SetOptDtype,
+};
+pub(super) const LOG_SOFTMAX: AutocastOp = AutocastOp {
+    name: "log_softmax",
+    policy: CastPolicy::Fp32SetOptDtype,
+};
 
 impl Tensor {
     /// This tensor (without its graph) with `dim` moved last, dense: its rows are the
@@ -74,7 +86,9 @@ impl Tensor {
         // PyTorch's fp32_set_opt_dtype: an explicit dtype is respected, else autocast
         // sets float32.
         let y_dtype = dtype
-            .or_else(|| super::autocast::autocast_opt_dtype(name))
+            .or_else(|| {
+                super::autocast::autocast_opt_dtype(if log { LOG_SOFTMAX } else { SOFTMAX })
+            })
             .unwrap_or(self.dtype);
         self.check_float(name)?;
         if !is_floating_point(y_dtype) {

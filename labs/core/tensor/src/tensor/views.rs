@@ -77,12 +77,45 @@ impl Tensor {
     }
     // ANCHOR_END: contiguous
 
-    /// Writes `src`'s elements into this view, in place and unrecorded (PyTorch's
-    /// `copy_` under `no_grad`): one strided-scatter launch from `src` made dense (a copy
-    /// first only when it is a strided view itself). How a gradient is written into its
-    /// part of a larger buffer (`narrow`'s backward). The view must not repeat elements
-    /// (no stride 0 over more than one entry), and shapes and dtypes must agree.
-    pub(crate) fn copy_(&self, src: &Tensor) -> Result<()> {
+    /// Writes `src`'s elements into this tensor or view, in place and unrecorded
+    /// (PyTorch's `copy_` under `no_grad`). Shapes, dtypes and devices must agree (copy
+    /// to another device with [`Tensor::to`] first), and the destination must not
+    /// repeat elements (no stride 0 over more than one entry). A dense destination and
+    /// source are one device-to-device copy; otherwise one strided-scatter launch from
+    /// `src` made dense (a copy first only when it is a strided view itself): how a
+    /// gradient is written into its part of a larger buffer (`narrow`'s backward).
+    /// Refused on a tensor that requires grad while autograd records.
+    pub fn copy_(&self, src: &Tensor) -> Result<()> {
+        self.check_not_recording("copy_")?;
+        self.check_copy(src)?;
+        if self.numel() == 0 {
+            return Ok(());
+        }
+        if self.is_contiguous() && src.is_contiguous() {
+            let device = self.device();
+            return device.backend().copy_dtod(
+                self.ptr(),
+                src.ptr(),
+                self.nbytes(),
+                &device.default_stream()?,
+            );
+        }
+        self.scatter_unchecked(src)
+    }
+
+    /// `copy_` by the strided-scatter kernel whatever the layouts, with no recording
+    /// check: how autograd writes a gradient into its part of a larger buffer.
+    pub(crate) fn scatter_(&self, src: &Tensor) -> Result<()> {
+        self.check_copy(src)?;
+        if self.numel() == 0 {
+            return Ok(());
+        }
+        self.scatter_unchecked(src)
+    }
+
+    /// What `copy_` checks: the same shape, dtype and device, and a destination that
+    /// does not repeat elements.
+    fn check_copy(&self, src: &Tensor) -> Result<()> {
         if src.shape() != self.shape() || src.dtype != self.dtype {
             return Err(Error::InvalidArgument(format!(
                 "copy_: a {} tensor of shape {:?} cannot be written into a {} view of shape {:?}",
@@ -105,9 +138,10 @@ impl Tensor {
                 self.strides()
             )));
         }
-        if self.numel() == 0 {
-            return Ok(());
-        }
+        Ok(())
+    }
+
+    fn scatter_unchecked(&self, src: &Tensor) -> Result<()> {
         let src = src.detach().contiguous()?;
         self.device().launch(&Kernel::StridedScatter {
             width: self.dtype.size(),
