@@ -9,12 +9,9 @@
 use labs_core::device::profile;
 use labs_core::tensor::{attention_path, path_for, set_attention_chunk_bytes, set_attention_path};
 use labs_core::tensor::{AttentionPath, DEFAULT_CHUNK_BYTES};
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
-use labs_core::testing::{host, max_error};
+// The profiler is process-wide: the tests of this file take turns (serial).
+use labs_core::testing::{host, max_error, serial, test_device};
 use labs_core::{DType, Device, Tensor};
-
-/// The profiler is process-wide: the tests of this file take turns.
 
 /// Deterministic values in [-1, 1).
 fn values(n: usize, seed: u64) -> Vec<f32> {

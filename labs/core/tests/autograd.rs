@@ -4,13 +4,12 @@
 //! `LABS_DEVICE=cuda`.
 
 use labs_core::tensor::no_grad;
-use labs_core::testing::test_device;
+use labs_core::testing::{serial, test_device};
 use labs_core::Tensor;
 
 mod gradcheck;
 
 use gradcheck::{check_gradients, tensor, values};
-use labs_core::testing::serial;
 
 const SHAPE: [usize; 2] = [3, 4];
 

@@ -11,13 +11,12 @@
 //! the bias's and C's magnitudes.
 
 use labs_core::kernels::{Gemm, Kernel, Operand};
-use labs_core::testing::{launch_count as count, launches, test_device};
+use labs_core::testing::{launch_count as count, launches, serial, test_device};
 use labs_core::{DType, Device, Error, Tensor};
 
 mod gradcheck;
 
 use gradcheck::{check_gradients, values};
-use labs_core::testing::serial;
 
 const U32: f64 = 1.0 / (1u64 << 24) as f64;
 

@@ -6,8 +6,7 @@
 use half::{bf16, f16};
 use labs_core::kernels::CompareOp;
 use labs_core::tensor::{promote_types, Scalar};
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
+use labs_core::testing::{serial, test_device};
 use labs_core::{DType, Device, Element, Error, Tensor};
 
 fn t<T: Element>(data: &[T], shape: &[usize], d: &Device) -> Tensor {

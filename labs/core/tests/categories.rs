@@ -4,8 +4,7 @@
 //! `LABS_DEVICE=cuda`.
 
 use labs_core::alloc::Category;
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
+use labs_core::testing::{serial, test_device};
 use labs_core::{Device, Tensor};
 
 /// Bytes allocated now in each category.

@@ -12,8 +12,7 @@ use labs_core::autograd::{
     checkpoint, checkpoint_with, retained_graph, save_matmul_and_attention, save_on_cpu,
     saved_tensors_hooks, CheckpointOptions, OffloadOptions,
 };
-use labs_core::testing::serial;
-use labs_core::testing::{launch_count, launches, test_device};
+use labs_core::testing::{launch_count, launches, serial, test_device};
 use labs_core::{Device, Tensor};
 
 /// The parameters of a small MLP block, `x -> ln -> x W1 -> gelu -> dropout -> W2 ->

@@ -14,9 +14,7 @@ use gradcheck::{check_gradients, values};
 use labs_core::autograd::{checkpoint, retained_graph};
 use labs_core::nn::attention::causal_mask_rect;
 use labs_core::nn::{sdpa_kernel, MhaLayout, Module, MultiheadAttention, Rng, SdpaBackend};
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
-use labs_core::testing::{host, max_error};
+use labs_core::testing::{host, max_error, serial, test_device};
 use labs_core::{DType, Device, Tensor};
 
 /// `[B, H, T, D]` inputs of `dtype` in [-1, 1), leaves that require grad.

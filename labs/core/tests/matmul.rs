@@ -28,8 +28,7 @@
 use half::{bf16, f16};
 use labs_core::kernels::{Gemm, Kernel, Operand};
 use labs_core::tensor::MatmulOptions;
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
+use labs_core::testing::{serial, test_device};
 use labs_core::{DType, Device, Element, Error, Tensor};
 
 const U32: f64 = 1.0 / (1u64 << 24) as f64;

@@ -7,13 +7,12 @@
 
 use half::{bf16, f16};
 use labs_core::kernels::BinaryOp;
-use labs_core::testing::{launch_count as count, launches, test_device};
+use labs_core::testing::{launch_count as count, launches, serial, test_device};
 use labs_core::{DType, Device, Tensor};
 
 mod gradcheck;
 
 use gradcheck::values;
-use labs_core::testing::serial;
 
 const PAIRS: [(DType, DType); 6] = [
     (DType::F32, DType::BF16),

@@ -3,13 +3,12 @@
 //! differences, as `tests/autograd.rs` checks the others. Runs on the simulated GPU by
 //! default and on the GPU with `LABS_DEVICE=cuda`.
 
-use labs_core::testing::test_device;
+use labs_core::testing::{serial, test_device};
 use labs_core::{DType, Tensor};
 
 mod gradcheck;
 
 use gradcheck::{check_gradients, values};
-use labs_core::testing::serial;
 
 fn input(shape: &[usize], seed: u64, lo: f32, hi: f32) -> (Vec<f32>, Vec<usize>) {
     let n = shape.iter().product();

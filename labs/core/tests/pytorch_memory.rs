@@ -10,8 +10,7 @@ mod gradcheck;
 
 use labs_core::kernels::UnaryOp;
 use labs_core::nn::{MhaLayout, MultiheadAttention, Rng};
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
+use labs_core::testing::{serial, test_device};
 use labs_core::{Device, Tensor};
 
 fn close(a: &[f32], b: &[f32], what: &str) {

@@ -4,13 +4,12 @@
 //! whole-vector path (16 columns, aligned) and the element-by-element one run.
 
 use labs_core::kernels::{BinaryOp, Kernel, Strided};
-use labs_core::testing::{launch_count as count, launches, test_device};
+use labs_core::testing::{launch_count as count, launches, serial, test_device};
 use labs_core::{DType, Device, Tensor};
 
 mod gradcheck;
 
 use gradcheck::values;
-use labs_core::testing::serial;
 
 fn f64s(t: &Tensor) -> Vec<f64> {
     (t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap())

@@ -11,9 +11,7 @@ use gradcheck::{check_gradients, values};
 use half::{bf16, f16};
 use labs_core::kernels::rows::dropout_uniform;
 use labs_core::tensor::IGNORE_INDEX;
-use labs_core::testing::assert_close;
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
+use labs_core::testing::{assert_close, serial, test_device};
 use labs_core::{DType, Device, Error, Tensor};
 
 /// `data` rounded to `dtype` on the device.

@@ -8,8 +8,7 @@ use lab_05::exercises::{fits_on, largest_fitting, step_or_halve};
 use lab_05::model::{train_run, MlpSpec, Trainer};
 use lab_05::{explain, finder, fit, fragmentation, pending_free, recovery};
 use labs_core::oom_report::Suggestion;
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
+use labs_core::testing::{serial, test_device};
 use labs_core::Device;
 
 const MIB: u64 = 1 << 20;

@@ -5,8 +5,7 @@
 use lab_07::driver;
 use lab_07::pytorch::Source;
 use labs_core::alloc::round_size;
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
+use labs_core::testing::{serial, test_device};
 use labs_train::AmpMode;
 
 fn bytes(r: &labs_train::TrainReport, name: &str) -> u64 {

@@ -10,8 +10,7 @@ use labs_core::kernels::UnaryOp;
 use labs_core::nn::Module;
 use labs_core::optim::{GradScaler, Sgd};
 use labs_core::tensor::autocast;
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
+use labs_core::testing::{serial, test_device};
 use labs_core::{DType, Device, Tensor};
 
 fn sizes(device: &Device) -> Sizes {

@@ -9,8 +9,7 @@ use lab_09::{drops, eval, planted, unused_result};
 use labs_core::alloc::LeakGuard;
 use labs_core::autograd::retained_graph;
 use labs_core::tensor::no_grad;
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
+use labs_core::testing::{serial, test_device};
 use labs_core::{Device, Tensor};
 
 /// The allocator's smallest block: every request is rounded up to a multiple of it.

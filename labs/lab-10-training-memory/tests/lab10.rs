@@ -3,8 +3,7 @@
 //! starter code, the default build the reference solutions.
 
 use lab_10::exercises::{accumulate, fused_attention_saving, largest_batch, optimizer_state_bytes};
-use labs_core::testing::serial;
-use labs_core::testing::test_device;
+use labs_core::testing::{serial, test_device};
 use labs_core::{DType, Device};
 use labs_train::model::Batch;
 use labs_train::{run, CheckpointMode, OptimizerKind, TrainConfig, Trainer};

@@ -4,8 +4,7 @@
 //! back to its baseline once model and optimizer are dropped.
 
 use half::f16;
-use labs_base::testing::assert_close;
-use labs_base::testing::serial;
+use labs_base::testing::{assert_close, serial};
 use labs_device::testing::test_device;
 use labs_device::Device;
 use labs_nn::nn::{Mlp, Module, Rng};

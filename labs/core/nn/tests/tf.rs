@@ -7,8 +7,7 @@
 //! baseline once a model and its graph are dropped. Runs on the simulated GPU by default
 //! and on the GPU with `LABS_DEVICE=cuda`.
 
-use labs_base::testing::assert_close;
-use labs_base::testing::serial;
+use labs_base::testing::{assert_close, serial};
 use labs_device::testing::test_device;
 use labs_device::Device;
 use labs_nn::nn::attention::{causal_mask_rect, scaled_dot_product_attention};
