@@ -569,6 +569,8 @@ class Run:
         torch.cuda.manual_seed(cfg["seed"] + rank)  # dropout differs between ranks
         self.make_batch = batch_maker(cfg, device, generator)
         self.times, self.losses, self.skipped = [], [], 0
+        # cudaMalloc and cudaFree calls of the caching allocator in each step.
+        self.driver_calls = []
         self.gradient_bytes = 0
         self.backends, self.calls = [], None
         if cfg["offload"] and cfg["offload_share"] < 1.0:
@@ -619,6 +621,7 @@ class Run:
     def step(self, index):
         cfg = self.cfg
         torch.cuda.synchronize(self.device)
+        segments_before = segment_calls(self.device)
         start = time.perf_counter()
         total = torch.zeros((), device=self.device)
         for k in range(cfg["accum"]):
@@ -638,6 +641,7 @@ class Run:
         self.optimizer.zero_grad(set_to_none=True)
         torch.cuda.synchronize(self.device)
         self.times.append((time.perf_counter() - start) * 1e3)
+        self.driver_calls.append(segment_calls(self.device) - segments_before)
         self.losses.append(total.item())
 
     def train(self):
@@ -662,6 +666,10 @@ class Run:
             "the three",
             "sdpa_calls: the attention ops of the first micro-batch's forward (a warm-up "
             "step; null without one)",
+            "driver_calls_per_step: the allocator's cudaMalloc and cudaFree calls in each "
+            "step (num_device_alloc and num_device_free; PyTorch counts no mapping of an "
+            "expandable segment); steady_driver_calls_per_step: the most of any step "
+            "after the third",
             "gemm_workspace_bytes: what cuBLAS's workspaces held in the allocator at the "
             "end (one per cuBLAS handle and stream: the main thread's and the autograd "
             "engine's), part of peak_allocated",
@@ -680,6 +688,8 @@ class Run:
             "peak_reserved": torch.cuda.max_memory_reserved(self.device),
             "step_ms": median(self.times[cfg["warmup"]:]),
             "step_ms_all": self.times,
+            "driver_calls_per_step": self.driver_calls,
+            "steady_driver_calls_per_step": max(self.driver_calls[3:], default=None),
             "gemm_workspace_bytes": workspaces,
             "losses": self.losses,
             "by_category": {
@@ -695,6 +705,12 @@ class Run:
             "offload": self.offload_report(),
             "notes": notes,
         }
+
+
+def segment_calls(device):
+    """The caching allocator's cudaMalloc and cudaFree calls so far."""
+    stats = torch.cuda.memory_stats(device)
+    return stats.get("num_device_alloc", 0) + stats.get("num_device_free", 0)
 
 
 def cublas_workspace_bytes(device):

@@ -46,6 +46,8 @@ const FIELDS: &[&str] = &[
     "samples_per_s",
     "ranks",
     "gemm_workspace_bytes",
+    "driver_calls_per_step",
+    "steady_driver_calls_per_step",
 ];
 
 #[test]
@@ -276,4 +278,33 @@ fn a_fifo_as_pytorchs_figures_is_refused_at_once() {
         std::time::Duration::from_secs(60),
         &[fifo.to_str().unwrap(), "FIFO"],
     );
+}
+
+#[test]
+fn fixed_segments_make_no_driver_call_once_the_steps_repeat() {
+    // PyTorch's default segments: the first step of a small GPT-2 takes segments from
+    // the driver; after the warm-up steps the cache serves every request of a step that
+    // repeats the one before.
+    let gpt2 = "--model gpt2 --d-model 64 --nhead 2 --layers 2 --vocab 1000 --batch 4 --seq 64";
+    let out = Command::new(binary())
+        .args(["train", "--device", &device(), "--json", "--steps", "6"])
+        .args(gpt2.split(' '))
+        .env("LABS_ALLOC_CONF", "expandable_segments:False")
+        .output()
+        .unwrap();
+    let v = labs_core::testing::one_json_object(out);
+    let per_step: Vec<u64> = (v["driver_calls_per_step"].as_array().unwrap().iter())
+        .map(|c| c.as_u64().unwrap())
+        .collect();
+    assert_eq!(per_step.len(), 6, "{v}");
+    assert!(per_step[0] > 0, "the first step took no segment: {v}");
+    assert_eq!(v["steady_driver_calls_per_step"], 0, "{v}");
+    // Three steps leave none after the warm-up to judge.
+    let out = Command::new(binary())
+        .args(["train", "--device", &device(), "--json"])
+        .args(small(3))
+        .output()
+        .unwrap();
+    let v = labs_core::testing::one_json_object(out);
+    assert!(v["steady_driver_calls_per_step"].is_null(), "{v}");
 }

@@ -80,6 +80,8 @@ pub(crate) fn run_trainer(
     let mut copy_times = Vec::new();
     let mut oom = None;
     let mut timeline = Vec::new();
+    // The allocator's driver calls that take, give back or map memory, step by step.
+    let mut driver_calls = Vec::new();
     // ANCHOR: timeline
     for step in 0..config.steps {
         let last = step + 1 == config.steps;
@@ -93,7 +95,10 @@ pub(crate) fn run_trainer(
         if config.timeline && last {
             device.allocator()?.record_category_timeline(1 << 22);
         }
+        let driver_before = device.allocator()?.stats().driver;
         let result = measure::timed(device, || trainer.step(step));
+        let driver = device.allocator()?.stats().driver.since(&driver_before);
+        driver_calls.push(driver.memory_calls());
         if config.timeline && last {
             timeline = device.allocator()?.category_timeline().0;
             device.allocator()?.record_category_timeline(0);
@@ -138,7 +143,19 @@ pub(crate) fn run_trainer(
     report.skipped_steps = skipped_steps;
     report.offload = offload;
     report.timeline = timeline;
+    report.steady_driver_calls_per_step = steady_calls(&driver_calls);
+    report.driver_calls_per_step = driver_calls;
     Ok(report)
+}
+
+/// The steps a training loop may take to find its working set: from the fourth step on,
+/// a step that repeats the one before it should make no driver call for memory.
+pub const DRIVER_WARMUP_STEPS: usize = 3;
+
+/// The most driver calls for memory of any step after the warm-up ones; `None` when
+/// the run had no step after them.
+pub fn steady_calls(per_step: &[u64]) -> Option<u64> {
+    per_step.iter().skip(DRIVER_WARMUP_STEPS).copied().max()
 }
 
 /// Whether `e` is the runtime's out-of-memory error.

@@ -124,6 +124,13 @@ pub struct TrainReport {
     pub samples_per_s: Option<f64>,
     /// Every rank's peaks and median step in a data-parallel run, else null.
     pub ranks: Option<Vec<RankFigures>>,
+    /// The allocator's driver calls that took, gave back or mapped memory in each
+    /// step (segments, physical memory, maps, access, unmaps), rank 0's.
+    pub driver_calls_per_step: Vec<u64>,
+    /// The most of them in any step after the third: what a steady training loop
+    /// still pays the driver per step (0 once the working set is cached); null when the
+    /// run had three steps or fewer.
+    pub steady_driver_calls_per_step: Option<u64>,
     /// Bytes per category after each allocator event of the last step, when the
     /// configuration asked for it (not in the JSON: `--timeline FILE` draws it).
     #[serde(skip)]
@@ -160,6 +167,8 @@ impl TrainReport {
             data_parallel: None,
             samples_per_s: None,
             ranks: None,
+            driver_calls_per_step: Vec::new(),
+            steady_driver_calls_per_step: None,
             timeline: Vec::new(),
         }
     }

@@ -133,6 +133,25 @@ impl DriverTimes {
         }
     }
 
+    /// The calls that take or give back memory or change its mappings: segments
+    /// reserved or freed, physical memory created or released, pages mapped, given
+    /// access or unmapped (synchronisations left out). A training loop that repeats
+    /// one step makes none of them once its working set is cached.
+    pub fn memory_calls(&self) -> u64 {
+        [
+            self.segment_alloc,
+            self.segment_free,
+            self.create,
+            self.map,
+            self.access,
+            self.unmap,
+            self.release,
+        ]
+        .iter()
+        .map(|t| t.calls)
+        .sum()
+    }
+
     /// All the time spent in driver calls.
     pub fn total_ns(&self) -> u64 {
         [
