@@ -109,15 +109,62 @@ impl Config {
         }
     }
 
-    /// Parses `key:value,key:value` on top of the defaults. Keys are PyTorch's.
+    /// The labs' own policy, by name (`preset:labs`): expandable segments whose idle
+    /// pages move to where memory is needed, freed blocks parked whole for the next
+    /// request of their size.
+    pub fn labs() -> Self {
+        Config {
+            expandable_segments: true,
+            park_freed_blocks: true,
+            max_mapping: DEFAULT_MAX_MAPPING,
+            ..Config::default()
+        }
+    }
+
+    /// The configuration a preset names: `labs` ([`Config::labs`]) or `pytorch`
+    /// ([`Config::pytorch_native`]).
+    pub fn preset(name: &str) -> Result<Self> {
+        match name {
+            "labs" => Ok(Config::labs()),
+            "pytorch" => Ok(Config::pytorch_native()),
+            _ => Err(bad(format!(
+                "preset: unknown preset {} (known: labs, pytorch)",
+                quote(name)
+            ))),
+        }
+    }
+
+    /// Parses `key:value,key:value` on top of the defaults. Keys are PyTorch's, plus the
+    /// labs' own; `preset:NAME` starts from a named configuration instead of the
+    /// defaults, wherever it stands in the list, and the other keys apply on top of it.
     pub fn parse(text: &str) -> Result<Self> {
-        let mut c = Config::default();
-        for item in split_items(text)?.into_iter().filter(|s| !s.is_empty()) {
+        let items: Vec<&str> = split_items(text)?
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect();
+        let mut presets = items
+            .iter()
+            .filter_map(|item| item.split_once(':'))
+            .filter(|(key, _)| key.trim() == "preset")
+            .map(|(_, value)| value.trim());
+        let mut c = match (presets.next(), presets.next()) {
+            (None, _) => Config::default(),
+            (Some(name), None) => Config::preset(name)?,
+            (Some(a), Some(b)) => {
+                return Err(bad(format!(
+                    "preset: two presets, {} and {}; name one",
+                    quote(a),
+                    quote(b)
+                )))
+            }
+        };
+        for item in items {
             let (key, value) = item
                 .split_once(':')
                 .ok_or_else(|| bad(format!("{} is not `key:value`", quote(item))))?;
             let (key, value) = (key.trim(), value.trim());
             match key {
+                "preset" => {}
                 "max_split_size_mb" => {
                     let mb: u64 = value
                         .parse()
@@ -193,7 +240,7 @@ impl Config {
                     return Err(bad(format!(
                         "unknown option {} (known: max_split_size_mb, garbage_collection_threshold, \
                          roundup_power2_divisions, expandable_segments, max_mapping_mb, per_process_memory_fraction, \
-                         park_freed_blocks, oom_snapshot, backend:native)",
+                         park_freed_blocks, oom_snapshot, backend:native, preset)",
                         quote(key)
                     )))
                 }
@@ -453,6 +500,34 @@ mod tests {
             Config::pytorch_native().to_pytorch_conf_string(),
             "expandable_segments:False"
         );
+    }
+
+    #[test]
+    fn presets_start_from_a_named_configuration_and_the_keys_apply_on_top() {
+        assert_eq!(Config::parse("preset:labs").unwrap(), Config::labs());
+        assert_eq!(
+            Config::parse("preset:pytorch").unwrap(),
+            Config::pytorch_native()
+        );
+        assert!(!Config::parse("preset:pytorch").unwrap().expandable_segments);
+        // Wherever the preset stands, the other keys win over it.
+        for text in [
+            "preset:pytorch,max_split_size_mb:128,expandable_segments:True",
+            "max_split_size_mb:128,expandable_segments:True,preset:pytorch",
+        ] {
+            let c = Config::parse(text).unwrap();
+            assert!(c.expandable_segments, "{text}");
+            assert_eq!(c.max_split_size, Some(128 * MIB), "{text}");
+        }
+        let e = Config::parse("preset:torch").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown preset `torch`") && e.contains("labs, pytorch"),
+            "{e}"
+        );
+        let e = Config::parse("preset:labs,preset:pytorch")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("two presets"), "{e}");
     }
 
     #[test]
