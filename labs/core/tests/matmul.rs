@@ -28,7 +28,7 @@
 use half::{bf16, f16};
 use labs_core::kernels::{Gemm, Kernel, Operand};
 use labs_core::tensor::MatmulOptions;
-use labs_core::testing::{serial, test_device};
+use labs_core::testing::{host, serial, test_device};
 use labs_core::{DType, Device, Element, Error, Tensor};
 
 const U32: f64 = 1.0 / (1u64 << 24) as f64;
@@ -101,30 +101,7 @@ fn tensor<T: Float>(values: &[T], shape: &[usize], d: &Device) -> Tensor {
 /// `a @ b` in `f64` from the logical (row-major) values of the operands, with `S` per
 /// element: `(reference, S)`. `b` may be 2-D (one weight for every batch).
 fn reference(a: &Tensor, b: &Tensor) -> (Vec<f64>, Vec<f64>) {
-    let values = |t: &Tensor| -> Vec<f64> {
-        match t.dtype() {
-            DType::F32 => t
-                .to_vec::<f32>()
-                .unwrap()
-                .iter()
-                .map(|&v| v as f64)
-                .collect(),
-            DType::F16 => t
-                .to_vec::<f16>()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_f64())
-                .collect(),
-            DType::BF16 => t
-                .to_vec::<bf16>()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_f64())
-                .collect(),
-            other => panic!("no reference for {other}"),
-        }
-    };
-    let (av, bv) = (values(a), values(b));
+    let (av, bv) = (host(a), host(b));
     let (ra, rb) = (a.shape().len(), b.shape().len());
     let (m, k, n) = (a.shape()[ra - 2], a.shape()[ra - 1], b.shape()[rb - 1]);
     let batch: usize = a.shape()[..ra - 2].iter().product();

@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use half::{bf16, f16};
 use labs_device::kernels::{BinaryOp, UnaryOp};
 use std::rc::Rc;
 
@@ -22,6 +21,7 @@ use labs_nn::nn::{
 };
 use labs_nn::optim::{Adam, AdamW, Optimizer, Sgd};
 use labs_nn::testing::{parity_manifest, ParityCase, ParityManifest};
+use labs_tensor::testing::host;
 use labs_tensor::{DType, Tensor};
 
 type Tensors = HashMap<String, Tensor>;
@@ -77,47 +77,6 @@ struct Computed {
     partial: Vec<String>,
 }
 
-fn values(t: &Tensor) -> Vec<f64> {
-    match t.dtype() {
-        DType::F32 => t
-            .to_vec::<f32>()
-            .unwrap()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        DType::F16 => t
-            .to_vec::<f16>()
-            .unwrap()
-            .iter()
-            .map(|v| v.to_f64())
-            .collect(),
-        DType::BF16 => t
-            .to_vec::<bf16>()
-            .unwrap()
-            .iter()
-            .map(|v| v.to_f64())
-            .collect(),
-        DType::I32 => t
-            .to_vec::<i32>()
-            .unwrap()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        DType::I64 => t
-            .to_vec::<i64>()
-            .unwrap()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        DType::U8 => t
-            .to_vec::<u8>()
-            .unwrap()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-    }
-}
-
 /// Compares `got` with the fixture's `want`; the first difference, if any.
 fn compare(case: &ParityCase, key: &str, got: &Tensor, want: &Tensor) -> Option<String> {
     if got.shape() != want.shape() || got.dtype() != want.dtype() {
@@ -130,7 +89,7 @@ fn compare(case: &ParityCase, key: &str, got: &Tensor, want: &Tensor) -> Option<
             want.dtype()
         ));
     }
-    let (g, w) = (values(got), values(want));
+    let (g, w) = (host(got), host(want));
     let worst = g
         .iter()
         .zip(&w)
