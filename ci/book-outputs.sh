@@ -47,7 +47,7 @@ LAB02_PARTS=(
   "kept-vs-dropped=3. 100 tensors"
   "empty-cache=4. What empty_cache really returns"
   "memory-summary=|=========="
-  "empty-cache=(only whole mappings"
+  "empty-cache=(only whole segments"
   "fragmentation=5. Fragmentation on real traces"
 )
 LAB03_DEMO_PARTS=(
@@ -252,11 +252,11 @@ gpu)
     "lab-02 replay {data}/traces/gpt2_varlen.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py" \
     "lab-02 replay {data}/traces/seed_transformer_b64.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py" \
     "lab-02 replay {data}/traces/seed_transformer_accum4x16.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py" \
-    "lab-02 replay {data}/traces/gpt2_fp32.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False" \
-    "lab-02 replay {data}/traces/gpt2_varlen.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False" \
-    "lab-02 replay {data}/traces/resnet50_fp32.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False" \
-    "lab-02 replay {data}/traces/seed_transformer_b64.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False" \
-    "lab-02 replay {data}/traces/seed_transformer_accum4x16.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False"
+    "lab-02 replay {data}/traces/gpt2_fp32.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf preset:labs" \
+    "lab-02 replay {data}/traces/gpt2_varlen.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf preset:labs" \
+    "lab-02 replay {data}/traces/resnet50_fp32.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf preset:labs" \
+    "lab-02 replay {data}/traces/seed_transformer_b64.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf preset:labs" \
+    "lab-02 replay {data}/traces/seed_transformer_accum4x16.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf preset:labs"
   whole lab-02/mappings-gpu \
     "lab-02 mappings resnet50_fp32 --device cuda --pytorch {ci}/pytorch-replay.py" \
     "lab-02 mappings gpt2_fp32 --device cuda --pytorch {ci}/pytorch-replay.py" \
@@ -265,12 +265,12 @@ gpu)
     "lab-02 mappings seed_transformer_accum4x16 --device cuda --pytorch {ci}/pytorch-replay.py"
   whole lab-02/replay-checkpointed-gpu \
     "lab-02 replay {data}/synthetic/checkpointed_gpt2_fixed.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py" \
-    "lab-02 replay {data}/synthetic/checkpointed_gpt2_fixed.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False" \
-    "lab-02 replay {data}/synthetic/checkpointed_gpt2_fixed.trace.csv.gz --device cuda --json --conf max_mapping_mb:64" \
+    "lab-02 replay {data}/synthetic/checkpointed_gpt2_fixed.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf preset:labs" \
+    "lab-02 replay {data}/synthetic/checkpointed_gpt2_fixed.trace.csv.gz --device cuda --json --conf preset:labs,max_mapping_mb:64" \
     "python3 {ci}/pytorch-replay.py {data}/synthetic/checkpointed_gpt2_fixed.trace.csv.gz --conf backend:cudaMallocAsync" \
     "lab-02 replay {data}/synthetic/checkpointed_gpt2_varlen.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py" \
-    "lab-02 replay {data}/synthetic/checkpointed_gpt2_varlen.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf expandable_segments:False" \
-    "lab-02 replay {data}/synthetic/checkpointed_gpt2_varlen.trace.csv.gz --device cuda --json --conf max_mapping_mb:64" \
+    "lab-02 replay {data}/synthetic/checkpointed_gpt2_varlen.trace.csv.gz --device cuda --json --pytorch {ci}/pytorch-replay.py --conf preset:labs" \
+    "lab-02 replay {data}/synthetic/checkpointed_gpt2_varlen.trace.csv.gz --device cuda --json --conf preset:labs,max_mapping_mb:64" \
     "python3 {ci}/pytorch-replay.py {data}/synthetic/checkpointed_gpt2_varlen.trace.csv.gz --conf backend:cudaMallocAsync"
   whole lab-02/replay-pytorch-gpu \
     "lab-02 replay {data}/traces/gpt2_fp32.trace.csv.gz --device cuda --pytorch {ci}/pytorch-replay.py" \
@@ -317,6 +317,19 @@ gpu)
   whole lab-10/compare-gpt2-bf16-gpu "lab-03 compare gpt2-bf16-cuda.json gpt2-bf16-pytorch.pickle"
   whole lab-10/compare-tutorial-gpu "lab-03 compare tutorial-cuda.json tutorial-pytorch.pickle"
   whole lab-10/compare-dry-gpu "lab-03 compare gpt2-bf16-dry.json gpt2-bf16-cuda.json"
+  whole lab-10/steady-gpu \
+    "lab-10 train --device cuda --json --steps 8" \
+    "lab-10 train --device cuda --json --steps 8 --conf preset:labs" \
+    "lab-10 train --device cuda --json --steps 8 --conf expandable_segments:True" \
+    "python3 {ci}/pytorch-train.py --json --steps 8" \
+    "python3 {ci}/pytorch-train.py --json --steps 8 --conf expandable_segments:True" \
+    "lab-10 train --device cuda --json --steps 8 --model gpt2 --batch 4 --seq 512" \
+    "lab-10 train --device cuda --json --steps 8 --model gpt2 --batch 4 --seq 512 --conf preset:labs" \
+    "lab-10 train --device cuda --json --steps 8 --model gpt2 --batch 4 --seq 512 --conf expandable_segments:True" \
+    "python3 {ci}/pytorch-train.py --json --steps 8 --model gpt2 --batch 4 --seq 512" \
+    "python3 {ci}/pytorch-train.py --json --steps 8 --model gpt2 --batch 4 --seq 512 --conf expandable_segments:True" \
+    "lab-10 train --dry-run --gemm-workspace 32MiB --json --steps 8 --conf preset:labs" \
+    "lab-10 train --dry-run --gemm-workspace 32MiB --json --steps 8 --model gpt2 --batch 4 --seq 512 --conf preset:labs"
 
   # What each PyTorch snippet printed (ci/check-snippets.py, run by run.sh).
   if [ -z "$only" ] && [ -d "$logs/snippets" ]; then
@@ -403,14 +416,15 @@ sim)
   whole lab-02/all-sim "lab-02 --device sim"
   parts lab-02 "lab-02 --device sim" "${LAB02_PARTS[@]}"
   whole lab-02/replay-sim \
-    "lab-02 replay data/traces/gpt2_varlen.trace.csv.gz --device sim --conf expandable_segments:False" \
-    "lab-02 replay data/traces/gpt2_varlen.trace.csv.gz --device sim --conf expandable_segments:False --json" \
-    "lab-02 replay data/traces/resnet50_fp32.trace.csv.gz --device sim --conf expandable_segments:False,garbage_collection_threshold:0.6,max_split_size_mb:128"
+    "lab-02 replay data/traces/gpt2_varlen.trace.csv.gz --device sim" \
+    "lab-02 replay data/traces/gpt2_varlen.trace.csv.gz --device sim --conf preset:labs" \
+    "lab-02 replay data/traces/gpt2_varlen.trace.csv.gz --device sim --json" \
+    "lab-02 replay data/traces/resnet50_fp32.trace.csv.gz --device sim --conf garbage_collection_threshold:0.6,max_split_size_mb:128"
   whole lab-03/summary-mlp "lab-03 summary data/snapshots/mlp_adam.pickle"
   whole lab-03/whatif-sim \
     "lab-03 export-trace data/snapshots/mlp_adam.pickle -o mlp_adam.trace.csv.gz" \
-    "lab-02 replay mlp_adam.trace.csv.gz --device sim --conf expandable_segments:False" \
-    "lab-02 replay mlp_adam.trace.csv.gz --device sim --conf expandable_segments:True"
+    "lab-02 replay mlp_adam.trace.csv.gz --device sim" \
+    "lab-02 replay mlp_adam.trace.csv.gz --device sim --conf preset:labs"
   whole lab-04/all-sim "lab-04 --device sim"
   parts lab-04 "lab-04 --device sim" "${LAB04_PARTS[@]}"
   whole lab-04/collectives-sim "lab-04 --device sim collectives"

@@ -145,6 +145,9 @@ def parser():
                         "summary`, `plot` and `compare`; under torchrun FILE.rankN per "
                         "rank. Capturing a stack per allocation slows the steps")
     p.add_argument("--device", default="cuda", help="cuda or cuda:N")
+    p.add_argument("--conf", metavar="CONF",
+                   help="PYTORCH_CUDA_ALLOC_CONF for this process, set before CUDA starts "
+                        "(default: the environment's, else PyTorch's defaults)")
     p.add_argument("--dry-run", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--capacity", help=argparse.SUPPRESS)
     return p
@@ -196,13 +199,13 @@ def parse_config(argv, world_size=1):
                offload_share=a.offload_share,
                attention=a.attention, amp=a.amp, optimizer=a.optimizer, lr=a.lr,
                seed=a.seed, warmup=a.warmup, device=a.device, json=a.json,
-               snapshot=a.snapshot)
+               snapshot=a.snapshot, alloc_conf=a.conf)
     return cfg
 
 
 def config_fields(cfg):
     """The configuration as reports give it: the run's settings, not where output goes."""
-    return {k: v for k, v in cfg.items() if k not in ("json", "snapshot")}
+    return {k: v for k, v in cfg.items() if k not in ("json", "snapshot", "alloc_conf")}
 
 
 # Entries of the memory history kept for --snapshot, as `lab-10 train --snapshot` keeps:
@@ -680,6 +683,7 @@ class Run:
         return {
             "model": cfg["model"],
             "config": config_fields(cfg),
+            "allocator": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
             "device": torch.cuda.get_device_name(self.device),
             "torch": torch.__version__,
             "world_size": self.world_size,
@@ -729,6 +733,7 @@ def oom_report(cfg, device, error, rank, world_size):
     return {
         "model": cfg["model"],
         "config": config_fields(cfg),
+        "allocator": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         "device": torch.cuda.get_device_name(device),
         "torch": torch.__version__,
         "world_size": world_size,
@@ -757,6 +762,9 @@ def gather_peaks(report, device, world_size):
 def main(argv=None):
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     cfg = parse_config(sys.argv[1:] if argv is None else argv, world_size)
+    if cfg["alloc_conf"] is not None:
+        # Before CUDA starts: the allocator reads its configuration once.
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = cfg["alloc_conf"]
     if not torch.cuda.is_available():
         sys.exit("pytorch-train.py: PyTorch sees no CUDA GPU; this twin measures one")
     rank = 0

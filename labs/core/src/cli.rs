@@ -50,7 +50,8 @@ pub fn open_device(flag: Option<&str>) -> crate::Result<crate::Device> {
 }
 // ANCHOR_END: open_device
 
-/// The `--device` flag every lab takes: `#[command(flatten)]` it into a lab's arguments.
+/// The `--device` and `--conf` flags every lab takes: `#[command(flatten)]` them into a
+/// lab's arguments.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct DeviceFlag {
     /// Device to run on: cuda, cuda:N, sim, dry (the simulated GPU's allocations without
@@ -58,12 +59,43 @@ pub struct DeviceFlag {
     /// simulated GPU).
     #[arg(long = "device", value_name = "DEVICE", global = true)]
     pub name: Option<String>,
+    /// The allocator's configuration, in PYTORCH_CUDA_ALLOC_CONF's syntax: PyTorch's keys
+    /// with PyTorch's meaning, the labs' own, and `preset:labs` for the labs' policy
+    /// (default: LABS_ALLOC_CONF, else PyTorch's defaults).
+    #[arg(long = "conf", value_name = "CONF", global = true)]
+    pub conf: Option<String>,
 }
 
 impl DeviceFlag {
-    /// The device the flag chooses, through [`open_device`].
+    /// The device the flag chooses, through [`open_device`], after [`apply_conf`](Self::apply_conf).
     pub fn open(&self) -> crate::Result<crate::Device> {
+        self.apply_conf()?;
         open_device(self.name.as_deref())
+    }
+
+    /// The allocator configuration in force: `--conf`, else `LABS_ALLOC_CONF`, else
+    /// PyTorch's defaults. A bad one is a one-line error naming its source.
+    pub fn config(&self) -> crate::Result<crate::alloc::Config> {
+        match &self.conf {
+            Some(text) => crate::alloc::Config::parse(text).map_err(|e| match e {
+                crate::Error::InvalidArgument(m) => {
+                    crate::Error::InvalidArgument(format!("--conf: {m}"))
+                }
+                e => e,
+            }),
+            None => crate::alloc::Config::from_env(),
+        }
+    }
+
+    /// Checks `--conf` and makes it this process's `LABS_ALLOC_CONF`, so that every
+    /// device's allocator, and every process the lab starts (ranks), takes it. Called
+    /// before the first allocation, as `PYTORCH_CUDA_ALLOC_CONF` is read before CUDA's.
+    pub fn apply_conf(&self) -> crate::Result<()> {
+        let config = self.config()?;
+        if self.conf.is_some() {
+            std::env::set_var(crate::alloc::ENV_ALLOC_CONF, config.to_conf_string());
+        }
+        Ok(())
     }
 }
 
@@ -204,6 +236,15 @@ pub fn sized(what: &str, factors: &[(&str, usize)], each: u64) -> crate::Result<
         }
     }
 }
+
+/// The line of a lab's output header that says which allocator policy the device's
+/// allocator runs: "allocator: PyTorch's defaults" (unless `LABS_ALLOC_CONF` says
+/// otherwise), "allocator: preset labs", or the keys that differ.
+// ANCHOR: allocator_line
+pub fn allocator_line(device: &crate::Device) -> crate::Result<String> {
+    Ok(device.allocator()?.config().describe())
+}
+// ANCHOR_END: allocator_line
 
 #[cfg(test)]
 mod tests {

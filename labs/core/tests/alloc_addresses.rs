@@ -13,7 +13,8 @@ use labs_core::DeviceId;
 
 const MIB: u64 = 1 << 20;
 
-const CONFS: [&str; 3] = [
+const CONFS: [&str; 4] = [
+    "preset:labs",
     "expandable_segments:True",
     "expandable_segments:False",
     "expandable_segments:False,max_split_size_mb:32,roundup_power2_divisions:4",

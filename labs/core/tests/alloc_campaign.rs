@@ -1,6 +1,6 @@
 //! A long campaign of random operations on the caching allocator, on the simulated GPU:
 //! malloc, free, record_stream, empty_cache and categories on three streams, in each
-//! configuration the property tests use (PyTorch's fixed segments, the labs' default of
+//! configuration the property tests use (PyTorch's defaults, the labs' preset, PyTorch's
 //! expandable segments, the knobs, a device near its limit, no parking), every check of
 //! `alloc_ops` after each operation; and threads sharing one allocator, its invariants
 //! checked after each of their operations. Deterministic from `LABS_FUZZ_SEED` (the
@@ -34,21 +34,23 @@ const MIB: u64 = 1 << 20;
 const MAX_LIVE: usize = 64;
 
 /// (name, `LABS_ALLOC_CONF`, limit in bytes).
-const CONFIGURATIONS: [(&str, &str, Option<u64>); 6] = [
-    (
-        "pytorch (fixed segments)",
-        "expandable_segments:False",
-        None,
-    ),
-    ("labs default (expandable segments)", "", None),
+const CONFIGURATIONS: [(&str, &str, Option<u64>); 8] = [
+    ("PyTorch's defaults (fixed segments)", "", None),
+    ("preset labs", "preset:labs", None),
     (
         "fixed, max_split 32 MiB, 4 divisions",
         "expandable_segments:False,max_split_size_mb:32,roundup_power2_divisions:4",
         None,
     ),
     (
-        "expandable, 96 MiB limit",
+        "PyTorch's expandable segments",
         "expandable_segments:True",
+        None,
+    ),
+    ("preset labs, 96 MiB limit", "preset:labs", Some(96 * MIB)),
+    (
+        "PyTorch's expandable segments, max_split 32 MiB, 96 MiB limit",
+        "expandable_segments:True,max_split_size_mb:32",
         Some(96 * MIB),
     ),
     (
@@ -56,7 +58,11 @@ const CONFIGURATIONS: [(&str, &str, Option<u64>); 6] = [
         "expandable_segments:False,garbage_collection_threshold:0.6",
         Some(96 * MIB),
     ),
-    ("expandable, no parking", "park_freed_blocks:False", None),
+    (
+        "preset labs, no parking",
+        "preset:labs,park_freed_blocks:False",
+        None,
+    ),
 ];
 
 fn ops_per_configuration() -> u64 {

@@ -259,7 +259,7 @@ fn checkpointed_training_stays_close_to_its_requests() {
     let [fixed, varying] = generated_loops();
     for ((name, trace), ceiling, pytorch_best) in [(fixed, 1.044, 1.1096), (varying, 1.032, 1.1236)]
     {
-        let ours = labs_core::device::replay_on_sim(&trace, Config::default(), GPU).unwrap();
+        let ours = labs_core::device::replay_on_sim(&trace, Config::labs(), GPU).unwrap();
         let native =
             labs_core::device::replay_on_sim(&trace, Config::pytorch_native(), GPU).unwrap();
         assert_eq!(ours.peak_requested, trace.peak_requested());
@@ -274,7 +274,7 @@ fn checkpointed_training_stays_close_to_its_requests() {
         );
         // Longer mappings strand more here: the checkpoints and gradients hold whole
         // mappings made for larger activations.
-        let long = Config::parse("max_mapping_mb:64").unwrap();
+        let long = Config::parse("preset:labs,max_mapping_mb:64").unwrap();
         let long = labs_core::device::replay_on_sim(&trace, long, GPU).unwrap();
         assert!(
             long.fragmentation() > f + 0.05,

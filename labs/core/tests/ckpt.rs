@@ -537,10 +537,11 @@ fn offload_reserves_what_it_allocates_while_the_host_runs_ahead() {
     assert!(stats.offloaded_bytes > 64 << 20, "{stats:?}");
     let peak_allocated = allocator.max_memory_allocated() - allocated;
     let peak_reserved = allocator.max_memory_reserved() - reserved;
-    // On the simulated GPU: 16 MiB reserved for 11 MiB allocated (2 MiB pages partly
-    // used); 80 MiB with the blocks recorded on the copy stream.
+    // On the simulated GPU: 22 MiB reserved for 10 MiB allocated (a 20 MiB segment and
+    // a 2 MiB one of PyTorch's defaults); 80 MiB with the blocks recorded on the copy
+    // stream.
     assert!(
-        peak_reserved < 2 * peak_allocated,
+        peak_reserved < peak_allocated + (24 << 20),
         "an offloaded step reserved {} MiB for a peak of {} MiB allocated ({stats:?})",
         peak_reserved >> 20,
         peak_allocated >> 20

@@ -1,5 +1,5 @@
 //! `empty_cache` starts the allocator afresh: after it, a workload reserves what it
-//! reserves on a new allocator. With expandable segments, memory grows freely only up
+//! reserves on a new allocator. With the labs' preset, memory grows freely only up
 //! to the most ever reserved (the high-water mark) and past it recycles idle pages
 //! first; a mark left over from an earlier, larger workload would let a later one
 //! grow without recycling, so its peak would depend on what ran before it (as when
@@ -12,11 +12,7 @@ use labs_core::{Device, Stream};
 const MIB: usize = 1 << 20;
 
 fn allocator(device: &Device) -> Allocator {
-    Allocator::new(
-        device.backend_arc(),
-        Config::parse("expandable_segments:True").unwrap(),
-    )
-    .unwrap()
+    Allocator::new(device.backend_arc(), Config::labs()).unwrap()
 }
 
 /// A workload whose second request finds only idle memory of the wrong shape: 8 MiB

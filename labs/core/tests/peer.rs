@@ -5,24 +5,31 @@
 //! by default, and on `cuda:0` and `cuda:1` with `LABS_DEVICE=cuda` (a machine with one
 //! GPU checks that granting is refused).
 
+use labs_core::alloc::Config;
 use labs_core::device::{device_count, CopyPath, CopyVia, DeviceKind};
 use labs_core::testing::test_device;
 use labs_core::{DType, Device, DeviceId, Error, Tensor};
 
 /// Two devices of the kind under test that no other test has touched (on a GPU, the
-/// first two; `None` on a machine with one).
+/// first two; `None` on a machine with one), their allocators on expandable segments
+/// (`preset:labs`): memory mapped with the virtual memory API, whose access is what
+/// this file tests.
 fn pair() -> Option<(Device, Device)> {
-    match test_device().id() {
+    let (a, b) = match test_device().id() {
         DeviceId::Cuda(_) => {
             if device_count(DeviceKind::Cuda).unwrap() < 2 {
                 return None;
             }
             let get = |i| Device::get(DeviceId::Cuda(i)).unwrap();
-            Some((get(0), get(1)))
+            (get(0), get(1))
         }
-        DeviceId::Dry(_) => Some((Device::new_dry(1 << 30), Device::new_dry(1 << 30))),
-        _ => Some((Device::new_sim(1 << 30), Device::new_sim(1 << 30))),
+        DeviceId::Dry(_) => (Device::new_dry(1 << 30), Device::new_dry(1 << 30)),
+        _ => (Device::new_sim(1 << 30), Device::new_sim(1 << 30)),
+    };
+    for d in [&a, &b] {
+        d.configure_allocator(Config::labs()).unwrap();
     }
+    Some((a, b))
 }
 
 /// Whether `device` may use the memory of tensor `t` (first and last byte).
@@ -52,10 +59,10 @@ fn peer_access_covers_mappings_made_before_during_and_after_it() {
         assert!(d.grant_peer_access(&d).is_err());
         return;
     };
-    assert!(
-        a.allocator().unwrap().config().expandable_segments,
-        "the allocator's memory is mapped with the virtual memory API by default"
-    );
+    assert!(a.allocator().unwrap().config().expandable_segments);
+    // Configured once, before the first allocation.
+    let again = a.configure_allocator(Config::default()).unwrap_err();
+    assert!(again.to_string().contains("in use already"), "{again}");
     let data = ramp(1 << 16);
     let x = Tensor::from_slice(&data, &[1 << 16], &a).unwrap();
     let w = Tensor::zeros(&[1 << 16], DType::F32, &b).unwrap();

@@ -38,11 +38,12 @@ fn run(args: Args) -> anyhow::Result<()> {
         (major, minor) => format!("{major}.{minor}"),
     };
     println!(
-        "Device {device}: {} | {} | {} multiprocessors | compute capability {capability}\n",
+        "Device {device}: {} | {} | {} multiprocessors | compute capability {capability}",
         props.name,
         bytes(props.total_memory),
         props.multiprocessors,
     );
+    println!("{}\n", labs_core::cli::allocator_line(&device)?);
     println!("{}", lazy_init::table(&device, &lazy));
 
     println!("{}", placement::creation(&device)?);

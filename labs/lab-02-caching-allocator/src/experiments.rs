@@ -8,7 +8,8 @@ use labs_core::{DType, Device, Tensor};
 use crate::bench::{cached_pair_ns, raw_pair_ns, SIZES};
 
 pub fn run(device: &Device) -> Result<()> {
-    println!("Chapter 2 experiments on {device}\n");
+    println!("Chapter 2 experiments on {device}");
+    println!("{}\n", labs_core::cli::allocator_line(device)?);
     cost(device)?;
     reuse(device)?;
     tutorial_004(device)?;
@@ -148,16 +149,16 @@ fn what_empty_cache_returns(device: &Device) -> Result<()> {
     println!("{:<34} {:>14}", "returned by empty_cache", bytes(released));
     println!(
         "{:<34} {:>14}",
-        "reserved after (mappings in use)",
+        "reserved after (segments in use)",
         bytes(after.reserved.current)
     );
-    // PyTorch users read this table first. Its non-releasable rows stay at zero here:
-    // with expandable segments, idle pages go back whatever their neighbours.
+    // PyTorch users read this table first: the free blocks of the survivor's segment
+    // are its non-releasable rows.
     println!("\n{}", allocator.memory_summary());
     allocator.free(survivor)?;
     println!(
-        "(only whole mappings nothing uses go back: the live block keeps the driver mapping \
-         it lies in, a run of up to 8 pages of 2 MiB)\n"
+        "(only whole segments nothing uses go back: the live block keeps its segment, and \
+         every free block in it, reserved)\n"
     );
     Ok(())
 }
@@ -178,10 +179,9 @@ fn fragmentation() -> Result<()> {
     );
     for path in files {
         let trace = replay::read_trace(&path)?;
-        let fixed =
-            labs_core::device::replay_on_sim(&trace, Config::pytorch_native(), crate::TRACE_GPU)?;
+        let fixed = labs_core::device::replay_on_sim(&trace, Config::default(), crate::TRACE_GPU)?;
         let expandable =
-            labs_core::device::replay_on_sim(&trace, Config::default(), crate::TRACE_GPU)?;
+            labs_core::device::replay_on_sim(&trace, Config::labs(), crate::TRACE_GPU)?;
         println!(
             "{:<28} {:>14} {:>8.3} {:>8} {:>8.3} {:>8} {:>8} {:>6} {:>8.0}",
             trace.name,
@@ -196,9 +196,9 @@ fn fragmentation() -> Result<()> {
         );
     }
     println!(
-        "(fixed: PyTorch's native segments, and their cuMemAlloc calls; expand.: the default, \
-         expandable segments, with its page maps, unmaps, device-wide synchronisations and \
-         time per operation on the simulated GPU)"
+        "(fixed: PyTorch's defaults, fixed segments, and their cuMemAlloc calls; expand.: \
+         preset labs, expandable segments whose idle pages move, with its page maps, unmaps, \
+         device-wide synchronisations and time per operation on the simulated GPU)"
     );
     println!();
     Ok(())

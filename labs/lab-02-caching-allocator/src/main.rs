@@ -11,9 +11,9 @@ mod vm_costs;
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
-use labs_core::alloc::{replay, Allocator, Config};
+use labs_core::alloc::{replay, Allocator};
 use labs_core::device::ENV_SIM_CAPACITY;
 use labs_core::format::{bytes, parse_bytes};
 use labs_core::DeviceId;
@@ -32,9 +32,6 @@ enum Command {
     /// Replays an allocation trace (CSV, gzip'd or not) through the allocator.
     Replay {
         file: PathBuf,
-        /// Allocator configuration in LABS_ALLOC_CONF syntax (default: ours).
-        #[arg(long)]
-        conf: Option<String>,
         /// The simulated GPU's size (sim only), e.g. 80GiB (default: LABS_SIM_CAPACITY,
         /// else 80GiB, the GPU the shared traces came from).
         #[arg(long)]
@@ -85,17 +82,15 @@ fn run(cli: Cli) -> Result<()> {
         }
         Some(Command::Replay {
             file,
-            conf,
             capacity,
             json,
             lenient,
             max_trace_size,
             pytorch,
         }) => run_replay(
-            cli.device.name.as_deref(),
+            &cli.device,
             &file,
             &ReplayFlags {
-                conf,
                 capacity,
                 json,
                 lenient,
@@ -112,7 +107,6 @@ const TRACE_GPU: u64 = 80 << 30;
 
 /// `replay`'s options, as given.
 struct ReplayFlags {
-    conf: Option<String>,
     capacity: Option<String>,
     json: bool,
     lenient: bool,
@@ -130,22 +124,19 @@ fn size_option(name: &str, text: &str) -> Result<u64> {
 }
 
 fn run_replay(
-    device_flag: Option<&str>,
+    device_flag: &labs_core::cli::DeviceFlag,
     file: &std::path::Path,
     flags: &ReplayFlags,
 ) -> Result<()> {
-    // As every allocator of the labs: --conf, else LABS_ALLOC_CONF, else the default.
-    let conf = match &flags.conf {
-        Some(c) => Config::parse(c).context("--conf")?,
-        None => Config::from_env()?,
-    };
+    // As every allocator of the labs: --conf, else LABS_ALLOC_CONF, else PyTorch's.
+    let conf = device_flag.config()?;
     let mut limits = replay::TraceLimits::default();
     if let Some(m) = &flags.max_trace_size {
         limits.max_bytes = size_option("--max-trace-size", m)?;
     }
     // The reader's errors name the file; no context is added that would name it again.
     let trace = replay::read_trace_with(file, limits)?;
-    let device = labs_core::cli::open_device(device_flag)?;
+    let device = device_flag.open()?;
     if flags.pytorch.is_some() {
         pytorch::require_gpu(&device)?;
     }
@@ -190,6 +181,8 @@ fn run_replay(
             "num_remaps": r.num_remaps,
             "driver_ns": serde_json::to_value(r.driver).expect("plain numbers"),
             "driver_total_ns": r.driver.total_ns(),
+            "driver_calls_per_quarter": r.driver_calls_per_quarter,
+            "steady_driver_calls": r.steady_driver_calls(),
             "unknown_frees": r.unknown_frees,
             "ns_per_op": r.ns_per_op(),
         });
@@ -212,6 +205,11 @@ fn run_replay(
         println!("maps / unmaps    {} / {}", r.num_maps, r.num_unmaps);
         println!("device syncs     {}", r.num_sync_all_streams);
         println!("mappings moved   {}", r.num_remaps);
+        let q = r.driver_calls_per_quarter;
+        println!(
+            "memory calls     {} / {} / {} / {} in each quarter of the trace",
+            q[0], q[1], q[2], q[3]
+        );
         println!(
             "driver time      {:.1} ms of {:.1} ms",
             r.driver.total_ns() as f64 / 1e6,

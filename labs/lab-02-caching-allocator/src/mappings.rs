@@ -1,5 +1,7 @@
 //! `lab-02 mappings`: what the size of one driver mapping buys, on every shared trace.
 //!
+//! Each trace goes through PyTorch's defaults (fixed segments), PyTorch's expandable
+//! segments (grown, never moved) and the labs' preset at several mapping sizes.
 //! An expandable segment maps memory in driver mappings of at most `max_mapping_mb`,
 //! and gives memory back a whole mapping at a time. Each mapping costs tens of
 //! microseconds of driver time (create, map, grant access), so larger mappings replay a
@@ -45,7 +47,22 @@ struct Row {
     /// Driver mappings for expandable segments, segments (`cuMemAlloc`) for fixed ones,
     /// PyTorch's `num_device_alloc` for its rows.
     calls: u64,
+    /// Ours: the calls that take, give back or remap memory, in each quarter of the
+    /// trace (`ReplayReport::driver_calls_per_quarter`).
+    quarters: Option<[u64; 4]>,
     ns_per_op: f64,
+}
+
+impl Row {
+    fn ours(name: String, r: &ReplayReport, calls: u64) -> Row {
+        Row {
+            name,
+            fragmentation: r.fragmentation(),
+            calls,
+            quarters: Some(r.driver_calls_per_quarter),
+            ns_per_op: r.ns_per_op(),
+        }
+    }
 }
 
 pub fn run(device: &Device, names: &[String], pytorch_script: Option<&Path>) -> Result<()> {
@@ -54,7 +71,7 @@ pub fn run(device: &Device, names: &[String], pytorch_script: Option<&Path>) -> 
         pytorch::require_gpu(device)?;
     }
     let files = trace_files(names)?;
-    let per_trace = 2 + SIZES_MB.len() + pytorch_script.map_or(0, |_| PYTORCH_MODES.len());
+    let per_trace = 3 + SIZES_MB.len() + pytorch_script.map_or(0, |_| PYTORCH_MODES.len());
     let bar = progress((files.len() * per_trace) as u64);
     let mut tables = Vec::new();
     for path in &files {
@@ -62,31 +79,44 @@ pub fn run(device: &Device, names: &[String], pytorch_script: Option<&Path>) -> 
         bar.set_message(trace.name.clone());
         let mut rows = Vec::new();
         // The warm-up, untimed: a fresh allocator for each row below all the same.
-        replay_once(device, on_sim, &trace, Config::default())?;
+        replay_once(device, on_sim, &trace, Config::labs())?;
         bar.inc(1);
-        let fixed = replay_once(device, on_sim, &trace, Config::pytorch_native())?;
+        let fixed = replay_once(device, on_sim, &trace, Config::default())?;
         bar.inc(1);
-        rows.push(Row {
-            name: "ours, fixed segments".into(),
-            fragmentation: fixed.fragmentation(),
-            calls: fixed.device_allocs,
-            ns_per_op: fixed.ns_per_op(),
-        });
+        rows.push(Row::ours(
+            "ours, PyTorch's defaults (fixed segments)".into(),
+            &fixed,
+            fixed.device_allocs,
+        ));
+        let grow = replay_once(
+            device,
+            on_sim,
+            &trace,
+            Config::parse("expandable_segments:True")?,
+        )?;
+        bar.inc(1);
+        rows.push(Row::ours(
+            "ours, expandable_segments:True".into(),
+            &grow,
+            grow.num_maps,
+        ));
         for mb in SIZES_MB {
-            let conf = Config::parse(&format!("max_mapping_mb:{mb}"))?;
-            let default = conf == Config::default();
+            let conf = Config::parse(&format!("preset:labs,max_mapping_mb:{mb}"))?;
+            let preset = conf == Config::labs();
             let r = replay_once(device, on_sim, &trace, conf)?;
             bar.inc(1);
             let size = match mb {
                 m if m >= 1 << 20 => "one mapping per block".to_string(),
                 m => format!("mappings of up to {m} MiB"),
             };
-            rows.push(Row {
-                name: format!("ours, {size}{}", if default { " (default)" } else { "" }),
-                fragmentation: r.fragmentation(),
-                calls: r.num_maps,
-                ns_per_op: r.ns_per_op(),
-            });
+            rows.push(Row::ours(
+                format!(
+                    "ours, preset labs, {size}{}",
+                    if preset { " (its default)" } else { "" }
+                ),
+                &r,
+                r.num_maps,
+            ));
         }
         if let Some(script) = pytorch_script {
             for (name, conf) in PYTORCH_MODES {
@@ -97,6 +127,7 @@ pub fn run(device: &Device, names: &[String], pytorch_script: Option<&Path>) -> 
                     name: name.into(),
                     fragmentation: t.fragmentation(),
                     calls: t.device_allocs,
+                    quarters: None,
                     ns_per_op: t.ns_per_op,
                 });
             }
@@ -110,6 +141,8 @@ pub fn run(device: &Device, names: &[String], pytorch_script: Option<&Path>) -> 
     println!(
         "(reserved/requested: peak reserved over peak requested; calls: driver mappings for \
          expandable segments, segments for fixed ones, PyTorch's num_device_alloc for its rows; \
+         calls by quarter: every call that takes, gives back or remaps memory, in each quarter \
+         of the trace's operations; \
          x fixed: time per operation over ours with fixed segments; every row after one \
          untimed replay of the trace in its process)"
     );
@@ -182,15 +215,19 @@ fn print_table(name: &str, fixed: &ReplayReport, rows: &[Row]) {
     );
     println!();
     println!(
-        "  {:<46} {:>18} {:>7} {:>9} {:>8}",
-        "allocator", "reserved/requested", "calls", "ns/op", "x fixed"
+        "  {:<52} {:>18} {:>7} {:>20} {:>9} {:>8}",
+        "allocator", "reserved/requested", "calls", "calls by quarter", "ns/op", "x fixed"
     );
     for r in rows {
+        let quarters = r.quarters.map_or("-".to_string(), |q| {
+            q.iter().map(u64::to_string).collect::<Vec<_>>().join("/")
+        });
         println!(
-            "  {:<46} {:>18.4} {:>7} {:>9.0} {:>8.2}",
+            "  {:<52} {:>18.4} {:>7} {:>20} {:>9.0} {:>8.2}",
             r.name,
             r.fragmentation,
             r.calls,
+            quarters,
             r.ns_per_op,
             r.ns_per_op / fixed.ns_per_op()
         );

@@ -19,8 +19,19 @@ fn trace(name: &str) -> std::path::PathBuf {
 
 #[test]
 fn replay_json_is_one_object_with_the_documented_keys() {
+    // PyTorch's defaults unless told otherwise: fixed segments, PyTorch's peak.
     let out = lab()
         .args(["replay", "--json"])
+        .arg(trace("seed_transformer_b64"))
+        .env_remove("LABS_ALLOC_CONF")
+        .output()
+        .unwrap();
+    let v = labs_core::testing::one_json_object(out);
+    assert_eq!(v["conf"], "expandable_segments:False", "{v}");
+    assert_eq!(v["peak_reserved"], 2_927_624_192u64, "{v}");
+    assert_eq!(v["num_maps"], 0, "{v}");
+    let out = lab()
+        .args(["replay", "--json", "--conf", "preset:labs"])
         .arg(trace("seed_transformer_b64"))
         .output()
         .unwrap();
@@ -36,6 +47,8 @@ fn replay_json_is_one_object_with_the_documented_keys() {
         "num_maps",
         "num_unmaps",
         "num_sync_all_streams",
+        "driver_calls_per_quarter",
+        "steady_driver_calls",
         "ns_per_op",
     ] {
         assert!(v.get(key).is_some(), "missing {key}: {v}");
@@ -44,6 +57,29 @@ fn replay_json_is_one_object_with_the_documented_keys() {
     let ratio =
         v["peak_reserved"].as_u64().unwrap() as f64 / v["peak_requested"].as_u64().unwrap() as f64;
     assert!(ratio <= 1.037, "{ratio}");
+    // The quarters add up to every call that took, gave back or remapped memory.
+    let quarters: Vec<u64> = (v["driver_calls_per_quarter"].as_array().unwrap().iter())
+        .map(|q| q.as_u64().unwrap())
+        .collect();
+    let d = &v["driver_ns"];
+    let calls: u64 = [
+        "segment_alloc",
+        "segment_free",
+        "create",
+        "map",
+        "access",
+        "unmap",
+        "release",
+    ]
+    .iter()
+    .map(|k| d[k]["calls"].as_u64().unwrap())
+    .sum();
+    assert_eq!(
+        (quarters.len(), quarters.iter().sum::<u64>()),
+        (4, calls),
+        "{v}"
+    );
+    assert_eq!(v["steady_driver_calls"], quarters[3], "{v}");
     // Driver calls on sim are exact: few syncs, no more mappings than pages at the peak.
     let pages = v["peak_reserved"].as_u64().unwrap().div_ceil(2 << 20);
     assert!(v["num_maps"].as_u64().unwrap() <= pages, "{v}");
@@ -242,9 +278,10 @@ fn trace_errors_name_the_file_once_and_limits_can_be_set() {
     );
 }
 
-/// `mappings` prints one table per shared trace: fixed segments, then expandable
-/// segments at 2, 16 (the default), 64 MiB and one mapping per block, each with fewer
-/// driver mappings than the one before; 2 MiB mappings strand the least.
+/// `mappings` prints one table per shared trace: PyTorch's defaults, PyTorch's
+/// expandable segments, then the labs' preset at 2, 16 (its default), 64 MiB and one
+/// mapping per block, each with fewer driver mappings than the one before, and all
+/// below fixed segments; each of ours with its calls by quarter of the trace.
 #[test]
 fn mappings_prints_a_table_per_trace_with_every_mapping_size() {
     let out = lab().arg("mappings").output().unwrap();
@@ -256,22 +293,26 @@ fn mappings_prints_a_table_per_trace_with_every_mapping_size() {
         .collect();
     assert_eq!(tables.len(), 5, "{text}");
     for table in tables {
-        let rows: Vec<(f64, u64)> = (table.lines())
+        // Columns from the right: x fixed, ns/op, calls by quarter, calls, ratio.
+        let rows: Vec<(f64, u64, u64)> = (table.lines())
             .filter(|l| l.trim_start().starts_with("ours"))
             .map(|l| {
-                let f: Vec<&str> = l.split_whitespace().rev().take(4).collect();
-                (f[3].parse().unwrap(), f[2].parse().unwrap())
+                let f: Vec<&str> = l.split_whitespace().rev().take(5).collect();
+                let quarters: u64 = f[2].split('/').map(|q| q.parse::<u64>().unwrap()).sum();
+                (f[4].parse().unwrap(), f[3].parse().unwrap(), quarters)
             })
             .collect();
-        assert_eq!(rows.len(), 5, "{table}");
+        assert_eq!(rows.len(), 6, "{table}");
         assert!(
-            table.contains("mappings of up to 16 MiB (default)"),
+            table.contains("preset labs, mappings of up to 16 MiB (its default)"),
             "{table}"
         );
-        let expandable = &rows[1..];
-        assert!(expandable.windows(2).all(|w| w[0].1 >= w[1].1), "{table}");
-        assert!(expandable.iter().all(|r| r.0 <= rows[0].0), "{table}");
-        assert!(expandable[0].0 <= expandable[1].0, "{table}");
+        // Fixed segments make one call per segment; every expandable row calls more.
+        assert!(rows[0].2 >= rows[0].1 && rows[0].1 > 0, "{table}");
+        let preset = &rows[2..];
+        assert!(preset.windows(2).all(|w| w[0].1 >= w[1].1), "{table}");
+        assert!(preset.iter().all(|r| r.0 <= rows[0].0), "{table}");
+        assert!(rows[1].0 <= rows[0].0, "{table}");
     }
     let one = lab().args(["mappings", "gpt2_fp32"]).output().unwrap();
     let text = String::from_utf8(one.stdout).unwrap();

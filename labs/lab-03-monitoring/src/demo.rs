@@ -31,6 +31,8 @@ pub struct Options {
 /// What the demo measured, for `--json` and the tests.
 pub struct Outcome {
     pub device: String,
+    /// The allocator line of the header (`labs_core::cli::allocator_line`).
+    pub allocator: String,
     pub readings: Vec<Reading>,
     pub after_drop: (u64, u64),
     pub after_empty_cache: (u64, u64),
@@ -139,6 +141,7 @@ pub fn run(device: &Device, opts: &Options) -> anyhow::Result<Outcome> {
 
     Ok(Outcome {
         device: device.id().to_string(),
+        allocator: labs_core::cli::allocator_line(device)?,
         readings,
         after_drop,
         after_empty_cache,
@@ -187,7 +190,7 @@ fn planted_leak(
 // ANCHOR_END: planted_leak
 
 pub fn print(o: &Outcome) {
-    println!("Lab 3 demo on {}\n", o.device);
+    println!("Lab 3 demo on {}\n{}\n", o.device, o.allocator);
     let mut t = Table::new(
         "memory_allocated and memory_reserved through a training-like loop",
         &["step", "phase", "allocated", "reserved", "max allocated"],

@@ -133,6 +133,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     if let Some(note) = simulated_note(&first) {
         println!("{note}");
     }
+    println!("{}", labs_core::cli::allocator_line(&first)?);
     println!();
     let sections = match args.section {
         Some(s) => vec![s.clone()],

@@ -271,6 +271,7 @@ fn size(name: &str, text: &str) -> Result<u64> {
 fn experiments(device: &Device) -> Result<()> {
     let props = device.properties()?;
     println!("Device {device}: {}", props.name);
+    println!("{}", labs_core::cli::allocator_line(device)?);
     if device.is_dry() {
         println!("(a dry run: every allocation of the simulated GPU, no kernels, no values)");
     } else if !device.is_cuda() {

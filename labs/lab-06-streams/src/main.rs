@@ -26,7 +26,8 @@ fn main() -> ExitCode {
 
 fn run(args: Args) -> anyhow::Result<()> {
     let device = args.device.open().context("choosing a device")?;
-    println!("Device {device}: {}\n", device.properties()?.name);
+    println!("Device {device}: {}", device.properties()?.name);
+    println!("{}\n", labs_core::cli::allocator_line(&device)?);
     let kernel = Duration::from_millis(if args.quick { 10 } else { 50 });
 
     println!(

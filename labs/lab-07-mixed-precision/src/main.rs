@@ -45,6 +45,7 @@ fn experiments(
 ) -> anyhow::Result<()> {
     let props = device.properties()?;
     println!("Device {device}: {}", props.name);
+    println!("{}", labs_core::cli::allocator_line(device)?);
     if !device.is_cuda() {
         println!(
             "(no GPU in use: the simulated GPU, whose allocator is the same code; its kernels \

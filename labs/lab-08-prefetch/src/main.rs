@@ -70,7 +70,8 @@ fn run(args: Args) -> anyhow::Result<()> {
 
 fn experiments(device: &Device, quick: bool) -> anyhow::Result<()> {
     let props = device.properties()?;
-    println!("Device {device}: {}\n", props.name);
+    println!("Device {device}: {}", props.name);
+    println!("{}\n", labs_core::cli::allocator_line(device)?);
 
     let big = if device.is_cuda() && !quick {
         256 << 20

@@ -31,6 +31,7 @@ fn run(args: Args) -> anyhow::Result<()> {
 fn experiments(device: &Device, quick: bool) -> anyhow::Result<()> {
     let props = device.properties()?;
     println!("Device {device}: {}", props.name);
+    println!("{}", labs_core::cli::allocator_line(device)?);
     if !device.is_cuda() {
         println!("(no GPU in use: the simulated GPU, whose allocator is the same code)");
     }

@@ -29,6 +29,7 @@ const FIELDS: &[&str] = &[
     "model",
     "config",
     "device",
+    "allocator",
     "params",
     "peak_allocated",
     "peak_reserved",
@@ -66,6 +67,10 @@ fn the_json_has_every_field() {
     }
     assert_eq!(o.len(), FIELDS.len(), "unexpected fields: {v}");
     assert_eq!(v["model"], "transformer");
+    // PyTorch's defaults unless LABS_ALLOC_CONF or --conf says otherwise.
+    if std::env::var_os("LABS_ALLOC_CONF").is_none() {
+        assert_eq!(v["allocator"], "expandable_segments:False", "{v}");
+    }
     for flag in [
         "d_model",
         "nhead",
@@ -280,6 +285,42 @@ fn a_fifo_as_pytorchs_figures_is_refused_at_once() {
     );
 }
 
+/// The labs' preset in full-size loops: the tutorial Transformer and GPT-2 move pages
+/// in their first steps, then leave briefly idle memory in place, and the steps after
+/// the third make no driver call. On the dry device (the GPU's allocations, no kernels),
+/// and on the GPU itself when the tests run there.
+#[test]
+fn the_labs_preset_makes_no_driver_call_once_the_steps_repeat() {
+    let mut devices = vec!["dry".to_string()];
+    if device().starts_with("cuda") {
+        devices.push(device());
+    }
+    for d in devices {
+        for model in [
+            "--model transformer --batch 1",
+            "--model gpt2 --batch 4 --seq 512",
+        ] {
+            let mut cmd = Command::new(binary());
+            cmd.args(["train", "--device", &d, "--json", "--steps", "6"]);
+            if d == "dry" {
+                // An H100's: its memory, and cuBLAS's workspace from the allocator.
+                cmd.args(["--gemm-workspace", "32MiB", "--capacity", "80GiB"]);
+            }
+            let out = cmd
+                .args(model.split(' '))
+                .env("LABS_ALLOC_CONF", "preset:labs")
+                .output()
+                .unwrap();
+            let v = labs_core::testing::one_json_object(out);
+            let per_step: Vec<u64> = (v["driver_calls_per_step"].as_array().unwrap().iter())
+                .map(|c| c.as_u64().unwrap())
+                .collect();
+            assert!(per_step[0] > 0, "{d} {model}: {v}");
+            assert_eq!(v["steady_driver_calls_per_step"], 0, "{d} {model}: {v}");
+        }
+    }
+}
+
 #[test]
 fn fixed_segments_make_no_driver_call_once_the_steps_repeat() {
     // PyTorch's default segments: the first step of a small GPT-2 takes segments from
@@ -307,4 +348,41 @@ fn fixed_segments_make_no_driver_call_once_the_steps_repeat() {
         .unwrap();
     let v = labs_core::testing::one_json_object(out);
     assert!(v["steady_driver_calls_per_step"].is_null(), "{v}");
+}
+
+/// `--conf` configures the device's allocator, as LABS_ALLOC_CONF does, and wins over
+/// it; the header and the JSON say which allocator ran; a bad one is refused in a line
+/// that names the flag.
+#[test]
+fn conf_selects_the_allocator_and_the_output_says_which() {
+    let out = Command::new(binary())
+        .args([
+            "train",
+            "--device",
+            &device(),
+            "--json",
+            "--conf",
+            "preset:labs",
+        ])
+        .args(small(2))
+        .env("LABS_ALLOC_CONF", "expandable_segments:False")
+        .output()
+        .unwrap();
+    let v = labs_core::testing::one_json_object(out);
+    assert_eq!(
+        v["allocator"], "expandable_segments:True,recycle_idle_pages:True",
+        "{v}"
+    );
+    let out = Command::new(binary())
+        .args(["train", "--device", &device(), "--conf", "preset:labs"])
+        .args(small(2))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("(allocator: preset labs)"), "{text}");
+    let err = refused(train(&["--conf", "max_split_mb:128"]));
+    assert!(
+        err.contains("--conf: unknown option `max_split_mb`") && err.lines().count() == 1,
+        "{err}"
+    );
 }

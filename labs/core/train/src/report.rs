@@ -86,6 +86,9 @@ pub struct TrainReport {
     pub config: TrainConfig,
     /// The device's name (`sim:0`, `cuda:0`, `dry:0`).
     pub device: String,
+    /// The device allocator's configuration, in `LABS_ALLOC_CONF`'s syntax
+    /// (`expandable_segments:False` for PyTorch's defaults).
+    pub allocator: String,
     /// Parameter elements.
     pub params: usize,
     /// `max_memory_allocated`, bytes.
@@ -150,6 +153,10 @@ impl TrainReport {
             model: config.model,
             config: config.clone(),
             device: device.to_string(),
+            allocator: device
+                .allocator()
+                .map(|a| a.config().to_conf_string())
+                .unwrap_or_default(),
             params,
             peak_allocated: memory.peak_allocated,
             peak_reserved: memory.peak_reserved,
@@ -228,7 +235,11 @@ impl TrainReport {
             ),
         };
         let mut t = Table::new(
-            format!("Training on {}: {model}", self.device),
+            format!(
+                "Training on {} ({}): {model}",
+                self.device,
+                allocator_words(&self.allocator)
+            ),
             &["quantity", "value"],
         );
         t.row(["parameters".to_string(), self.params.to_string()]);
@@ -363,4 +374,12 @@ impl TrainReport {
 /// `--offload-share` as a percentage, when offloading less than everything.
 fn share_label(c: &TrainConfig) -> Option<String> {
     (c.offload && c.offload_share < 1.0).then(|| format!("{:.0}%", 100.0 * c.offload_share))
+}
+
+/// The allocator of a report, in the words of a lab's header (`cli::allocator_line`).
+fn allocator_words(conf: &str) -> String {
+    match labs_core::alloc::Config::parse(conf) {
+        Ok(c) => c.describe(),
+        Err(_) => format!("allocator: {conf}"),
+    }
 }

@@ -62,6 +62,7 @@ pub fn run(device: &Device, o: &Options, w: &mut dyn Write) -> Result<Outcome> {
         bail!("--check with --pytorch *.py needs the GPU: PyTorch is not run on {device}");
     }
     writeln!(w, "Device {device}: {}", props.name)?;
+    writeln!(w, "{}", labs_core::cli::allocator_line(device)?)?;
     if !device.is_cuda() {
         writeln!(
             w,

@@ -8,11 +8,12 @@
 //! work (`deferred.rs`), or merge it with its free neighbours. Out of memory, the retry
 //! ladder (`oom.rs`) frees what can be freed and tries again.
 //!
-//! Two segment sources. Fixed segments (PyTorch's native mode) are `cuMemAlloc`
-//! blocks of 2 MiB, 20 MiB or the request rounded to 2 MiB. Expandable segments (the
-//! default) are large reserved address ranges whose pages get memory only while some
-//! block uses them (see `pages.rs`), while best fit prefers free blocks on mapped
-//! memory, so that a training loop's steady state moves no pages and calls no driver.
+//! Two segment sources. Fixed segments (PyTorch's default, and the labs') are
+//! `cuMemAlloc` blocks of 2 MiB, 20 MiB or the request rounded to 2 MiB. Expandable
+//! segments (`expandable_segments:True`, and `preset:labs`) are large reserved address
+//! ranges whose pages get memory only while some block uses them (see `pages.rs`),
+//! while best fit prefers free blocks on mapped memory, so that a training loop's
+//! steady state moves no pages and calls no driver.
 
 use super::allocator::Allocation;
 use super::category::Category;
@@ -320,8 +321,15 @@ impl State {
         let expandable = self.conf.expandable_segments;
         let page = self.pages.page;
         let (base, size, pages) = if expandable {
-            // Address space only: pages get memory as blocks use them.
-            let size = EXPANDABLE_VA.max(rounded.div_ceil(page) * page);
+            // Address space only: pages get memory as blocks use them. PyTorch reserves
+            // 1 1/8 of the device's memory, so that a stream's pool grows in one segment
+            // for good; the labs' recycling moves pages within smaller ones.
+            let va = if self.conf.recycle_idle_pages {
+                EXPANDABLE_VA
+            } else {
+                (self.total + self.total / 8).div_ceil(page) * page
+            };
+            let size = va.max(rounded.div_ceil(page) * page);
             let base = (self.stats.driver.segment_alloc).time(|| be.vm_reserve(size as usize))?;
             (base, size, vec![Default::default(); (size / page) as usize])
         } else {

@@ -44,9 +44,16 @@ pub struct Config {
     /// Round requests above 512 B up to one of N steps between powers of two, N chosen
     /// by the request's size (0: plain 512-byte rounding).
     pub roundup_power2_divisions: Divisions,
-    /// Segments are virtual ranges whose pages are mapped on demand and remapped to
-    /// where they are needed, instead of fixed `cuMemAlloc` blocks.
+    /// Segments are virtual ranges whose pages are mapped on demand, instead of fixed
+    /// `cuMemAlloc` blocks. As in PyTorch, mapped pages stay where they are until
+    /// `empty_cache` (or memory runs out); with `recycle_idle_pages` they also move.
     pub expandable_segments: bool,
+    /// Expandable segments only (the labs' own knob, `recycle_idle_pages:True`, part of
+    /// `preset:labs`): once reserved memory reaches its high-water mark, idle pages
+    /// move to wherever memory is needed instead of reserved memory growing, and a free
+    /// range of an expandable segment is never oversize for `max_split_size_mb` (it
+    /// strands nothing). See `pages.rs`.
+    pub recycle_idle_pages: bool,
     /// The most memory one driver mapping of an expandable segment covers, in bytes
     /// (the labs' own knob, `max_mapping_mb:N`; rounded down to whole pages, at least
     /// one). Each mapping costs tens of microseconds of driver time, and memory is
@@ -67,17 +74,17 @@ pub struct Config {
 
 // ANCHOR: config_default
 impl Default for Config {
-    /// Chosen by replaying the real traces in `data/traces`: expandable segments whose
-    /// idle memory moves to wherever memory is needed (only when reserved memory would
-    /// otherwise pass its high-water mark) keep peak reserved within about 2% of peak
-    /// requested, where fixed segments strand 10-50% (`lab-02` prints the comparison,
-    /// with the driver calls and synchronisations each trace cost).
+    /// PyTorch's defaults: fixed segments, no knobs, so that every figure a lab prints
+    /// is the one PyTorch prints for the same program. (Parking freed blocks changes
+    /// no decision, only how fast the same one is made: see `parked.rs`.) The labs'
+    /// own policy is one key away: `preset:labs` ([`Config::labs`]).
     fn default() -> Self {
         Config {
             max_split_size: None,
             garbage_collection_threshold: None,
             roundup_power2_divisions: Divisions::default(),
-            expandable_segments: true,
+            expandable_segments: false,
+            recycle_idle_pages: false,
             max_mapping: DEFAULT_MAX_MAPPING,
             per_process_memory_fraction: 1.0,
             park_freed_blocks: true,
@@ -88,12 +95,9 @@ impl Default for Config {
 // ANCHOR_END: config_default
 
 impl Config {
-    /// PyTorch's defaults: fixed segments, no knobs.
+    /// PyTorch's defaults (the same as [`Config::default`]; `preset:pytorch`).
     pub fn pytorch_native() -> Self {
-        Config {
-            expandable_segments: false,
-            ..Config::default()
-        }
+        Config::default()
     }
 
     /// The configuration in `LABS_ALLOC_CONF`, or the default when unset.
@@ -109,15 +113,42 @@ impl Config {
         }
     }
 
+    // ANCHOR: config_labs
     /// The labs' own policy, by name (`preset:labs`): expandable segments whose idle
-    /// pages move to where memory is needed, freed blocks parked whole for the next
-    /// request of their size.
+    /// pages move to where memory is needed once reserved memory reaches its high-water
+    /// mark, except pages whose moving a training loop has shown to be wasted (see
+    /// `pages.rs`). Chosen by replaying the real traces in `data/traces`: peak reserved
+    /// stays within about 2% of peak requested, where fixed segments strand 10-50%
+    /// (`lab-02` prints the comparison, with the driver calls each trace cost).
     pub fn labs() -> Self {
         Config {
             expandable_segments: true,
-            park_freed_blocks: true,
+            recycle_idle_pages: true,
             max_mapping: DEFAULT_MAX_MAPPING,
             ..Config::default()
+        }
+    }
+    // ANCHOR_END: config_labs
+
+    /// The preset this configuration starts from, for output headers: `labs` or
+    /// `pytorch` when it is one of them exactly, else `None` (its keys then say it).
+    pub fn preset_name(&self) -> Option<&'static str> {
+        if *self == Config::labs() {
+            Some("labs")
+        } else if *self == Config::pytorch_native() {
+            Some("pytorch")
+        } else {
+            None
+        }
+    }
+
+    /// One line for a lab's output header: "allocator: PyTorch's defaults",
+    /// "allocator: preset labs", or the keys that differ from PyTorch's defaults.
+    pub fn describe(&self) -> String {
+        match self.preset_name() {
+            Some("pytorch") => "allocator: PyTorch's defaults".to_string(),
+            Some(_) => "allocator: preset labs".to_string(),
+            None => format!("allocator: {}", self.to_conf_string()),
         }
     }
 
@@ -158,6 +189,7 @@ impl Config {
                 )))
             }
         };
+        let mut recycle_given = false;
         for item in items {
             let (key, value) = item
                 .split_once(':')
@@ -202,6 +234,14 @@ impl Config {
                         _ => return Err(bad(format!("expandable_segments: {} is not True or False", quote(value)))),
                     }
                 }
+                "recycle_idle_pages" => {
+                    recycle_given = true;
+                    c.recycle_idle_pages = match value {
+                        "True" | "true" | "1" => true,
+                        "False" | "false" | "0" => false,
+                        _ => return Err(bad(format!("recycle_idle_pages: {} is not True or False", quote(value)))),
+                    }
+                }
                 "max_mapping_mb" => {
                     let mb: u64 = value
                         .parse()
@@ -239,12 +279,23 @@ impl Config {
                 _ => {
                     return Err(bad(format!(
                         "unknown option {} (known: max_split_size_mb, garbage_collection_threshold, \
-                         roundup_power2_divisions, expandable_segments, max_mapping_mb, per_process_memory_fraction, \
+                         roundup_power2_divisions, expandable_segments, recycle_idle_pages, max_mapping_mb, per_process_memory_fraction, \
                          park_freed_blocks, oom_snapshot, backend:native, preset)",
                         quote(key)
                     )))
                 }
             }
+        }
+        if !c.expandable_segments {
+            // Fixed segments have no pages to move: a preset's recycling lapses with
+            // them, an explicit request for it is a mistake.
+            if recycle_given && c.recycle_idle_pages {
+                return Err(bad(
+                    "recycle_idle_pages:True needs expandable_segments:True (fixed segments have no pages to move)"
+                        .to_string(),
+                ));
+            }
+            c.recycle_idle_pages = false;
         }
         Ok(c)
     }
@@ -252,6 +303,9 @@ impl Config {
     /// The configuration in the syntax `parse` reads.
     pub fn to_conf_string(&self) -> String {
         let mut parts = self.pytorch_parts();
+        if self.recycle_idle_pages {
+            parts.insert(1, "recycle_idle_pages:True".to_string());
+        }
         if self.max_mapping != DEFAULT_MAX_MAPPING {
             parts.insert(1, format!("max_mapping_mb:{}", self.max_mapping / MIB));
         }
@@ -487,7 +541,7 @@ mod tests {
     #[test]
     fn pytorch_is_given_only_the_keys_it_knows() {
         let c = Config::parse(
-            "expandable_segments:True,max_mapping_mb:64,park_freed_blocks:False,\
+            "expandable_segments:True,recycle_idle_pages:True,max_mapping_mb:64,park_freed_blocks:False,\
              oom_snapshot:/tmp/x.json,per_process_memory_fraction:0.5",
         )
         .unwrap();
@@ -519,6 +573,17 @@ mod tests {
             assert!(c.expandable_segments, "{text}");
             assert_eq!(c.max_split_size, Some(128 * MIB), "{text}");
         }
+        // The preset's page recycling lapses with its expandable segments.
+        let c = Config::parse("preset:labs,expandable_segments:False").unwrap();
+        assert!(!c.recycle_idle_pages);
+        assert_eq!(c, Config::pytorch_native());
+        let c = Config::parse("expandable_segments:True,recycle_idle_pages:True").unwrap();
+        assert_eq!(c, Config::labs());
+        assert_eq!(Config::parse(&c.to_conf_string()).unwrap(), c);
+        let e = Config::parse("recycle_idle_pages:True")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs expandable_segments:True"), "{e}");
         let e = Config::parse("preset:torch").unwrap_err().to_string();
         assert!(
             e.contains("unknown preset `torch`") && e.contains("labs, pytorch"),
@@ -528,6 +593,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("two presets"), "{e}");
+    }
+
+    #[test]
+    fn the_defaults_are_pytorchs_and_headers_say_which_policy_runs() {
+        let d = Config::default();
+        assert!(!d.expandable_segments && !d.recycle_idle_pages);
+        assert_eq!(d, Config::pytorch_native());
+        assert_eq!(Config::parse("").unwrap(), d);
+        assert_eq!(d.to_conf_string(), "expandable_segments:False");
+        assert_eq!(d.describe(), "allocator: PyTorch's defaults");
+        assert_eq!(Config::labs().describe(), "allocator: preset labs");
+        assert_eq!(
+            Config::labs().to_pytorch_conf_string(),
+            "expandable_segments:True"
+        );
+        // PyTorch's expandable segments, without the labs' recycling, are neither preset.
+        let c = Config::parse("expandable_segments:True").unwrap();
+        assert!(c.expandable_segments && !c.recycle_idle_pages);
+        assert_eq!(c.preset_name(), None);
+        assert_eq!(c.describe(), "allocator: expandable_segments:True");
+        let c = Config::parse("preset:labs,max_split_size_mb:128").unwrap();
+        assert_eq!(
+            c.describe(),
+            "allocator: expandable_segments:True,recycle_idle_pages:True,max_split_size_mb:128"
+        );
     }
 
     #[test]
@@ -547,6 +637,7 @@ mod tests {
             ("roundup_power2_divisions:[256:1", "`[` without `]`"),
             ("expandable_segments", "not `key:value`"),
             ("max_mapping_mb:0", "must be at least 1"),
+            ("recycle_idle_pages:maybe", "not True or False"),
             ("max_mapping_mb:16.5", "not a whole number"),
             ("max_mapping_mb:99999999999999999", "too large"),
         ] {

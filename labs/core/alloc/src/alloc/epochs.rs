@@ -25,6 +25,7 @@ impl State {
     /// with one device-wide synchronisation.
     pub(super) fn count_free(&mut self, be: &dyn MemoryBackend) -> Result<()> {
         self.pages.frees += 1;
+        self.pages.frees_total += 1;
         if self.pages.frees >= FREES_PER_EPOCH && !self.pages.idle_dirty.is_empty() {
             if let Some(streams) = self.idle_owners() {
                 self.close_epoch(be, Some(streams))?;

@@ -19,22 +19,48 @@ impl State {
     #[inline]
     pub(super) fn find_free(&self, key: PoolKey, rounded: u64) -> Option<(u32, u64)> {
         if self.conf.expandable_segments {
+            if let (Some(max_split), false) =
+                (self.conf.max_split_size, self.conf.recycle_idle_pages)
+            {
+                return self.find_free_expandable_oversize(key, rounded, max_split);
+            }
             return self.find_free_expandable(key, rounded);
         }
         let (size, id) = self.free.best_fit(key, rounded)?;
         if let Some(max_split) = self.conf.max_split_size {
             // Oversize blocks serve only oversize requests, and only close fits; the
             // set is ordered by size, so the first candidate decides.
-            if rounded < max_split && size >= max_split {
-                return None;
-            }
-            if rounded >= max_split && size >= rounded + LARGE_BUFFER {
+            if oversize_refuses(max_split, rounded, size) {
                 return None;
             }
         }
         Some((id, 0))
     }
     // ANCHOR_END: find_free
+
+    // ANCHOR: expandable_oversize
+    /// PyTorch's expandable segments with `max_split_size_mb`: the oversize rule holds
+    /// for free blocks whose memory is all mapped (PyTorch's free blocks), while a free
+    /// range that reaches unmapped pages is where the segment grows, open to any
+    /// request. So a freed range above the limit is passed over by every smaller
+    /// request, and each one maps new memory instead: PyTorch issue 123548, where
+    /// reserved memory grows without bound. (`recycle_idle_pages` lifts the rule: a free
+    /// range of an expandable segment strands nothing.)
+    fn find_free_expandable_oversize(
+        &self,
+        key: PoolKey,
+        rounded: u64,
+        max_split: u64,
+    ) -> Option<(u32, u64)> {
+        self.free
+            .fits(key, rounded)
+            .find(|&(size, addr, id)| {
+                self.unmapped_pages(id, addr, size) > 0
+                    || !oversize_refuses(max_split, rounded, size)
+            })
+            .map(|(_, _, id)| (id, 0))
+    }
+    // ANCHOR_END: expandable_oversize
 
     // ANCHOR: mapped_window
     /// A free block and the offset in it where `rounded` bytes lie on mapped pages: the
@@ -72,4 +98,13 @@ impl State {
         let seg = &self.segments[self.blocks[id].segment as usize];
         self.pages.unmapped_pages(seg, addr, len)
     }
+}
+
+/// Whether `max_split_size_mb`'s rule keeps a free block of `size` bytes from a request
+/// of `rounded` bytes: oversize blocks serve only oversize requests, and only close
+/// fits.
+#[inline]
+fn oversize_refuses(max_split: u64, rounded: u64, size: u64) -> bool {
+    (rounded < max_split && size >= max_split)
+        || (rounded >= max_split && size >= rounded + LARGE_BUFFER)
 }

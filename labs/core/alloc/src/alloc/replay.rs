@@ -91,6 +91,11 @@ pub struct ReplayReport {
     pub num_remaps: u64,
     /// The driver calls the replay made, by kind, with their time.
     pub driver: super::DriverTimes,
+    /// The calls that take, give back or remap memory
+    /// ([`DriverTimes::memory_calls`](super::DriverTimes::memory_calls)) in each quarter
+    /// of the trace's operations, in order. A trace of a few training steps warms up in
+    /// its first quarter; the last is its steadiest.
+    pub driver_calls_per_quarter: [u64; 4],
     /// Frees of addresses not live at that point (never allocated, or freed twice):
     /// skipped when the replay is lenient, an error otherwise.
     pub unknown_frees: u64,
@@ -100,6 +105,11 @@ pub struct ReplayReport {
 impl ReplayReport {
     pub fn ns_per_op(&self) -> f64 {
         self.elapsed.as_secs_f64() * 1e9 / self.ops.max(1) as f64
+    }
+    /// The memory calls of the trace's last quarter: what the loop it recorded costs
+    /// once warm.
+    pub fn steady_driver_calls(&self) -> u64 {
+        self.driver_calls_per_quarter[3]
     }
     /// Peak reserved over peak requested: 1.0 is a perfect allocator.
     pub fn fragmentation(&self) -> f64 {
@@ -121,8 +131,20 @@ pub fn replay_with(trace: &Trace, allocator: &Allocator, lenient: bool) -> Resul
     let mut live: HashMap<u64, Allocation> = HashMap::with_capacity(4096);
     let mut streams: HashMap<u64, u64> = HashMap::new();
     let (mut ops, mut unknown_frees) = (0u64, 0u64);
+    // The operations, for the quarters' ends: the driver calls so far are read there,
+    // three times in the whole replay.
+    let total_ops = (trace.events.iter())
+        .filter(|e| matches!(e.action, TraceAction::Alloc | TraceAction::FreeRequested))
+        .count() as u64;
+    let quarter_end = |q: u64| (total_ops * q).div_ceil(4);
+    let mut calls_at = [before.driver.memory_calls(); 5];
+    let mut quarter = 1u64;
     let start = Instant::now();
     for e in &trace.events {
+        while quarter < 4 && ops >= quarter_end(quarter) {
+            calls_at[quarter as usize] = allocator.stats().driver.memory_calls();
+            quarter += 1;
+        }
         match e.action {
             TraceAction::Alloc => {
                 // Trace stream handles are the recording process's; any distinct keys do.
@@ -168,6 +190,10 @@ pub fn replay_with(trace: &Trace, allocator: &Allocator, lenient: bool) -> Resul
     }
     let elapsed = start.elapsed();
     let stats = allocator.stats();
+    for at in &mut calls_at[quarter as usize..] {
+        *at = stats.driver.memory_calls();
+    }
+    let driver_calls_per_quarter = std::array::from_fn(|q| calls_at[q + 1] - calls_at[q]);
     for (_, block) in live {
         allocator.free(block)?;
     }
@@ -184,6 +210,7 @@ pub fn replay_with(trace: &Trace, allocator: &Allocator, lenient: bool) -> Resul
         num_sync_all_streams: stats.num_sync_all_streams - before.num_sync_all_streams,
         num_remaps: stats.num_remaps - before.num_remaps,
         driver: stats.driver.since(&before.driver),
+        driver_calls_per_quarter,
         unknown_frees,
         elapsed,
     })

@@ -191,6 +191,24 @@ impl Device {
     }
     // ANCHOR_END: device_allocator
 
+    /// Configures the device's allocator with `config` instead of `LABS_ALLOC_CONF`,
+    /// before its first use (as `PYTORCH_CUDA_ALLOC_CONF` must be set before CUDA's
+    /// first allocation); an error once the allocator exists.
+    pub fn configure_allocator(&self, config: crate::alloc::Config) -> Result<()> {
+        let mut made = false;
+        self.inner.allocator.get_or_init(|| {
+            made = true;
+            crate::alloc::Allocator::new(self.inner.backend.clone(), config)
+        });
+        if !made {
+            return Err(crate::error::Error::InvalidArgument(format!(
+                "the allocator of {} is in use already: configure it before the device's                  first allocation",
+                self.id()
+            )));
+        }
+        self.allocator().map(|_| ())
+    }
+
     /// Seeds the device's random generator and resets its offset (`manual_seed`).
     pub fn manual_seed(&self, seed: u64) {
         *self.inner.generator.lock().unwrap() = (seed, 0);
