@@ -215,7 +215,7 @@ fn print_table(name: &str, fixed: &ReplayReport, rows: &[Row]) {
     );
     println!();
     println!(
-        "  {:<52} {:>18} {:>7} {:>20} {:>9} {:>8}",
+        "  {:<58} {:>18} {:>7} {:>22} {:>9} {:>8}",
         "allocator", "reserved/requested", "calls", "calls by quarter", "ns/op", "x fixed"
     );
     for r in rows {
@@ -223,7 +223,7 @@ fn print_table(name: &str, fixed: &ReplayReport, rows: &[Row]) {
             q.iter().map(u64::to_string).collect::<Vec<_>>().join("/")
         });
         println!(
-            "  {:<52} {:>18.4} {:>7} {:>20} {:>9.0} {:>8.2}",
+            "  {:<58} {:>18.4} {:>7} {:>22} {:>9.0} {:>8.2}",
             r.name,
             r.fragmentation,
             r.calls,

@@ -359,6 +359,7 @@ impl State {
             first: NONE,
             pages,
             mapped_pages: 0,
+            mapped_end: 0,
         };
         let index = match self.vacant_segments.pop() {
             Some(i) => {

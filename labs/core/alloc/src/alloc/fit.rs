@@ -55,8 +55,7 @@ impl State {
         self.free
             .fits(key, rounded)
             .find(|&(size, addr, id)| {
-                self.unmapped_pages(id, addr, size) > 0
-                    || !oversize_refuses(max_split, rounded, size)
+                !oversize_refuses(max_split, rounded, size) || self.reaches_unmapped(id, addr, size)
             })
             .map(|(_, _, id)| (id, 0))
     }
@@ -91,6 +90,14 @@ impl State {
         Some((fewest.1, 0))
     }
     // ANCHOR_END: mapped_window
+
+    /// Whether free block `id` (`addr..addr + size`) has a page without memory: at once
+    /// when it runs past the segment's highest mapped page (a growing segment's tail).
+    fn reaches_unmapped(&self, id: u32, addr: u64, size: u64) -> bool {
+        let seg = &self.segments[self.blocks[id].segment as usize];
+        let mapped_end = seg.base + seg.mapped_end as u64 * self.pages.page;
+        addr + size > mapped_end || self.unmapped_pages(id, addr, size) > 0
+    }
 
     /// How many pages of `addr..addr + len`, inside free block `id`, have no memory.
     #[inline]

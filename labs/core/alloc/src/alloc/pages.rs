@@ -171,7 +171,7 @@ impl PageMap {
     /// unmapped a mapping at a time, wherever the oldest idle one is).
     pub fn mapped_window(&self, seg: &Segment, addr: u64, size: u64, rounded: u64) -> Option<u64> {
         let page = self.page;
-        let end = addr + size;
+        let end = (addr + size).min(seg.base + seg.mapped_end as u64 * page);
         let mut start = seg.base + (addr - seg.base).div_ceil(page) * page;
         while start + rounded <= end {
             let first = ((start - seg.base) / page) as usize;
@@ -270,6 +270,7 @@ impl PageMap {
     }
 }
 
+// ANCHOR: patient_share
 /// A block whose new pages come to at most `1 / PATIENT_SHARE` of the high-water mark
 /// of reserved memory (4%) leaves memory idle for less than `min_idle` where it is,
 /// growing reserved memory instead; a larger one may take any idle memory. Leaving a
@@ -280,6 +281,7 @@ impl PageMap {
 /// their third step and keep every trace at or below PyTorch's best mode; 1/100 and
 /// 1/200 leave a few loops moving pages.
 const PATIENT_SHARE: u64 = 25;
+// ANCHOR_END: patient_share
 
 /// The driver calls of the page map, and the statistics and history they change.
 impl State {
@@ -421,6 +423,7 @@ impl State {
         head.len = n as u32;
         head.users = n as u32;
         seg.mapped_pages += n;
+        seg.mapped_end = seg.mapped_end.max(end as u32);
         let (pool, stream) = (seg.pool(), seg.stream);
         if created {
             self.stats.device_allocs += 1;

@@ -76,6 +76,10 @@ pub(crate) struct Segment {
     /// The page map of an expandable segment (see `pages.rs`); empty when fixed.
     pub pages: Vec<Page>,
     pub mapped_pages: u64,
+    /// One past the highest page ever mapped (0 when none): no page at or beyond it
+    /// has memory, so searches for mapped memory stop there instead of walking the
+    /// rest of a range of the device's size.
+    pub mapped_end: u32,
 }
 
 impl Segment {
