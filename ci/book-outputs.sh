@@ -323,13 +323,13 @@ gpu)
     "lab-10 train --device cuda --json --steps 8 --conf expandable_segments:True" \
     "python3 {ci}/pytorch-train.py --json --steps 8" \
     "python3 {ci}/pytorch-train.py --json --steps 8 --conf expandable_segments:True" \
-    "lab-10 train --device cuda --json --steps 8 --model gpt2 --batch 4 --seq 512" \
-    "lab-10 train --device cuda --json --steps 8 --model gpt2 --batch 4 --seq 512 --conf preset:labs" \
-    "lab-10 train --device cuda --json --steps 8 --model gpt2 --batch 4 --seq 512 --conf expandable_segments:True" \
-    "python3 {ci}/pytorch-train.py --json --steps 8 --model gpt2 --batch 4 --seq 512" \
-    "python3 {ci}/pytorch-train.py --json --steps 8 --model gpt2 --batch 4 --seq 512 --conf expandable_segments:True" \
+    "lab-10 train --device cuda --json --steps 8 --model gpt2 --optimizer adamw --batch 8 --seq 1024 --amp bf16" \
+    "lab-10 train --device cuda --json --steps 8 --model gpt2 --optimizer adamw --batch 8 --seq 1024 --amp bf16 --conf preset:labs" \
+    "lab-10 train --device cuda --json --steps 8 --model gpt2 --optimizer adamw --batch 8 --seq 1024 --amp bf16 --conf expandable_segments:True" \
+    "python3 {ci}/pytorch-train.py --json --steps 8 --model gpt2 --optimizer adamw --batch 8 --seq 1024 --amp bf16" \
+    "python3 {ci}/pytorch-train.py --json --steps 8 --model gpt2 --optimizer adamw --batch 8 --seq 1024 --amp bf16 --conf expandable_segments:True" \
     "lab-10 train --dry-run --gemm-workspace 32MiB --json --steps 8 --conf preset:labs" \
-    "lab-10 train --dry-run --gemm-workspace 32MiB --json --steps 8 --model gpt2 --batch 4 --seq 512 --conf preset:labs"
+    "lab-10 train --dry-run --gemm-workspace 32MiB --json --steps 8 --model gpt2 --optimizer adamw --batch 8 --seq 1024 --amp bf16 --conf preset:labs"
 
   # What each PyTorch snippet printed (ci/check-snippets.py, run by run.sh).
   if [ -z "$only" ] && [ -d "$logs/snippets" ]; then

@@ -15,7 +15,7 @@ use labs_core::Device;
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
 
-/// Fixed segments (PyTorch's default) and expandable ones (the labs' default), whose
+/// Fixed segments (the default, PyTorch's) and expandable ones, whose
 /// reserved memory is not their size.
 const CONFS: [&str; 2] = ["expandable_segments:False", "expandable_segments:True"];
 
