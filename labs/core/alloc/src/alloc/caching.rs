@@ -22,7 +22,9 @@ use super::deferred::Deferred;
 use super::history::History;
 use super::pages::PageMap;
 use super::parked::Parked;
-use super::pool::{check_stream_count, BlockState, Blocks, FreeSet, PoolKey, Segment, NONE};
+use super::pool::{
+    check_stream_count, place, BlockState, Blocks, FreeSet, PoolKey, Segment, NONE, SERIAL_LIMIT,
+};
 use super::size::{
     checked_round_size, pool_of, segment_size, Pool, EXPANDABLE_VA, MIN_BLOCK, SMALL_SIZE,
 };
@@ -50,6 +52,8 @@ pub(super) struct State {
     pub unparked: Vec<u32>,
     pub segments: Vec<Segment>,
     pub vacant_segments: Vec<u32>,
+    /// Segments made so far: the next one's serial (see `pool::place`).
+    pub serials: u64,
     /// The page map of the expandable segments (their pages live in each segment).
     pub pages: PageMap,
     /// Cross-stream frees waiting on events.
@@ -84,6 +88,7 @@ impl State {
             unparked: Vec::new(),
             segments: Vec::new(),
             vacant_segments: Vec::new(),
+            serials: 0,
             pages: PageMap::new(page, max_mapping),
             deferred: Deferred::default(),
             stats: Stats::default(),
@@ -360,6 +365,7 @@ impl State {
             pages,
             mapped_pages: 0,
             mapped_end: 0,
+            serial: self.next_serial(),
         };
         let index = match self.vacant_segments.pop() {
             Some(i) => {
@@ -374,6 +380,41 @@ impl State {
         let id = self.blocks.insert(base, size, key, index, NONE, NONE);
         self.segments[index as usize].first = id;
         Ok(id)
+    }
+
+    /// Block `id`'s place in the free set's order (`pool::place`).
+    #[inline]
+    pub(super) fn place_of(&self, id: u32) -> u64 {
+        let b = &self.blocks[id];
+        let seg = &self.segments[b.segment as usize];
+        place(seg.serial, b.addr - seg.base)
+    }
+
+    /// The serial number of a new segment: one past the last, after renumbering the
+    /// live segments (their order kept) when the numbers run out.
+    fn next_serial(&mut self) -> u64 {
+        if self.serials >= SERIAL_LIMIT {
+            self.renumber_segments();
+        }
+        self.serials += 1;
+        self.serials - 1
+    }
+
+    /// Numbers the live segments 0, 1, ... in their order, and lists every free block
+    /// again at its new place.
+    fn renumber_segments(&mut self) {
+        let mut live: Vec<usize> = (0..self.segments.len())
+            .filter(|&s| self.segments[s].alive)
+            .collect();
+        live.sort_by_key(|&s| self.segments[s].serial);
+        for (n, &s) in live.iter().enumerate() {
+            self.segments[s].serial = n as u64;
+        }
+        self.serials = live.len() as u64;
+        for (pool, size, id) in self.free.drain() {
+            let place = self.place_of(id);
+            self.free.restore(pool, size, place, id);
+        }
     }
 
     /// Checks that `block` is a live allocation of this allocator.
@@ -468,8 +509,9 @@ impl State {
     /// so they are not the memory that statistic warns about.
     #[inline]
     fn list_free(&mut self, key: PoolKey, id: u32) {
+        let place = self.place_of(id);
         let b = &self.blocks[id];
-        self.free.insert(key, b.size, b.addr, id);
+        self.free.insert(key, b.size, place, id);
         if !self.conf.expandable_segments && (b.prev != NONE || b.next != NONE) {
             self.stats.inactive_split.add(key.pool, 1);
             self.stats.inactive_split_bytes.add(key.pool, b.size);
@@ -478,8 +520,9 @@ impl State {
 
     #[inline]
     fn unlist_free(&mut self, key: PoolKey, id: u32) {
+        let place = self.place_of(id);
         let b = &self.blocks[id];
-        self.free.remove(key, b.size, b.addr, id);
+        self.free.remove(key, b.size, place, id);
         if !self.conf.expandable_segments && (b.prev != NONE || b.next != NONE) {
             self.stats.inactive_split.sub(key.pool, 1);
             self.stats.inactive_split_bytes.sub(key.pool, b.size);

@@ -54,8 +54,9 @@ impl State {
     ) -> Option<(u32, u64)> {
         self.free
             .fits(key, rounded)
-            .find(|&(size, addr, id)| {
-                !oversize_refuses(max_split, rounded, size) || self.reaches_unmapped(id, addr, size)
+            .find(|&(size, _, id)| {
+                !oversize_refuses(max_split, rounded, size)
+                    || self.reaches_unmapped(id, self.blocks[id].addr, size)
             })
             .map(|(_, _, id)| (id, 0))
     }
@@ -74,7 +75,8 @@ impl State {
             return Some((id, 0));
         }
         let mut fewest = (usize::MAX, id);
-        for (size, addr, id) in self.free.fits(key, rounded).take(MAPPED_CANDIDATES + 1) {
+        for (size, _, id) in self.free.fits(key, rounded).take(MAPPED_CANDIDATES + 1) {
+            let addr = self.blocks[id].addr;
             let u = self.unmapped_pages(id, addr, rounded);
             if u == 0 {
                 return Some((id, 0));

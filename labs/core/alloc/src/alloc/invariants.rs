@@ -45,7 +45,7 @@ impl State {
                             r.inactive_split += 1;
                             r.inactive_split_bytes += b.size;
                         }
-                        if !self.free.contains(key, b.size, b.addr, id) {
+                        if !self.free.contains(key, b.size, self.place_of(id), id) {
                             return Err(format!(
                                 "free block {:#x} missing from the free set",
                                 b.addr

@@ -236,7 +236,7 @@ impl State {
     /// Whether best fit, had block `id` been merged with its free neighbours when it
     /// was freed, would now hand out its first `rounded` bytes and leave the same
     /// blocks behind: no free block before it, no free block that fits more tightly
-    /// (or as tightly at a lower address), and no split that would come out
+    /// (or as tightly at an earlier place), and no split that would come out
     /// differently.
     fn parked_is_best_fit(&self, id: u32, key: PoolKey, rounded: u64) -> bool {
         let b = &self.blocks[id];
@@ -264,9 +264,9 @@ impl State {
         {
             return false;
         }
-        let merged = (b.size + after, b.addr);
+        let merged = (b.size + after, self.place_of(id));
         match self.free.fits(key, rounded).find(|f| f.2 != next) {
-            Some((size, addr, _)) => (size, addr) > merged,
+            Some((size, place, _)) => (size, place) > merged,
             None => true,
         }
     }

@@ -76,6 +76,9 @@ pub(crate) struct Segment {
     /// The page map of an expandable segment (see `pages.rs`); empty when fixed.
     pub pages: Vec<Page>,
     pub mapped_pages: u64,
+    /// The segment's number in the order segments were made (renumbered, order kept,
+    /// when the numbers run out): its blocks' places in the free set.
+    pub serial: u64,
     /// One past the highest page ever mapped (0 when none): no page at or beyond it
     /// has memory, so searches for mapped memory stop there instead of walking the
     /// rest of a range of the device's size.
@@ -197,14 +200,29 @@ impl std::ops::IndexMut<u32> for Blocks {
 
 // ANCHOR: free_key
 /// A free block's place in the search order: stream and pool first (blocks are reused
-/// only by their own stream and pool), then size (best fit), then address (lowest
-/// first, which packs live blocks together). Packed into one integer because comparing
-/// keys is most of the cost of a search: sizes and addresses are multiples of 512, so
-/// 55 bits hold any 64-bit size or address, and the pool key, below 2^16 (at most
-/// [`MAX_STREAMS`] streams, checked when a stream is first seen), takes the top bits.
-/// No two free blocks share an address, so the key names the block; its slot is the
-/// entry's value.
+/// only by their own stream and pool), then size (best fit), then place: the oldest
+/// segment first and, in it, the lowest offset, which packs live blocks together.
+/// PyTorch breaks ties by device address; a place is the address a segment would have
+/// if the driver handed out addresses in the order segments are made, as it does in a
+/// fresh process and as the simulated GPU always does, so that the dry run, the
+/// simulated GPU and the GPU choose the same block whatever addresses the driver picks.
+/// Packed into one integer because comparing keys is most of the cost of a search:
+/// sizes and places are multiples of 512, so 55 bits hold any 64-bit size or place,
+/// and the pool key, below 2^16 (at most [`MAX_STREAMS`] streams, checked when a stream
+/// is first seen), takes the top bits. No two free blocks share a place, so the key
+/// names the block; its slot is the entry's value.
 type FreeKey = u128;
+
+/// Bits of a place for the offset in its segment: segments up to 512 GiB.
+pub(crate) const OFFSET_BITS: u32 = 39;
+/// Segment serials below this fit a place (`SERIAL_LIMIT << OFFSET_BITS` is 2^64).
+pub(crate) const SERIAL_LIMIT: u64 = 1 << (64 - OFFSET_BITS);
+
+/// The place of the byte at `offset` of the segment numbered `serial`.
+#[inline]
+pub(crate) fn place(serial: u64, offset: u64) -> u64 {
+    (serial << OFFSET_BITS) | offset
+}
 
 /// The bits of a key's size and address fields: a 64-bit value shifted right by 9.
 const FIELD: u32 = 64 - 9;
@@ -230,13 +248,13 @@ pub(crate) struct FreeSet(BTreeMap<FreeKey, u32>);
 
 impl FreeSet {
     #[inline]
-    pub fn insert(&mut self, pool: PoolKey, size: u64, addr: u64, id: u32) {
-        let fresh = self.0.insert(key(pool.bits(), size, addr), id).is_none();
+    pub fn insert(&mut self, pool: PoolKey, size: u64, place: u64, id: u32) {
+        let fresh = self.0.insert(key(pool.bits(), size, place), id).is_none();
         debug_assert!(fresh, "free block listed twice");
     }
     #[inline]
-    pub fn remove(&mut self, pool: PoolKey, size: u64, addr: u64, id: u32) {
-        let found = self.0.remove(&key(pool.bits(), size, addr));
+    pub fn remove(&mut self, pool: PoolKey, size: u64, place: u64, id: u32) {
+        let found = self.0.remove(&key(pool.bits(), size, place));
         debug_assert!(found == Some(id), "free block missing from the free set");
     }
     /// The smallest free block of `pool` holding at least `size` bytes, as
@@ -253,7 +271,7 @@ impl FreeSet {
             .map(|(&k, &id)| (size_addr(k).0, id))
     }
     /// The free blocks of `pool` holding at least `size` bytes, best fit first, as
-    /// (size, address, slot).
+    /// (size, place, slot).
     #[inline]
     pub fn fits(&self, pool: PoolKey, size: u64) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
         let from = key(pool.bits(), size, 0);
@@ -267,8 +285,19 @@ impl FreeSet {
                 (size, addr, id)
             })
     }
-    pub fn contains(&self, pool: PoolKey, size: u64, addr: u64, id: u32) -> bool {
-        self.0.get(&key(pool.bits(), size, addr)) == Some(&id)
+    pub fn contains(&self, pool: PoolKey, size: u64, place: u64, id: u32) -> bool {
+        self.0.get(&key(pool.bits(), size, place)) == Some(&id)
+    }
+    /// Every entry, as (pool bits, size, slot), emptying the set: for renumbering.
+    pub fn drain(&mut self) -> Vec<(u64, u64, u32)> {
+        std::mem::take(&mut self.0)
+            .into_iter()
+            .map(|(k, id)| ((k >> (2 * FIELD)) as u64, size_addr(k).0, id))
+            .collect()
+    }
+    /// Lists an entry drained by [`drain`](Self::drain) at its new place.
+    pub fn restore(&mut self, pool_bits: u64, size: u64, place: u64, id: u32) {
+        self.0.insert(key(pool_bits, size, place), id);
     }
     pub fn len(&self) -> usize {
         self.0.len()
