@@ -704,3 +704,67 @@ fn property_tests_take_the_fuzz_cases_and_seed() {
         "no seed in:\n{stderr}"
     );
 }
+
+/// Renumbering the segments' serials (when 2^25 segments have been made) keeps their
+/// order, so no decision changes: two allocators fed the same requests, one renumbered
+/// every few operations, reserve and hand out the same memory throughout, under
+/// PyTorch's defaults and under the preset, with segments released in between so that
+/// the serials have gaps.
+#[test]
+fn renumbering_segments_changes_no_decision() {
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    for conf in ["", "preset:labs"] {
+        let (a, b) = (allocator(&device, conf), allocator(&device, conf));
+        let (mut live_a, mut live_b) = (Vec::new(), Vec::new());
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        for i in 0..3000u64 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            // At most 150 blocks live, under 6 GiB for each of the two allocators: they
+            // share the device, and neither may run into the other's memory.
+            if live_a.is_empty() || (live_a.len() < 150 && !seed.is_multiple_of(3)) {
+                // A few sizes, so that free blocks of equal size in different
+                // segments are common: ties are what the order decides.
+                const SIZES: [u64; 6] =
+                    [300 << 10, 900 << 10, 3 * MIB, 7 * MIB, 12 * MIB, 30 * MIB];
+                let size = SIZES[(seed >> 8) as usize % SIZES.len()] as usize;
+                live_a.push(a.malloc(size, &stream).unwrap());
+                live_b.push(b.malloc(size, &stream).unwrap());
+            } else {
+                let k = (seed >> 20) as usize % live_a.len();
+                let (x, y) = (live_a.swap_remove(k), live_b.swap_remove(k));
+                assert_eq!(x.size(), y.size(), "{conf}: op {i}");
+                a.free(x).unwrap();
+                b.free(y).unwrap();
+            }
+            if i % 500 == 499 {
+                a.empty_cache().unwrap();
+                b.empty_cache().unwrap();
+            }
+            if i % 7 == 0 {
+                a.renumber_segments();
+            }
+            let (sa, sb) = (a.stats(), b.stats());
+            assert_eq!(
+                (
+                    sa.reserved.current,
+                    sa.allocated.current,
+                    sa.segments.current
+                ),
+                (
+                    sb.reserved.current,
+                    sb.allocated.current,
+                    sb.segments.current
+                ),
+                "{conf}: op {i}"
+            );
+        }
+        a.check_invariants().unwrap();
+        for (x, y) in live_a.into_iter().zip(live_b) {
+            a.free(x).unwrap();
+            b.free(y).unwrap();
+        }
+    }
+}

@@ -249,6 +249,12 @@ impl Allocator {
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         self.lock().check_invariants()
     }
+
+    /// Renumbers the segments' serials, their order kept, as happens when 2^25 segments
+    /// have been made. For tests, which cannot make that many: no decision may change.
+    pub fn renumber_segments(&self) {
+        self.lock().renumber_segments()
+    }
 }
 
 impl Drop for Allocator {

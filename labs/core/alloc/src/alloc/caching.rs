@@ -402,7 +402,7 @@ impl State {
 
     /// Numbers the live segments 0, 1, ... in their order, and lists every free block
     /// again at its new place.
-    fn renumber_segments(&mut self) {
+    pub(super) fn renumber_segments(&mut self) {
         let mut live: Vec<usize> = (0..self.segments.len())
             .filter(|&s| self.segments[s].alive)
             .collect();
