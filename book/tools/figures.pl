@@ -337,9 +337,21 @@ EOF
     unless ($rc == 0 && $out =~ /"x 7\.5 /) { $failed++; print STDERR "FAIL: a build with a present key: rc $rc\n" }
     ($rc) = $book->('{{#figure a.txt: no such key}}');
     unless ($rc != 0) { $failed++; print STDERR "FAIL: a build with a missing key exited 0\n" }
+    # Numbers typed into prose: measurements are reported, settings and bound figures not.
+    my @typed = unbound_in(
+        "A 1 GiB tensor takes 0.28 s; 14,130 MiB used, 57 % busy, 3.4 × faster.\n"
+            . "Rounded to 512 bytes, 20 MiB segments, 10 ms polls, 2,048 MiB, 20 %.\n"
+            . "Bound: {{#figure a.txt: first device call}}; code `used 14,130 MiB`.\n"
+            . "```text\n185 ms\n```\nThe 1990s; 4x speed-up; 513 bytes.\n",
+        { '513 bytes' => 1 });
+    my $typed = join '; ', @typed;
+    unless ($typed eq '0.28 s; 14,130 MiB; 57 %; 3.4 ×') {
+        $failed++;
+        print STDERR "FAIL: unbound numbers: got '$typed'\n";
+    }
     unlink glob "$dir/*";
     rmdir $dir;
-    my $n = @good + @bad + 2;
+    my $n = @good + @bad + 3;
     die "figures.pl self-test: $failed of $n checks failed\n" if $failed;
     print "figures.pl self-test: $n checks passed\n";
     exit 0;
@@ -365,8 +377,126 @@ sub check_tree {
     exit 0;
 }
 
+# The prose of a Markdown file: no fenced blocks, no inline code, no link targets, and
+# each directive ({{#figure}}, {{#include}}) one word, "X".
+sub prose_of {
+    my ($text) = @_;
+    $text =~ s/^(```|~~~).*?^\1[^\n]*$//msg;
+    $text =~ s/<!--.*?-->//sg;
+    $text =~ s/(?<!\\)\{\{#.*?\}\}/X/sg;
+    $text =~ s/`[^`\n]*`/C/g;
+    $text =~ s/\]\([^)\s]*\)/]/g;
+    return $text;
+}
+
+# Numbers with a unit of measure that a sentence types instead of binding: a size, a
+# time, a rate, a share or a ratio. The constants of the system are listed in
+# constants.txt beside this script (one "number unit" a line) and pass.
+my $UNIT = qr{(?:[KMGT]i?B(?:/s)?|bytes?|B|ns|µs|us|ms|s|seconds?|minutes?|%|×|x|percent|W|TFLOP/?S|TFLOPS|GHz|MHz)};
+
+sub constants {
+    my %ok;
+    my $file = File::Spec->catfile(dirname(__FILE__), 'constants.txt');
+    open my $fh, '<:encoding(UTF-8)', $file or return \%ok;
+    while (<$fh>) {
+        s/#.*//;
+        s/^\s+|\s+$//g;
+        $ok{$_} = 1 if length;
+    }
+    return \%ok;
+}
+
+# Whether a number reads as a measurement rather than a setting: a setting is round (a
+# power of two, or one or two significant digits: 20 MiB, 1,600 MiB, 50 ms, 8192 ×); a
+# measurement has a fraction (0.28 s, 9.9 %) or more digits (14,130 MiB, 185 ms); a
+# share is a setting only in steps of five (20 %, not 57 %).
+sub looks_measured {
+    my ($num, $unit) = @_;
+    (my $n = $num) =~ s/,//g;
+    return 1 if $n =~ /\.\d*[1-9]/;
+    $n =~ s/\..*//;
+    return 1 if $unit =~ /^(?:%|percent)$/ && $n % 5;
+    return 0 if $n > 0 && ($n & ($n - 1)) == 0;
+    (my $digits = $n) =~ s/0+$//;
+    return length($digits) > 2 ? 1 : 0 unless $unit =~ /^(?:ns|µs|us|ms|s|seconds?|minutes?)$/;
+    return $digits =~ /^[125]?$/ ? 0 : 1;
+}
+
+sub unbound_in {
+    my ($text, $ok) = @_;
+    my @hits;
+    my $n = 0;
+    for my $line (split /\n/, prose_of($text)) {
+        $n++;
+        while ($line =~ /(?<![\w.,\/-])(\d[\d,]*(?:\.\d+)?)(\s?)($UNIT)(?![\w\/])/g) {
+            my ($num, $sp, $unit) = ($1, $2, $3);
+            next if $unit eq 'x' && $sp ne '';
+            next if $unit eq 's' && $sp eq '';    # "1990s", "4s"
+            my $norm = "$num $unit";
+            next if $ok->{$norm} || $ok->{"$num$unit"};
+            next unless looks_measured($num, $unit);
+            push @hits, $norm;
+        }
+    }
+    return @hits;
+}
+
+sub markdown_files {
+    my @files;
+    no warnings "once";
+    require File::Find;
+    for my $arg (@_) {
+        if (-d $arg) {
+            File::Find::find({ no_chdir => 1, wanted => sub {
+                push @files, $_ if /\.md$/ && !/README\.md$/ && !/SUMMARY\.md$/ && -f $_;
+            } }, $arg);
+        } else {
+            push @files, $arg;
+        }
+    }
+    return sort @files;
+}
+
+sub read_text {
+    open my $fh, '<:encoding(UTF-8)', $_[0] or die "$_[0]: $!\n";
+    local $/;
+    return scalar <$fh>;
+}
+
+# `figures.pl unbound FILE|DIR...`: lists each file's measured-looking numbers that no
+# directive binds, and fails when there is one.
+sub unbound {
+    my $ok = constants();
+    my $total = 0;
+    binmode STDOUT, ':encoding(UTF-8)';
+    for my $file (markdown_files(@_)) {
+        my @hits = unbound_in(read_text($file), $ok);
+        next unless @hits;
+        $total += @hits;
+        print "$file: ", scalar(@hits), " unbound: ", join('; ', @hits), "\n";
+    }
+    print "figures: $total unbound numbers\n";
+    exit($total ? 1 : 0);
+}
+
+# `figures.pl words LIMIT FILE|DIR...`: the words of each file's prose; fails when one
+# passes LIMIT (a chapter is read in one sitting).
+sub words {
+    my ($limit, @args) = @_;
+    my $over = 0;
+    for my $file (markdown_files(@args)) {
+        my $n = () = prose_of(read_text($file)) =~ /\S+/g;
+        my $mark = $n > $limit ? "  over $limit" : '';
+        $over++ if $mark;
+        printf "%6d %s%s\n", $n, $file, $mark;
+    }
+    exit($over ? 1 : 0);
+}
+
 # `mdbook` first asks whether we support a renderer: we support all of them.
 exit 0 if @ARGV && $ARGV[0] eq 'supports';
+unbound(@ARGV[1 .. $#ARGV]) if @ARGV && $ARGV[0] eq 'unbound';
+words(@ARGV[1 .. $#ARGV]) if @ARGV && $ARGV[0] eq 'words';
 self_test() if @ARGV && $ARGV[0] eq 'test';
 check_tree($ARGV[1] // '.') if @ARGV && $ARGV[0] eq 'check';
 if (@ARGV && $ARGV[0] eq 'show') {    # prints one Markdown file with its figures in place
