@@ -2,11 +2,13 @@
 //! the GPU with `LABS_DEVICE=cuda`). The tests measure the device's allocator, so they
 //! run one at a time.
 
-use lab_09::exercises::{evaluate, graph_bytes, log_losses};
+use std::collections::HashSet;
+
+use lab_09::exercises::{attribute_growth, evaluate, graph_bytes, log_losses, Growth, Site};
 use lab_09::model::{batch, Mlp, Sizes};
 use lab_09::running_loss::{self, Keep};
 use lab_09::{drops, eval, planted, unused_result};
-use labs_core::alloc::LeakGuard;
+use labs_core::alloc::{Category, LeakGuard, LiveBlock};
 use labs_core::autograd::retained_graph;
 use labs_core::tensor::no_grad;
 use labs_core::testing::{serial, test_device};
@@ -342,4 +344,186 @@ fn exercise_3_graph_bytes_counts_each_saved_storage_once() {
     assert_eq!(graph_bytes(&a), 0);
     loss.backward().unwrap();
     assert_eq!(graph_bytes(&loss), 0);
+}
+
+/// The live blocks and `memory_allocated` after each of `n` iterations of a loop that
+/// computes a loss and hands it to `keep`.
+fn marks(
+    d: &Device,
+    s: Sizes,
+    model: &Mlp,
+    n: usize,
+    mut keep: impl FnMut(Tensor),
+) -> Vec<(Vec<LiveBlock>, u64)> {
+    let alloc = d.allocator().unwrap();
+    (0..n)
+        .map(|i| {
+            keep(model.loss(&batch(d, s, i).unwrap()).unwrap());
+            (alloc.live_blocks(), alloc.memory_allocated())
+        })
+        .collect()
+}
+
+/// The report between the first mark and the last, checked against the allocator's
+/// own count and for its order.
+fn growth_between(marks: &[(Vec<LiveBlock>, u64)]) -> Vec<Growth> {
+    let ((before, at_first), (after, at_last)) = (&marks[0], marks.last().unwrap());
+    let report = attribute_growth(before, after);
+    let net: i64 = report.iter().map(|g| g.net_bytes).sum();
+    assert_eq!(
+        net,
+        *at_last as i64 - *at_first as i64,
+        "the report's net bytes against memory_allocated's change:\n{report:#?}"
+    );
+    for w in report.windows(2) {
+        let key = |g: &Growth| (std::cmp::Reverse(g.net_bytes), g.site.clone());
+        assert!(
+            key(&w[0]) < key(&w[1]),
+            "largest growth first, then by site:\n{report:#?}"
+        );
+    }
+    for g in &report {
+        assert!(g.new_blocks + g.freed_blocks > 0, "{g:?}");
+    }
+    report
+}
+
+fn is_relu(op: &Option<String>) -> bool {
+    // A release build may fold `relu` into the op it calls.
+    op.as_deref()
+        .is_some_and(|op| op.starts_with("Tensor::relu") || op.starts_with("Tensor::unary"))
+}
+
+#[test]
+fn exercise_4_a_list_of_losses_grows_at_the_model_lines_that_made_its_graphs() {
+    let _g = serial();
+    let d = test_device();
+    let s = sizes(&d);
+    let alloc = d.allocator().unwrap();
+    alloc.record_memory_history(100_000, true);
+    let model = Mlp::new(&d, s, 10).unwrap();
+    let mut losses = Vec::new();
+    let marks = marks(&d, s, &model, 4, |loss| losses.push(loss));
+    alloc.record_memory_history(0, false);
+    let report = growth_between(&marks);
+    // Three iterations' graphs, kept whole: per iteration the batch (saved by the first
+    // product), each hidden layer's ReLU output (saved by the ReLU and the next
+    // product) and the loss itself. Nothing was freed.
+    let kept = 3;
+    let relus = s.depth + 1;
+    assert_eq!(report.len(), 3, "{report:#?}");
+    for g in &report {
+        assert_eq!(g.freed_blocks, 0, "{g:?}");
+        let at = g.site.at.as_deref().unwrap_or_default();
+        assert!(at.starts_with("labs/lab-09-leaks/src/model.rs:"), "{g:?}");
+    }
+    let (relu, batch_site, loss) = (&report[0], &report[1], &report[2]);
+    assert!(is_relu(&relu.site.op), "{relu:?}");
+    assert_eq!(relu.site.category, Category::Activation);
+    assert_eq!(relu.new_blocks, kept * relus);
+    assert_eq!(relu.net_bytes, (kept * relus) as i64 * activation(s) as i64);
+    assert_eq!(
+        batch_site.site.op.as_deref(),
+        Some("Tensor::randn"),
+        "{batch_site:?}"
+    );
+    assert_eq!(batch_site.site.category, Category::Activation);
+    assert_eq!(
+        (batch_site.new_blocks, batch_site.net_bytes),
+        (kept, kept as i64 * input(s) as i64)
+    );
+    assert_eq!(
+        loss.site.op.as_deref(),
+        Some("Tensor::mean_all"),
+        "{loss:?}"
+    );
+    assert_eq!(
+        (loss.new_blocks, loss.net_bytes),
+        (kept, kept as i64 * ROUND as i64)
+    );
+    let lines: HashSet<_> = report.iter().map(|g| g.site.at.clone()).collect();
+    assert_eq!(lines.len(), 3, "three lines of model.rs: {report:#?}");
+    drop(losses);
+}
+
+#[test]
+fn exercise_4_a_loss_replaced_every_iteration_is_turnover_not_growth() {
+    let _g = serial();
+    let d = test_device();
+    let s = sizes(&d);
+    let alloc = d.allocator().unwrap();
+    alloc.record_memory_history(100_000, true);
+    let model = Mlp::new(&d, s, 11).unwrap();
+    // Python's loop variable: the last loss, graph and all, outlives each iteration,
+    // and the next one replaces it.
+    let mut last = None;
+    let marks = marks(&d, s, &model, 4, |loss| last = Some(loss));
+    alloc.record_memory_history(0, false);
+    let report = growth_between(&marks);
+    // The same three sites as a leak, each with as many blocks made as freed: a guard
+    // that only lists new blocks would call this a leak every iteration.
+    assert_eq!(report.len(), 3, "{report:#?}");
+    let mut per_iteration: Vec<usize> = report.iter().map(|g| g.new_blocks).collect();
+    per_iteration.sort();
+    assert_eq!(per_iteration, [1, 1, s.depth + 1], "{report:#?}");
+    for g in &report {
+        assert_eq!(g.net_bytes, 0, "{g:?}");
+        assert_eq!(g.new_blocks, g.freed_blocks, "{g:?}");
+    }
+    drop(last);
+}
+
+#[test]
+fn exercise_4_a_block_is_its_allocation_not_its_address() {
+    let _g = serial();
+    let d = test_device();
+    let alloc = d.allocator().unwrap();
+    alloc.record_memory_history(0, false);
+    // Alive at both points: not in the report.
+    let kept = Tensor::randn(&[128, 128], 1, &d).unwrap();
+    let a = Tensor::randn(&[256, 256], 2, &d).unwrap();
+    let before = alloc.live_blocks();
+    drop(a);
+    let b = Tensor::randn(&[256, 256], 3, &d).unwrap();
+    let weight = {
+        let _p = Category::Parameter.scope();
+        Tensor::randn(&[64, 64], 4, &d).unwrap()
+    };
+    let after = alloc.live_blocks();
+    // a, the newest block before, and b, at a's address after: the cache hands a's
+    // block to b.
+    let freed = before.iter().max_by_key(|x| x.serial).unwrap().clone();
+    let made = after.iter().find(|x| x.addr == freed.addr).unwrap().clone();
+    assert_eq!(made.size, freed.size);
+    assert_ne!(made.serial, freed.serial);
+    let report = attribute_growth(&before, &after);
+    // No backtraces: sites are categories alone. The weight is growth; b replaced a.
+    let param = Site {
+        at: None,
+        op: None,
+        category: Category::Parameter,
+    };
+    let turnover = Site {
+        at: None,
+        op: None,
+        category: made.category,
+    };
+    assert_eq!(
+        report,
+        [
+            Growth {
+                site: param,
+                new_blocks: 1,
+                freed_blocks: 0,
+                net_bytes: 64 * 64 * 4
+            },
+            Growth {
+                site: turnover,
+                new_blocks: 1,
+                freed_blocks: 1,
+                net_bytes: 0
+            },
+        ]
+    );
+    drop((kept, b, weight));
 }

@@ -43,10 +43,10 @@ pub fn autocast_output_dtype(op: &str, input: DType, region: DType) -> DType {
 
 // ANCHOR: exercise_underflow
 /// Exercise 3: does `x` become zero when rounded to float16 (to nearest, ties to
-/// even)? Float16's smallest subnormal is 2^-24; work it out from the exponent range,
-/// without the `half` crate.
+/// even)? Work it out from float16's layout (its exponent bits and their bias, its
+/// mantissa bits), without the `half` crate.
 pub fn flushes_to_zero_in_f16(x: f32) -> bool {
     let _ = x;
-    todo!("compare |x| with half of the smallest subnormal")
+    todo!("the smallest non-zero float16, and which values round to it rather than to 0")
 }
 // ANCHOR_END: exercise_underflow

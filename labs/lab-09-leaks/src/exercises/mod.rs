@@ -2,6 +2,9 @@
 //! checks them; `--features exercises` swaps in the starter code, and the same tests
 //! (`cargo test -p lab-09 --features exercises`) then grade the student's version.
 
+mod growth;
+pub use growth::{Growth, Site};
+
 #[cfg(feature = "exercises")]
 mod starter;
 #[cfg(feature = "exercises")]

@@ -1,8 +1,10 @@
 //! Starter code: replace each `todo!()`, then run
 //! `cargo test -p lab-09 --features exercises`.
 
+use labs_core::alloc::LiveBlock;
 use labs_core::{Result, Tensor};
 
+use super::Growth;
 use crate::model::Mlp;
 
 // ANCHOR: exercise_eval
@@ -36,3 +38,19 @@ pub fn graph_bytes(t: &Tensor) -> u64 {
     todo!("a depth-first walk with a set of visited nodes and a set of storages")
 }
 // ANCHOR_END: exercise_bytes
+
+// ANCHOR: exercise_growth
+/// Exercise 4: a leak detector. `before` and `after` are the allocator's live blocks
+/// (`Allocator::live_blocks`) at two points of a loop, taken with the memory history
+/// recording backtraces. Attribute the change between them to the sites that made the
+/// blocks: for each [`Site`](super::Site) (a block's origin and its category), the
+/// blocks that are alive `after` and were not `before`, the blocks that were alive
+/// `before` and are gone `after`, and the net bytes. Return one [`Growth`] per site
+/// that has a new or a freed block, the largest net growth first, ties in the order
+/// of `Site`. The net bytes of the whole report must equal the change of
+/// `memory_allocated` between the two points.
+pub fn attribute_growth(before: &[LiveBlock], after: &[LiveBlock]) -> Vec<Growth> {
+    let _ = (before, after);
+    todo!("which field names one block across both lists, once the cache has handed a freed block's address out again?")
+}
+// ANCHOR_END: exercise_growth
