@@ -2,14 +2,17 @@
 //! the GPU with `LABS_DEVICE=cuda`). Experiments that cap the device's own allocator
 //! run one at a time.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lab_05::exercises::{fits_on, largest_fitting, step_or_halve};
+use lab_05::exercises::{account, diagnose, fits_on, largest_fitting, step_or_halve, Accounting};
 use lab_05::model::{train_run, MlpSpec, Trainer};
-use lab_05::{explain, finder, fit, fragmentation, pending_free, recovery};
-use labs_core::oom_report::Suggestion;
-use labs_core::testing::{serial, test_device};
-use labs_core::Device;
+use lab_05::{capped, explain, finder, fit, fragmentation, pending_free, recovery};
+use labs_core::alloc::{Allocation, Allocator, Category, Config};
+use labs_core::oom_report::{OomReport, Suggestion};
+use labs_core::snapshot::{self, BlockState, SegmentType, Snapshot};
+use labs_core::testing::{fuzz_cases, fuzz_seed, serial, test_device};
+use labs_core::{Device, Error};
 
 const MIB: u64 = 1 << 20;
 
@@ -211,4 +214,363 @@ fn exercise_fits_on_decides_on_a_dry_run() {
     let p = fit::predict(&Device::new_dry(capacity), capacity, SPEC, 1, 1 << 16).unwrap();
     assert!(fits_on(capacity, SPEC, p.search.batch, 1).unwrap());
     assert!(!fits_on(capacity, SPEC, p.search.batch + 1, 1).unwrap());
+}
+
+// Exercise 4: the out-of-memory report rebuilt from a snapshot. Each failure below is
+// a real one, on a private allocator of the device under test; an observer takes the
+// snapshot when the request fails for good, and the student's figures and suggestion
+// must be the allocator's own report's.
+
+/// An observer on `a` that keeps the snapshot of the last failure.
+fn snapshot_on_oom(a: &Allocator) -> Arc<Mutex<Option<Snapshot>>> {
+    let slot = Arc::new(Mutex::new(None));
+    let s = slot.clone();
+    a.attach_out_of_memory_observer(move |alloc, _| {
+        *s.lock().unwrap() = Some(alloc.snapshot());
+    });
+    slot
+}
+
+/// Grades one failure: the student's figures and suggestion against the report's.
+fn graded(what: &str, error: &Error, slot: &Mutex<Option<Snapshot>>) -> Suggestion {
+    let Error::OutOfMemory {
+        requested,
+        total,
+        report: Some(r),
+        ..
+    } = error
+    else {
+        panic!("{what}: not an out-of-memory error with a report: {error}");
+    };
+    let snapshot = slot
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the observer took a snapshot");
+    let want = Accounting {
+        allocated: r.allocated,
+        reserved: r.reserved,
+        free_pieces: r.free_pieces,
+        largest_free: r.largest_free,
+        activations: r.activations,
+    };
+    let got = account(&snapshot);
+    assert_eq!(got, want, "{what}: the figures of\n{error}");
+    assert_eq!(
+        diagnose(&got, *requested, *total, r.fraction),
+        r.suggestion,
+        "{what}: the suggestion of\n{error}"
+    );
+    r.suggestion
+}
+
+/// A private allocator on `d` with the memory fraction `fraction`.
+fn private(d: &Device, conf: &str, fraction: f64) -> Allocator {
+    let a = Allocator::new(d.backend_arc(), Config::parse(conf).unwrap()).unwrap();
+    a.set_memory_fraction(fraction).unwrap();
+    a
+}
+
+/// `bytes` on `a` under `category`.
+fn malloc_as(a: &Allocator, bytes: u64, category: Category) -> Result<Allocation, Error> {
+    let _c = category.scope();
+    a.malloc(bytes as usize, &a_stream())
+}
+
+/// The default stream of the device under test, on which every private allocator here
+/// allocates.
+fn a_stream() -> labs_core::Stream {
+    test_device().default_stream().unwrap()
+}
+
+/// The first experiment's failure: parameters of an eighth of the limit, four blocks of
+/// a sixth each under `held`, then a quarter more.
+fn provoke(d: &Device, fraction: f64, held: Category) -> Suggestion {
+    let a = private(d, "expandable_segments:False", fraction);
+    let slot = snapshot_on_oom(&a);
+    let limit = (d.mem_info().unwrap().total as f64 * fraction) as u64;
+    let unit = |n: u64| (limit / n) >> 21 << 21;
+    let mut live = vec![malloc_as(&a, unit(8), Category::Parameter).unwrap()];
+    for _ in 0..4 {
+        live.push(malloc_as(&a, unit(6), held).unwrap());
+    }
+    let error = a.malloc(unit(4) as usize, &a_stream()).unwrap_err();
+    // Everything is freed before grading, so that a failed grade leaves the device as
+    // the other tests expect it.
+    for b in live {
+        a.free(b).unwrap();
+    }
+    graded(
+        &format!("fraction {fraction}, four blocks of {held}"),
+        &error,
+        &slot,
+    )
+}
+
+/// The fragmentation experiment's requests, then a request of `request` bytes.
+fn fragment(d: &Device, expandable: bool, request: u64) -> Suggestion {
+    let conf = format!(
+        "expandable_segments:{}",
+        if expandable { "True" } else { "False" }
+    );
+    let a = capped(d, fragmentation::CAP, &conf).unwrap();
+    let slot = snapshot_on_oom(&a);
+    let mut live = Vec::new();
+    while let Ok(b) = a.malloc(fragmentation::BLOCK as usize, &a_stream()) {
+        live.push(b);
+    }
+    *slot.lock().unwrap() = None;
+    let mut kept = Vec::new();
+    for (i, b) in live.into_iter().enumerate() {
+        if i % 4 == 0 {
+            kept.push(b);
+        } else {
+            a.free(b).unwrap();
+        }
+    }
+    let error = a.malloc(request as usize, &a_stream()).unwrap_err();
+    for b in kept {
+        a.free(b).unwrap();
+    }
+    let what = format!("fragmentation, expandable_segments:{expandable}, {request} bytes");
+    graded(&what, &error, &slot)
+}
+
+#[test]
+fn exercise_report_explains_the_chapters_failures() {
+    let _g = serial();
+    let d = test_device();
+    let mut seen = vec![
+        provoke(&d, 1.0, Category::Activation),
+        provoke(&d, 1.0, Category::Other),
+        provoke(&d, 0.25, Category::Activation),
+        fragment(&d, false, fragmentation::REQUEST),
+        fragment(&d, true, fragmentation::CAP),
+    ];
+    let a = private(&d, "expandable_segments:False", 1.0);
+    let slot = snapshot_on_oom(&a);
+    let too_large = d.mem_info().unwrap().total * 3 / 2;
+    let error = a.malloc(too_large as usize, &a_stream()).unwrap_err();
+    seen.push(graded("1.5 x the device", &error, &slot));
+    for s in [
+        Suggestion::RequestExceedsDevice,
+        Suggestion::ExpandableSegments,
+        Suggestion::RaiseMemoryFraction,
+        Suggestion::CheckpointOrSmallerBatch,
+        Suggestion::FreeOrSmallerBatch,
+    ] {
+        assert!(seen.contains(&s), "no failure called for {s:?}: {seen:?}");
+    }
+}
+
+#[test]
+fn exercise_report_accounts_for_random_traces() {
+    let _g = serial();
+    let d = test_device();
+    let mut rng = fuzz_seed("exercise_report") | 1;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let cases = fuzz_cases(12);
+    for case in 0..cases {
+        let expandable = case % 2 == 1;
+        let conf = format!(
+            "expandable_segments:{}",
+            if expandable { "True" } else { "False" }
+        );
+        let a = capped(&d, 64 * MIB, &conf).unwrap();
+        let slot = snapshot_on_oom(&a);
+        let mut live: Vec<Allocation> = Vec::new();
+        let error = loop {
+            if !live.is_empty() && next(5) < 2 {
+                let b = live.swap_remove(next(live.len() as u64) as usize);
+                a.free(b).unwrap();
+                continue;
+            }
+            // Small-pool blocks and large ones, some of them activations.
+            let bytes = match next(3) {
+                0 => 1 + next(MIB),
+                _ => MIB + next(12 * MIB),
+            };
+            let category = if next(2) == 0 {
+                Category::Activation
+            } else {
+                Category::Other
+            };
+            match malloc_as(&a, bytes, category) {
+                Ok(b) => live.push(b),
+                Err(e) if e.is_out_of_memory() => break e,
+                Err(e) => panic!("{e}"),
+            }
+        };
+        for b in live {
+            a.free(b).unwrap();
+        }
+        graded(
+            &format!("random trace {case} (expandable: {expandable})"),
+            &error,
+            &slot,
+        );
+    }
+}
+
+#[test]
+fn exercise_report_counts_a_pending_free_as_cached_and_an_unmapped_range_as_nothing() {
+    let block =
+        |address: u64, size: u64, state: BlockState, category: Option<&str>| snapshot::Block {
+            address,
+            size,
+            requested_size: if state == BlockState::Inactive {
+                0
+            } else {
+                size
+            },
+            state,
+            frames: Vec::new().into(),
+            category: category.map(str::to_string),
+        };
+    let segment = |address: u64, expandable: bool, ty: SegmentType, blocks: Vec<_>| {
+        let blocks: Vec<snapshot::Block> = blocks;
+        snapshot::Segment {
+            device: 0,
+            address,
+            total_size: blocks.iter().map(|b| b.size).sum(),
+            stream: 0,
+            segment_type: ty,
+            is_expandable: expandable,
+            blocks,
+        }
+    };
+    let (large, small) = (SegmentType::Large, SegmentType::Small);
+    let s = Snapshot {
+        segments: vec![
+            // A fixed segment: an activation, a block another stream still reads, and
+            // a free piece.
+            segment(
+                0,
+                false,
+                large,
+                vec![
+                    block(0, 5 * MIB, BlockState::ActiveAllocated, Some("activation")),
+                    block(5 * MIB, 5 * MIB, BlockState::ActivePendingFree, None),
+                    block(10 * MIB, 10 * MIB, BlockState::Inactive, None),
+                ],
+            ),
+            // One expandable segment with an unmapped range in the middle: two runs
+            // of mapped pages, so two segments in the snapshot.
+            segment(
+                1 << 40,
+                true,
+                large,
+                vec![
+                    block(
+                        1 << 40,
+                        2 * MIB,
+                        BlockState::ActiveAllocated,
+                        Some("parameter"),
+                    ),
+                    block((1 << 40) + 2 * MIB, 2 * MIB, BlockState::Inactive, None),
+                ],
+            ),
+            segment(
+                (1 << 40) + 32 * MIB,
+                true,
+                large,
+                vec![block(
+                    (1 << 40) + 32 * MIB,
+                    6 * MIB,
+                    BlockState::Inactive,
+                    None,
+                )],
+            ),
+            segment(
+                64 * MIB,
+                false,
+                small,
+                vec![
+                    block(
+                        64 * MIB,
+                        512 << 10,
+                        BlockState::ActiveAllocated,
+                        Some("other"),
+                    ),
+                    block(
+                        (64 * MIB) + (512 << 10),
+                        1536 << 10,
+                        BlockState::Inactive,
+                        None,
+                    ),
+                ],
+            ),
+        ],
+        trace: Vec::new(),
+        settings: Default::default(),
+    };
+    let got = account(&s);
+    assert_eq!(
+        got,
+        Accounting {
+            allocated: 7 * MIB + (512 << 10),
+            reserved: 32 * MIB,
+            free_pieces: 4,
+            largest_free: 10 * MIB,
+            activations: 5 * MIB,
+        }
+    );
+    // 24.5 MiB cached, in pieces of at most 10 MiB.
+    assert_eq!(
+        diagnose(&got, 12 * MIB, 1 << 34, 1.0),
+        Suggestion::ExpandableSegments
+    );
+    assert_eq!(
+        diagnose(&got, 8 * MIB, 1 << 34, 1.0),
+        Suggestion::CheckpointOrSmallerBatch
+    );
+}
+
+#[test]
+fn exercise_report_diagnoses_as_the_allocator_does() {
+    let mut rng = fuzz_seed("exercise_diagnose") | 1;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let capacity = 1024 * MIB;
+    for _ in 0..fuzz_cases(2000) {
+        // Figures in whole MiB, so that the boundaries of every rule are hit.
+        let allocated = next(1100) * MIB;
+        let reserved = allocated + next(300) * MIB;
+        let largest_free = next(reserved - allocated + 1);
+        let figures = Accounting {
+            allocated,
+            reserved,
+            free_pieces: u64::from(largest_free > 0) + next(4),
+            largest_free,
+            activations: next(allocated / MIB + 1) * MIB,
+        };
+        let requested = next(1300) * MIB + next(2);
+        let fraction = [1.0, 0.25, 0.5][next(3) as usize];
+        let report = OomReport {
+            allocated,
+            reserved,
+            limit: (capacity as f64 * fraction) as u64,
+            fraction,
+            expandable: false,
+            free_pieces: figures.free_pieces,
+            largest_free,
+            activations: figures.activations,
+            largest_live: Vec::new(),
+            suggestion: Suggestion::FreeOrSmallerBatch,
+        };
+        assert_eq!(
+            diagnose(&figures, requested, capacity, fraction),
+            report.suggest(requested, capacity),
+            "{figures:?}, a request of {requested} bytes, fraction {fraction}"
+        );
+    }
 }

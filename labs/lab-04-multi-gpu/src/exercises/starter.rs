@@ -4,12 +4,11 @@
 use labs_core::{Device, Result, Tensor};
 
 // ANCHOR: exercise_scatter
-/// Exercise 1: DataParallel's scatter. Split `batch` along its first dimension into
-/// chunks of `ceil(n / devices.len())` rows (`torch.chunk`: the last may be smaller,
-/// and a short batch gives fewer chunks than devices), chunk `i` on `devices[i]`.
+/// Exercise 1: DataParallel's scatter. Split `batch` along its first dimension as
+/// `torch.chunk(batch, len(devices))` does, and put chunk `i` on `devices[i]`.
 pub fn scatter(batch: &Tensor, devices: &[Device]) -> Result<Vec<Tensor>> {
     let _ = (batch, devices);
-    todo!("narrow the batch into chunks and move chunk i to device i")
+    todo!("torch.chunk's documentation: how many rows a chunk has, and how many chunks a short batch gives")
 }
 // ANCHOR_END: exercise_scatter
 
@@ -18,19 +17,19 @@ pub fn scatter(batch: &Tensor, devices: &[Device]) -> Result<Vec<Tensor>> {
 /// first dimension on `device`.
 pub fn gather(outputs: &[Tensor], device: &Device) -> Result<Tensor> {
     let _ = (outputs, device);
-    todo!("move every output to the device, then concatenate them")
+    todo!("which Tensor function joins tensors along a dimension, and what does it ask of their devices?")
 }
 // ANCHOR_END: exercise_gather
 
 // ANCHOR: exercise_buckets
 /// Exercise 3: DDP's buckets, for parameters of one dtype. `bytes[i]` is the size of
-/// parameter `i`'s gradient, in registration order. Walk the parameters in *reverse*
-/// order, adding each to the open bucket unless that would take the bucket past its cap
-/// (`first_cap` for the first bucket, `cap` for every later one), in which case it
-/// opens the next bucket; a parameter larger than the cap gets a bucket of its own.
-/// Return each bucket's parameter indices, in bucket order.
+/// parameter `i`'s gradient, in registration order. Return the buckets in the order
+/// backward fills them, each as its parameters' indices. Every bucket holds parameters
+/// that follow each other in the order their gradients arrive, and is closed when the
+/// next one would take it past its cap (`first_cap` for the first bucket, `cap` for the
+/// others); a parameter larger than the cap has a bucket of its own.
 pub fn buckets(bytes: &[usize], first_cap: usize, cap: usize) -> Vec<Vec<usize>> {
     let _ = (bytes, first_cap, cap);
-    todo!("walk the parameters from the last to the first, opening a bucket when full")
+    todo!("'Buckets, reverse order, and overlap' works out a model's buckets by hand")
 }
 // ANCHOR_END: exercise_buckets

@@ -1,8 +1,11 @@
 //! Starter code: replace each `todo!()`, then run
 //! `cargo test -p lab-05 --features exercises`.
 
+use labs_core::oom_report::Suggestion;
+use labs_core::snapshot::Snapshot;
 use labs_core::Result;
 
+use super::Accounting;
 use crate::model::{MlpSpec, Trainer};
 
 // ANCHOR: exercise_halve
@@ -37,3 +40,30 @@ pub fn fits_on(capacity: u64, spec: MlpSpec, batch: usize, steps: usize) -> Resu
     todo!("a dry-run device, one training run (model::train_run), and the error's kind")
 }
 // ANCHOR_END: exercise_dry
+
+// ANCHOR: exercise_report
+/// Exercise 4: the out-of-memory report, rebuilt from a snapshot. `snapshot` was taken
+/// by an out-of-memory observer when a request failed for good; return the figures the
+/// allocator's report gives for that failure.
+pub fn account(snapshot: &Snapshot) -> Accounting {
+    let _ = snapshot;
+    todo!("what each block state means (labs_core::snapshot::BlockState), and what the report counts as a free piece ('How the report is built')")
+}
+
+/// The suggestion those figures call for, for a request of `requested` bytes on a
+/// device of `capacity` bytes under the memory fraction `fraction`: the first cause of
+/// this list that holds.
+///
+/// 1. `RequestExceedsDevice`: the request alone is larger than the device.
+/// 2. `ExpandableSegments`: at least the request is cached (reserved but unallocated),
+///    and no free piece is as large as the request.
+/// 3. `RaiseMemoryFraction`: a fraction below 1 is in force, and what is allocated
+///    plus the request would fit the device.
+/// 4. `CheckpointOrSmallerBatch`: activations hold at least half of the allocated
+///    memory (and some memory).
+/// 5. `FreeOrSmallerBatch`: none of these.
+pub fn diagnose(figures: &Accounting, requested: u64, capacity: u64, fraction: f64) -> Suggestion {
+    let _ = (figures, requested, capacity, fraction);
+    todo!("'An out-of-memory error, explained' reads the same figures in this order")
+}
+// ANCHOR_END: exercise_report
