@@ -3,7 +3,9 @@
 //! (`cargo test -p lab-02 --features exercises`) then grade the student's version.
 
 mod blocks;
+mod segment;
 pub use blocks::{FreeBlock, Split};
+pub use segment::{Block, Segment};
 
 #[cfg(feature = "exercises")]
 mod starter;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use labs_core::alloc::Pool;
 
-use super::{FreeBlock, Split};
+use super::{FreeBlock, Segment, Split};
 
 // ANCHOR: exercise_round
 /// Exercise 1a: the bytes a request of `size` bytes occupies, with PyTorch's default
@@ -40,6 +40,31 @@ pub fn best_fit(free: &BTreeSet<FreeBlock>, rounded: u64) -> Option<FreeBlock> {
 /// knob of the same name (`None`: not set).
 pub fn split(block: FreeBlock, rounded: u64, pool: Pool, max_split_size: Option<u64>) -> Split {
     let _ = (block, rounded, pool, max_split_size);
-    todo!("split or not, by the rule of chapter 2's 'Split and merge' and the max_split_size knob")
+    todo!("split or not: each pool's rule for a remainder, and the max_split_size knob")
 }
 // ANCHOR_END: exercise_split
+
+// ANCHOR: exercise_segment
+/// Exercise 4 (build it): the block mechanics of one segment. `segment.rs` holds the
+/// data (`blocks`, `free`, `high_water`) and the methods that read it; these two
+/// change it, and must leave every field consistent with the others.
+impl Segment {
+    /// Hands out `rounded` bytes (a positive multiple of 512) and returns the block's
+    /// address, or `None`, changing nothing, when no free block is large enough. The
+    /// block is the front of the best fit; the rest of it, when 512 bytes or more, is
+    /// a free block of its own (on an expandable segment, and in the small pool, that
+    /// is the allocator's rule).
+    pub fn malloc(&mut self, rounded: u64) -> Option<u64> {
+        let _ = rounded;
+        todo!("choose, carve, keep the rest; and remember how far the segment has grown")
+    }
+
+    /// Frees the block handed out at `addr` and merges it with a free neighbour on
+    /// either side, so that no two free blocks ever touch. Returns `false`, changing
+    /// nothing, when no allocated block starts at `addr`.
+    pub fn free(&mut self, addr: u64) -> bool {
+        let _ = addr;
+        todo!("mark it free, then look at the block after it and the block before it")
+    }
+}
+// ANCHOR_END: exercise_segment
