@@ -1,9 +1,10 @@
 //! Copy bandwidth between the host and the device, from pageable and from pinned
-//! memory, at sizes from 64 KiB up.
+//! memory, at sizes from 64 KiB up: the first half of `bench`. Chapter 11's lab,
+//! `lab-11 bandwidth`, measures the same by size and discusses it.
 
 use std::time::{Duration, Instant};
 
-use labs_core::format::{bytes, duration};
+use labs_core::format::bytes;
 use labs_core::host::HostAllocator;
 use labs_core::table::Table;
 use labs_core::timing::median;
@@ -121,56 +122,6 @@ pub fn table(device: &Device, rows: &[Bandwidth]) -> Table {
             format!("{:.1}", r.pinned_htod_gbps),
             format!("{:.1}", r.pageable_dtoh_gbps),
             format!("{:.1}", r.pinned_dtoh_gbps),
-        ]);
-    }
-    t
-}
-
-/// What `cuMemHostAlloc` costs against a hit in the host allocator's cache.
-pub struct PinCost {
-    pub bytes: usize,
-    pub host_alloc: Duration,
-    pub cache_hit: Duration,
-    pub pageable_alloc: Duration,
-}
-
-// ANCHOR: pin_cost
-pub fn pin_cost(device: &Device, size: usize) -> Result<PinCost> {
-    let allocator = std::sync::Arc::new(HostAllocator::new(device));
-    let t = Instant::now();
-    let block = allocator.allocate(size)?;
-    let host_alloc = t.elapsed();
-    drop(block);
-    let t = Instant::now();
-    let block = allocator.allocate(size)?;
-    let cache_hit = t.elapsed();
-    drop(block);
-    // Pageable memory, touched so that the pages exist, for comparison.
-    let t = Instant::now();
-    let v = vec![1u8; size];
-    let pageable_alloc = t.elapsed();
-    drop(v);
-    allocator.empty_cache()?;
-    Ok(PinCost {
-        bytes: size,
-        host_alloc,
-        cache_hit,
-        pageable_alloc,
-    })
-}
-// ANCHOR_END: pin_cost
-
-pub fn pin_cost_table(device: &Device, rows: &[PinCost]) -> Table {
-    let mut t = Table::new(
-        format!("Getting host memory for copies to {device}"),
-        &["size", "cuMemHostAlloc", "cache hit", "pageable (touched)"],
-    );
-    for r in rows {
-        t.row([
-            bytes(r.bytes as u64),
-            duration(r.host_alloc),
-            duration(r.cache_hit),
-            duration(r.pageable_alloc),
         ]);
     }
     t

@@ -10,12 +10,10 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use labs_core::Device;
 
-use lab_08::{bandwidth, bench, mapped, non_blocking};
+use lab_08::{bench, non_blocking};
 
 #[derive(Parser)]
-#[command(
-    about = "Lab 8: pinned memory, non-blocking copies, mapped and managed memory, prefetching"
-)]
+#[command(about = "Lab 8: pinned memory, non-blocking copies, prefetching")]
 struct Args {
     #[command(flatten)]
     device: labs_core::cli::DeviceFlag,
@@ -73,20 +71,6 @@ fn experiments(device: &Device, quick: bool) -> anyhow::Result<()> {
     println!("Device {device}: {}", props.name);
     println!("{}\n", labs_core::cli::allocator_line(device)?);
 
-    let big = if device.is_cuda() && !quick {
-        256 << 20
-    } else {
-        16 << 20
-    };
-    let mut costs = Vec::new();
-    for size in [1 << 20, big] {
-        costs.push(bandwidth::pin_cost(device, size)?);
-    }
-    println!("{}", bandwidth::pin_cost_table(device, &costs));
-
-    let rows = bandwidth::measure(device, &bandwidth::sizes(device, quick))?;
-    println!("{}", bandwidth::table(device, &rows));
-
     let busy = Duration::from_millis(if quick { 10 } else { 50 });
     let size = if device.is_cuda() && !quick {
         64 << 20
@@ -95,13 +79,6 @@ fn experiments(device: &Device, quick: bool) -> anyhow::Result<()> {
     };
     let nb = non_blocking::measure(device, size, busy)?;
     println!("{}", non_blocking::table(device, &nb));
-
-    let read = mapped::measure(
-        device,
-        if quick { 4 << 20 } else { big },
-        if quick { 3 } else { 5 },
-    )?;
-    println!("{}", mapped::table(device, &read));
 
     let config = bench::loader_config(device, quick);
     let steps = lab_08::training::measure(device, config, std::io::stderr().is_terminal())?;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use lab_08::exercises::{expected_step, pinned_bytes_in_flight, upload_async};
 use lab_08::loader::{sample_value, Fill, HostLoader, LoaderConfig, PrefetchLoader};
-use lab_08::{bandwidth, bench, mapped, non_blocking, training};
+use lab_08::{bandwidth, bench, non_blocking, training};
 use labs_core::host::HostAllocator;
 use labs_core::kernels::Kernel;
 use labs_core::testing::test_device;
@@ -106,7 +106,7 @@ fn the_prefetcher_runs_a_spin_loop_with_step_times() {
 }
 
 #[test]
-fn bandwidth_and_costs_are_measured() {
+fn bandwidth_is_measured() {
     let d = test_device();
     let rows = bandwidth::measure(&d, &[64 << 10, 1 << 20]).unwrap();
     assert_eq!(rows.len(), 2);
@@ -114,8 +114,6 @@ fn bandwidth_and_costs_are_measured() {
         .iter()
         .all(|r| r.pinned_htod_gbps > 0.0 && r.pageable_dtoh_gbps > 0.0));
     assert_eq!(bandwidth::table(&d, &rows).rows().len(), 2);
-    let cost = bandwidth::pin_cost(&d, 1 << 20).unwrap();
-    assert!(cost.host_alloc > Duration::ZERO);
 }
 
 #[test]
@@ -130,14 +128,6 @@ fn non_blocking_returns_early_only_from_pinned_memory() {
     assert!(m.pinned.0 * 2 < m.pinned.1, "{:?}", m.pinned);
     assert!(m.pageable.0 * 5 >= m.pageable.1 * 4, "{:?}", m.pageable);
     assert_eq!(non_blocking::table(&d, &m).rows().len(), 2);
-}
-
-#[test]
-fn kernels_read_mapped_and_managed_memory() {
-    let d = test_device();
-    let m = mapped::measure(&d, 1 << 20, 1).unwrap();
-    assert!(m.mapped_host > Duration::ZERO && m.managed_prefetched > Duration::ZERO);
-    assert_eq!(mapped::table(&d, &m).rows().len(), 4);
 }
 
 #[test]

@@ -19,7 +19,7 @@ pub fn upload_async(data: &[f32], device: &Device, stream: &Stream) -> Result<Te
 /// kernel takes `compute`, without and with a prefetcher.
 pub fn expected_step(copy: Duration, compute: Duration, prefetch: bool) -> Duration {
     let _ = (copy, compute, prefetch);
-    todo!("a step's time in each case of 'The pipeline, naive and prefetched'")
+    todo!("a step's time in each of the two timelines of chapter 8's 'A prefetching loader'")
 }
 // ANCHOR_END: exercise_step
 
