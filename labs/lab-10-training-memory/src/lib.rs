@@ -5,3 +5,4 @@
 
 pub mod exercises;
 pub mod experiments;
+pub mod formula;

@@ -3,6 +3,8 @@
 //! `lab-10 train [flags]`: the training driver, on a GPU, the simulated GPU, or the
 //! dry-run device (`--dry-run`), which predicts the GPU's peaks without running a kernel.
 //! `lab-10 configs [--quick]`: the configurations the experiments compare, as flags.
+//! `lab-10 formula [flags]`: the activation memory by formula beside the dry run's
+//! activation category (and the GPU's, with `--device cuda`).
 //!
 //! `train --nproc N` trains data-parallel, one rank per device (DDP, or ZeRO-1 with
 //! `--zero1`): on GPUs this program relaunches itself as N processes through
@@ -81,6 +83,101 @@ enum Command {
         #[arg(long)]
         sim: bool,
     },
+    /// The activation memory of a step by formula (per layer, in s, b, h, a), beside
+    /// what the dry run counts as activations (and the GPU, with --device cuda). With
+    /// no flag, the chapter's configurations; with any, one configuration and its
+    /// terms.
+    Formula(Box<FormulaArgs>),
+    /// What offloading a share of the saved storages (`train --offload --offload-share
+    /// S`) leaves at the peak, by dry run, for the chapter's two models at the GPU's
+    /// sizes: the peak allocated and the share of the bytes actually sent.
+    Shares,
+}
+
+/// `lab-10 formula`'s flags: `lab-10 train`'s, for what the formula depends on.
+#[derive(clap::Args, Default)]
+struct FormulaArgs {
+    /// The model.
+    #[arg(long, value_enum)]
+    model: Option<labs_train::ModelKind>,
+    /// Model width (default: transformer 512, gpt2 768).
+    #[arg(long)]
+    d_model: Option<usize>,
+    /// Attention heads (default: transformer 8, gpt2 12).
+    #[arg(long)]
+    nhead: Option<usize>,
+    /// Encoder and decoder layers each (transformer, default 6), blocks (gpt2, 12).
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Feed-forward width (transformer, default 2048; gpt2 takes only 4 x d_model).
+    #[arg(long)]
+    ffn: Option<usize>,
+    /// Vocabulary (gpt2, default 50257).
+    #[arg(long)]
+    vocab: Option<usize>,
+    /// Dropout (default: transformer 0.1, gpt2 0.0).
+    #[arg(long)]
+    dropout: Option<f32>,
+    /// The micro-batch (default 1).
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Sequence length (default: transformer 100, gpt2 1024).
+    #[arg(long)]
+    seq: Option<usize>,
+    /// Activation checkpointing: none or every layer (the formula does not cover
+    /// selective).
+    #[arg(long, value_enum)]
+    checkpoint: Option<labs_train::CheckpointMode>,
+    /// The attention kernel: naive (math) or fused.
+    #[arg(long, value_enum)]
+    attention: Option<labs_train::AttentionMode>,
+    /// Mixed precision: none, bf16 or f16.
+    #[arg(long, value_enum)]
+    amp: Option<labs_train::AmpMode>,
+}
+
+impl FormulaArgs {
+    /// The one configuration the flags describe, or `None` without any flag.
+    fn config(&self) -> Result<Option<labs_train::TrainConfig>> {
+        let given = self.model.is_some()
+            || self.d_model.is_some()
+            || self.nhead.is_some()
+            || self.layers.is_some()
+            || self.ffn.is_some()
+            || self.vocab.is_some()
+            || self.dropout.is_some()
+            || self.batch.is_some()
+            || self.seq.is_some()
+            || self.checkpoint.is_some()
+            || self.attention.is_some()
+            || self.amp.is_some();
+        if !given {
+            return Ok(None);
+        }
+        let model = self.model.unwrap_or(labs_train::ModelKind::Transformer);
+        let d = labs_train::TrainConfig::defaults(model);
+        let d_model = self.d_model.unwrap_or(d.d_model);
+        let c = labs_train::TrainConfig {
+            d_model,
+            nhead: self.nhead.unwrap_or(d.nhead),
+            layers: self.layers.unwrap_or(d.layers),
+            ffn: self.ffn.unwrap_or(match model {
+                labs_train::ModelKind::Transformer => d.ffn,
+                labs_train::ModelKind::Gpt2 => d_model.saturating_mul(4),
+            }),
+            vocab: self.vocab.unwrap_or(d.vocab),
+            dropout: self.dropout.unwrap_or(d.dropout),
+            batch: self.batch.unwrap_or(d.batch),
+            seq: self.seq.unwrap_or(d.seq),
+            checkpoint: self.checkpoint.unwrap_or(d.checkpoint),
+            attention: self.attention.unwrap_or(d.attention),
+            amp: self.amp.unwrap_or(d.amp),
+            steps: 2,
+            ..d
+        };
+        c.validate()?;
+        Ok(Some(c))
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -103,6 +200,8 @@ fn run(cli: Cli) -> Result<()> {
             }
             return Ok(());
         }
+        Some(Command::Formula(args)) => return formula(&cli.device, cli.dry_run, &args),
+        Some(Command::Shares) => return shares(cli.gemm_workspace.as_deref()),
         None => return experiments(cli),
     };
     let config = args.config();
@@ -317,6 +416,75 @@ fn experiments(cli: Cli) -> Result<()> {
     if outcome.targets_met == Some(false) {
         bail!("--check: the chapter's targets were not all met (listed above)");
     }
+    Ok(())
+}
+
+/// `lab-10 formula`: the formula beside the dry run, and the GPU's run on a GPU.
+fn formula(flag: &labs_core::cli::DeviceFlag, dry_run: bool, args: &FormulaArgs) -> Result<()> {
+    use lab_10::formula::{chapter_configurations, compare, comparison_table, terms_table};
+    if dry_run {
+        bail!("--dry-run: formula always runs the dry run; --device cuda adds the GPU's run");
+    }
+    let device = flag.open().context("choosing a device")?;
+    let gpu = device
+        .properties()
+        .ok()
+        .filter(|_| device.is_cuda())
+        .map(|p| p.name);
+    let rows = match args.config()? {
+        Some(c) => {
+            let f = lab_10::formula::formula(&c)?;
+            println!("{}", terms_table(&c, &f));
+            vec![compare("flags", &c, &device)?]
+        }
+        None => (chapter_configurations()?.iter())
+            .map(|(name, c)| compare(name, c, &device))
+            .collect::<Result<Vec<_>>>()?,
+    };
+    println!("{}", comparison_table(&rows, gpu.as_deref()));
+    Ok(())
+}
+
+/// The shares `lab-10 shares` offloads, 1 being everything.
+const SHARES: [f64; 6] = [0.0, 0.1, 0.2, 0.25, 0.5, 1.0];
+
+/// `lab-10 shares`: each model's peak by dry run against the share offloaded.
+fn shares(gemm_workspace: Option<&str>) -> Result<()> {
+    use lab_10::experiments::configs::{configurations, Scale};
+    use lab_10::experiments::tables::mib;
+    let mut table = labs_core::table::Table::new(
+        "Offloading a share of the saved storages (the tutorial's model at 64 x 100, GPT-2 small at 8 x 1024): the dry run's peak allocated and the share of the storages' bytes sent",
+        &["run", "alloc MiB", "share sent"],
+    );
+    for (name, model) in [("tutorial-none", "tutorial"), ("gpt2-none", "gpt2")] {
+        let c = (configurations(Scale::Full).into_iter())
+            .find(|c| c.name == name)
+            .context("the chapter's configurations")?;
+        let base = c.train_config()?;
+        for share in SHARES {
+            let config = labs_train::TrainConfig {
+                offload: share > 0.0,
+                offload_share: if share > 0.0 { share } else { 1.0 },
+                ..base.clone()
+            };
+            let dry = Device::new_dry(1 << 40);
+            if let Some(size) = gemm_workspace {
+                set_gemm_workspace(&dry, size)?;
+            }
+            let report = labs_train::run(&config, &dry)?;
+            let sent = report.offload.as_ref().map_or("-".to_string(), |o| {
+                let could = o.share_could_bytes.max(1) as f64;
+                format!("{:.1}%", 100.0 * o.share_sent_bytes as f64 / could)
+            });
+            let asked = if share > 0.0 {
+                format!("{:.0}%", 100.0 * share)
+            } else {
+                "none".to_string()
+            };
+            table.row([format!("{model} {asked}"), mib(report.peak_allocated), sent]);
+        }
+    }
+    println!("{table}");
     Ok(())
 }
 

@@ -2,7 +2,9 @@
 //! with `LABS_DEVICE=cuda`): `cargo test -p lab-10 --features exercises` grades the
 //! starter code, the default build the reference solutions.
 
-use lab_10::exercises::{accumulate, fused_attention_saving, largest_batch, optimizer_state_bytes};
+use lab_10::exercises::{
+    accumulate, checkpointed, fused_attention_saving, largest_batch, optimizer_state_bytes, Region,
+};
 use labs_core::testing::{serial, test_device};
 use labs_core::{DType, Device};
 use labs_train::model::Batch;
@@ -205,4 +207,132 @@ fn exercise_4_what_the_fused_kernel_does_not_keep() {
     let short = fused_attention_saving(8, 8, 512, 64) as f64;
     let long = fused_attention_saving(8, 8, 1024, 64) as f64;
     assert!((long / short - 4.0).abs() < 0.05, "{short} {long}");
+}
+
+/// One residual MLP block with dropout: `x + gelu(ln(x) W1) dropped W2`.
+#[derive(Clone)]
+struct Block {
+    w1: labs_core::Tensor,
+    w2: labs_core::Tensor,
+}
+
+impl Block {
+    fn new(d: usize, seed: u64, device: &Device) -> Block {
+        let w = |shape: &[usize], seed| {
+            labs_core::Tensor::randn(shape, seed, device)
+                .unwrap()
+                .scale(0.1)
+                .unwrap()
+                .requires_grad_(true)
+        };
+        Block {
+            w1: w(&[d, 4 * d], seed),
+            w2: w(&[4 * d, d], seed + 1),
+        }
+    }
+
+    fn forward(&self, x: &labs_core::Tensor) -> anyhow::Result<labs_core::Tensor> {
+        let d = x.shape()[1];
+        let h = x.layer_norm(&[d], None, None, 1e-5)?;
+        let h = h.matmul(&self.w1)?.gelu("none")?.dropout(0.2, true)?;
+        Ok(h.matmul(&self.w2)?.add(x)?)
+    }
+}
+
+/// How each block runs: plainly, in the library's checkpoint, or in the exercise's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Run {
+    Plain,
+    Library,
+    Exercise,
+}
+
+/// Four blocks over `x` run as `how`, then backward of a weighted sum: the gradients
+/// (the blocks' weights, then the input), the peak allocated above what was allocated
+/// before, and the generator's state after.
+fn four_blocks(blocks: &[Block], x: &labs_core::Tensor, how: Run) -> (Vec<f32>, u64, (u64, u64)) {
+    let device = x.device().clone();
+    for b in blocks {
+        b.w1.clear_grad();
+        b.w2.clear_grad();
+    }
+    device.manual_seed(7);
+    let allocator = device.allocator().unwrap();
+    let before = allocator.memory_allocated();
+    allocator.reset_peak_stats();
+    let x = x.detach().requires_grad_(true);
+    let mut h = x.clone();
+    for b in blocks {
+        let b = b.clone();
+        h = match how {
+            Run::Plain => b.forward(&h).unwrap(),
+            Run::Library => labs_core::autograd::checkpoint(
+                move |xs| {
+                    b.forward(&xs[0])
+                        .map_err(|e| labs_core::Error::InvalidArgument(e.to_string()))
+                },
+                std::slice::from_ref(&h),
+            )
+            .unwrap(),
+            Run::Exercise => {
+                let region: Region = std::sync::Arc::new(move |xs| b.forward(&xs[0]));
+                checkpointed(region, std::slice::from_ref(&h)).unwrap()
+            }
+        };
+    }
+    let r = labs_core::Tensor::randn(h.shape(), 99, &device).unwrap();
+    h.mul(&r).unwrap().sum_all().unwrap().backward().unwrap();
+    let peak = allocator.max_memory_allocated() - before;
+    let mut grads = Vec::new();
+    if !device.is_dry() {
+        for b in blocks {
+            grads.extend(b.w1.grad().unwrap().to_vec::<f32>().unwrap());
+            grads.extend(b.w2.grad().unwrap().to_vec::<f32>().unwrap());
+        }
+        grads.extend(x.grad().unwrap().to_vec::<f32>().unwrap());
+    }
+    (grads, peak, device.rng_state())
+}
+
+#[test]
+fn exercise_5_a_checkpointed_region_of_your_own() {
+    let _s = serial();
+    // The gradients, on the device under test: those of the plain run, bit for bit
+    // (the recomputation draws the same dropout masks), the generator left where the
+    // plain run leaves it.
+    let device = test_device();
+    let blocks: Vec<Block> = (0..4)
+        .map(|i| Block::new(16, 10 + 2 * i, &device))
+        .collect();
+    let x = labs_core::Tensor::randn(&[8, 16], 3, &device).unwrap();
+    let (plain, _, rng_plain) = four_blocks(&blocks, &x, Run::Plain);
+    let (mine, _, rng_mine) = four_blocks(&blocks, &x, Run::Exercise);
+    assert_eq!(plain.len(), mine.len());
+    for (i, (a, b)) in plain.iter().zip(&mine).enumerate() {
+        assert_eq!(
+            a.to_bits(),
+            b.to_bits(),
+            "gradient {i}: plain {a}, yours {b}"
+        );
+    }
+    assert_eq!(
+        rng_mine, rng_plain,
+        "the generator must end where the plain run leaves it"
+    );
+
+    // The peak, on the dry-run device at a size where it shows: below the plain run's by
+    // more than one block's hidden activations, and no higher than the library's.
+    let dry = Device::new_dry(1 << 34);
+    let (n, d) = (512, 64);
+    let blocks: Vec<Block> = (0..4).map(|i| Block::new(d, 10 + 2 * i, &dry)).collect();
+    let x = labs_core::Tensor::randn(&[n, d], 3, &dry).unwrap();
+    let (_, plain, _) = four_blocks(&blocks, &x, Run::Plain);
+    let (_, library, _) = four_blocks(&blocks, &x, Run::Library);
+    let (_, mine, _) = four_blocks(&blocks, &x, Run::Exercise);
+    let hidden = (n * 4 * d * 4) as u64;
+    assert!(library + hidden < plain, "library {library}, plain {plain}");
+    assert!(
+        mine <= library,
+        "your checkpoint's peak {mine} is above the library's {library} (plain: {plain})"
+    );
 }

@@ -3,6 +3,7 @@
 
 use anyhow::Result;
 
+use labs_core::Tensor;
 use labs_train::model::Batch;
 use labs_train::{OptimizerKind, TrainConfig, Trainer};
 
@@ -56,19 +57,32 @@ pub fn largest_batch(
 // ANCHOR: exercise_attention_saving
 /// Exercise 4: the activation bytes one float32 self-attention call over `[batch, seq,
 /// d_model]` with `heads` heads saves less when the fused kernel serves it than on the
-/// math path (`--attention naive`). The math path keeps the attention probabilities,
-/// one `[batch, heads, seq, seq]` tensor, for the backward of softmax and of the product
-/// with V; the fused kernel keeps instead each row's log-sum-exp, one `[batch, heads,
-/// seq]` float32 tensor, and recomputes the probabilities in backward. Two more
-/// differences, each a `[batch, seq, d_model]` float32 tensor: the math path keeps the
-/// query scaled by `1/sqrt(head_dim)` for the product's backward; the fused kernel
-/// keeps its output for its own backward, where the math path's output is dropped once
-/// PyTorch's layout has copied it into the dense input of `out_proj` (which both keep;
-/// at batch 1 the fused output is already laid out as that input, and is not copied).
-/// Everything else saved is the same. Each tensor is one allocation, rounded as the
-/// allocator rounds (`labs_core::alloc::round_size(bytes, 0)`).
+/// math path (`--attention naive`), in an encoder layer without dropout, each tensor
+/// one allocation rounded as the allocator rounds
+/// (`labs_core::alloc::round_size(bytes, 0)`). Find out which saved tensors differ
+/// between the two paths, and how large each is, before writing the sum.
 pub fn fused_attention_saving(batch: usize, heads: usize, seq: usize, d_model: usize) -> u64 {
     let _ = (batch, heads, seq, d_model);
-    todo!("the probabilities' bytes less the log-sum-exp's, plus the scaled query's")
+    todo!("the math path's saved tensors less the fused kernel's")
 }
 // ANCHOR_END: exercise_attention_saving
+
+// ANCHOR: exercise_checkpoint
+/// A region of the forward pass: a function of its inputs, kept for the recomputation.
+pub type Region = std::sync::Arc<dyn Fn(&[Tensor]) -> Result<Tensor> + Send + Sync>;
+
+/// Exercise 5: activation checkpointing, built as PyTorch builds
+/// `checkpoint(fn, *inputs, use_reentrant=False)`: run `region(inputs)` so that the
+/// tensors its ops save for backward are not kept, and make them again from `inputs`
+/// the first time backward asks for one. The gradients must be those of the region
+/// run plainly, dropout included, and the peak no higher than the library's
+/// `labs_core::autograd::checkpoint`. The tools: saved-tensor hooks
+/// (`labs_core::autograd::saved_tensors_hooks(pack, unpack)`: while its guard lives,
+/// every tensor an op saves goes through `pack`, and backward hands what `pack`
+/// returned to `unpack`); the device's generator (`Device::rng_state`,
+/// `Device::set_rng_state`); and `labs_core::tensor::enable_grad`.
+pub fn checkpointed(region: Region, inputs: &[Tensor]) -> Result<Tensor> {
+    let _ = (region, inputs);
+    todo!("pack a position, unpack by running the region again")
+}
+// ANCHOR_END: exercise_checkpoint
