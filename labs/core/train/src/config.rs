@@ -103,7 +103,7 @@ pub struct TrainConfig {
 /// default. The library holds none (the newest alone); here, 32 MiB lets forward run
 /// past two copies saved close together (an attention's output, then the next layer's
 /// input) instead of waiting for the first, so that more of the copy time hides behind
-/// compute at the same allocated peak (`lab-10 offload` measures the share hidden);
+/// compute at the same allocated peak (the offload rows of `lab-10`'s tables show it);
 /// the dry run shows no peak it raises.
 pub const OFFLOAD_IN_FLIGHT_BYTES: usize = 32 << 20;
 
