@@ -86,10 +86,7 @@ LAB07_PARTS=(
   "driver-gpt2=6b. "
 )
 LAB08_PARTS=(
-  "host-memory=Getting host memory for copies"
-  "bandwidth=Copy bandwidth between host memory"
   "non-blocking=to("
-  "mapped=A kernel reading"
   "loop=Training-like loop on"
   "pinned-pool=The training loop's pinned-memory pool"
 )
@@ -120,6 +117,18 @@ LAB08_BENCH_PARTS=(
   "bench-bandwidth=Copy bandwidth between host memory"
   "bench-best=Best bandwidth over all sizes"
   "bench-loop=A training-like loop on"
+)
+LAB11_PARTS=(
+  "bandwidth=Copy bandwidth between host memory"
+  "pin-cost=Getting host memory for copies"
+  "mapped=A kernel reading"
+  "managed=Managed memory: a kernel reading"
+  "beyond-device=Asking "
+)
+LAB12_PARTS=(
+  "gap=2. The gap between NVML and memory_reserved"
+  "poll=3. Polling NVML"
+  "processes=4. Which process holds what"
 )
 
 # header LINE: the first line of an output file for one line of commands ("lab-02 replay
@@ -281,7 +290,6 @@ gpu)
     "python3 {ci}/pytorch-replay.py {data}/traces/seed_transformer_accum4x16.trace.csv.gz --conf backend:cudaMallocAsync"
   whole lab-03/demo-gpu "lab-03 demo --device cuda -o lab-03-demo"
   parts lab-03 "lab-03 demo --device cuda -o lab-03-demo" "${LAB03_DEMO_PARTS[@]}"
-  whole lab-03/smi-gpu "lab-03 smi --device cuda"
   whole lab-05/all-gpu "lab-05 --device cuda"
   parts lab-05 "lab-05 --device cuda" "${LAB05_PARTS[@]}"
   whole lab-05/share-gpu "lab-05 share --device cuda"
@@ -312,6 +320,7 @@ gpu)
   parts lab-09 "lab-09 --device cuda" "${LAB09_PARTS[@]}"
   whole lab-10/all-gpu "lab-10 --device cuda --pytorch {ci}/pytorch-train.py --pictures lab-10-pictures"
   parts lab-10 "lab-10 --device cuda --pytorch {ci}/pytorch-train.py --pictures lab-10-pictures" "${LAB10_PARTS[@]}"
+  whole lab-10/formula-gpu "lab-10 formula --device cuda"
   whole lab-10/profile-tutorial-gpu "lab-10 train --device cuda --model transformer --d-model 256 --batch 64 --seq 100 --steps 8 --profile"
   whole lab-10/profile-gpt2-bf16-gpu "lab-10 train --device cuda --model gpt2 --optimizer adamw --batch 8 --seq 1024 --amp bf16 --steps 4 --profile"
   whole lab-10/compare-gpt2-bf16-gpu "lab-03 compare gpt2-bf16-cuda.json gpt2-bf16-pytorch.pickle"
@@ -330,6 +339,12 @@ gpu)
     "python3 {ci}/pytorch-train.py --json --steps 8 --model gpt2 --optimizer adamw --batch 8 --seq 1024 --amp bf16 --conf expandable_segments:True" \
     "lab-10 train --dry-run --gemm-workspace 32MiB --json --steps 8 --conf preset:labs" \
     "lab-10 train --dry-run --gemm-workspace 32MiB --json --steps 8 --model gpt2 --optimizer adamw --batch 8 --seq 1024 --amp bf16 --conf preset:labs"
+
+  whole lab-11/all-gpu "lab-11 --device cuda"
+  parts lab-11 "lab-11 --device cuda" "${LAB11_PARTS[@]}"
+
+  whole lab-12/smi-gpu "lab-12 smi --device cuda"
+  parts lab-12 "lab-12 --device cuda" "${LAB12_PARTS[@]}"
 
   # What each PyTorch snippet printed (ci/check-snippets.py, run by run.sh).
   if [ -z "$only" ] && [ -d "$logs/snippets" ]; then
@@ -386,7 +401,7 @@ sim)
     if [ -n "$only" ]; then
       cargo build --release --quiet -p "$only"
     else
-      cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-04 -p lab-05 -p lab-06 -p lab-07 -p lab-08 -p lab-09 -p lab-10
+      cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-04 -p lab-05 -p lab-06 -p lab-07 -p lab-08 -p lab-09 -p lab-10 -p lab-11 -p lab-12
     fi
     bin_dir=${CARGO_TARGET_DIR:-$root/target}/release
   fi
@@ -418,7 +433,6 @@ sim)
   whole lab-02/replay-sim \
     "lab-02 replay data/traces/gpt2_varlen.trace.csv.gz --device sim" \
     "lab-02 replay data/traces/gpt2_varlen.trace.csv.gz --device sim --conf preset:labs" \
-    "lab-02 replay data/traces/gpt2_varlen.trace.csv.gz --device sim --json" \
     "lab-02 replay data/traces/resnet50_fp32.trace.csv.gz --device sim --conf garbage_collection_threshold:0.6,max_split_size_mb:128"
   whole lab-03/summary-mlp "lab-03 summary data/snapshots/mlp_adam.pickle"
   whole lab-03/whatif-sim \
@@ -449,6 +463,11 @@ sim)
   parts lab-09 "lab-09 --device sim" "${LAB09_PARTS[@]}"
   whole lab-10/all-sim "lab-10 --device sim"
   parts lab-10 "lab-10 --device sim" "${LAB10_PARTS[@]}"
+  whole lab-10/formula-sim "lab-10 formula --device sim"
+  whole lab-10/shares-dry "lab-10 shares --gemm-workspace 32MiB"
+  whole lab-11/all-sim "lab-11 --device sim"
+  parts lab-11 "lab-11 --device sim" "${LAB11_PARTS[@]}"
+  parts lab-12 "lab-12 --device sim" "${LAB12_PARTS[@]}"
   ;;
 *)
   echo "usage: $0 gpu LOGS_DIR RUN_LOG | $0 multi LOGS_DIR RUN_LOG | $0 sim [LAB]" >&2

@@ -1,9 +1,8 @@
 //! Lab 3: looking at memory. Snapshots (ours and PyTorch's) summarised, drawn and
-//! exported for replay, two of them compared, and the device-wide view `nvidia-smi`
-//! gives.
+//! exported for replay, and two of them compared. The device-wide view `nvidia-smi`
+//! gives is lab 12's.
 
 pub mod demo;
 pub mod exercises;
 pub mod report;
-pub mod smi;
 pub mod training;

@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
@@ -12,10 +11,10 @@ use labs_core::cli::{check_outputs, PathArg, Written};
 use labs_core::snapshot::{self, Snapshot, SourceFormat, Summary};
 use labs_core::{compare, plot};
 
-use lab_03::{demo, report, smi};
+use lab_03::{demo, report};
 
 #[derive(Parser)]
-#[command(about = "Lab 3: memory monitoring: snapshot summaries, pictures, trace export, smi")]
+#[command(about = "Lab 3: memory monitoring: snapshot summaries, pictures, trace export")]
 struct Args {
     #[command(subcommand)]
     command: Command,
@@ -91,31 +90,6 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// The device-wide view: memory, utilisation, temperature, power, processes.
-    Smi {
-        #[command(flatten)]
-        device: labs_core::cli::DeviceFlag,
-        /// Report again every SECONDS (until --count reports, or forever). Fractions
-        /// are allowed.
-        #[arg(long = "loop", value_name = "SECONDS", value_parser = parse_period)]
-        period: Option<Duration>,
-        /// Number of reports (default: 1, or unlimited with --loop; one second apart
-        /// unless --loop says otherwise).
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-        count: Option<u64>,
-    },
-}
-
-fn parse_period(text: &str) -> Result<Duration, String> {
-    let secs: f64 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
-    if !(secs.is_finite() && secs > 0.0 && secs < 1e9) {
-        return Err(format!(
-            "`{text}`: the period must be a positive number of seconds"
-        ));
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 /// `--max-snapshot-size`, once parsed; unset, the reader's default applies.
@@ -232,33 +206,6 @@ fn run(args: Args) -> anyhow::Result<()> {
                 demo::print(&outcome);
             }
         }
-        Command::Smi {
-            device,
-            period,
-            count,
-        } => {
-            // `cuda` shows every GPU, as nvidia-smi does; `cuda:N` just that one.
-            let named = device
-                .name
-                .clone()
-                .or_else(|| std::env::var(labs_core::device::ENV_DEVICE).ok())
-                .is_some_and(|d| d.contains(':'));
-            let device = device.open().context("choosing a device")?;
-            let source = smi::Source::for_device(&device, named)?;
-            let count = count.unwrap_or(if period.is_some() { u64::MAX } else { 1 });
-            // Several reports without a period come a second apart, as `nvidia-smi -l`.
-            let period = period.unwrap_or(Duration::from_secs(1));
-            for i in 0..count {
-                if i > 0 {
-                    std::thread::sleep(period);
-                }
-                let reports = source.sample()?;
-                let heading = format!("{} at {}", device, utc_now());
-                for t in smi::tables(&heading, &reports) {
-                    println!("{t}");
-                }
-            }
-        }
     }
     Ok(())
 }
@@ -272,20 +219,5 @@ fn file_name(path: &Path) -> String {
     path.file_name().map_or_else(
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
-    )
-}
-
-/// `HH:MM:SS UTC`: enough to tell successive `--loop` reports apart.
-fn utc_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-        % 86_400;
-    format!(
-        "{:02}:{:02}:{:02} UTC",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
     )
 }

@@ -1,15 +1,12 @@
 //! Lab 3 through its command line and its library: the figures PyTorch's own snapshot
-//! holds, the pictures, the exported trace, `smi` on the simulated GPU, and the errors
-//! users get for bad input.
+//! holds, the pictures, the exported trace, and the errors users get for bad input.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use lab_03::smi;
 use labs_core::plot;
 use labs_core::snapshot::{self, read_trace_csv, TraceAction};
-use labs_core::testing::{data_dir, test_device};
-use labs_core::Device;
+use labs_core::testing::data_dir;
 
 fn mlp_path() -> PathBuf {
     data_dir().join("snapshots/mlp_adam.pickle")
@@ -158,50 +155,6 @@ fn export_trace_reads_back_with_the_snapshots_sums() {
 }
 
 #[test]
-fn smi_on_the_simulated_gpu_reports_its_own_figures() {
-    let d = Device::new_sim(8 << 30);
-    let _held = d.raw_buffer(3 << 20).unwrap();
-    let r = smi::sim_report(&d).unwrap();
-    let mem = d.mem_info().unwrap();
-    assert_eq!((r.total, r.used), (mem.total, mem.total - mem.free));
-    assert!(r.used >= 3 << 20);
-    assert_eq!(r.name, d.properties().unwrap().name);
-    assert_eq!(r.processes.len(), 1);
-    let text: String = smi::tables("t", &[r])
-        .iter()
-        .map(|t| t.to_string())
-        .collect();
-    assert!(text.contains("8.00 GiB"), "{text}");
-
-    let out = lab(&["smi", "--device", "sim", "--loop", "0.01", "--count", "2"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(stdout(&out).matches("Processes").count(), 2);
-}
-
-#[test]
-fn smi_reports_the_device_under_test() {
-    // NVML on a GPU (LABS_DEVICE=cuda), the simulator's figures otherwise.
-    let d = test_device();
-    let reports = smi::Source::for_device(&d, true).unwrap().sample().unwrap();
-    assert_eq!(reports.len(), 1);
-    assert!(reports[0].total > 0 && reports[0].used <= reports[0].total);
-    assert!(!reports[0].name.is_empty());
-}
-
-#[test]
-fn missing_nvml_is_a_message_not_a_panic() {
-    // On a machine with the driver this opens; without one the message must say what
-    // is missing and what to do.
-    if let Err(e) = smi::open_nvml() {
-        let text = e.to_string();
-        assert!(
-            text.contains("libnvidia-ml") && text.contains("--device sim"),
-            "{text}"
-        );
-    }
-}
-
-#[test]
 fn bad_input_is_a_clear_error_with_a_non_zero_exit() {
     let dir = scratch("errors");
     let garbage = dir.join("garbage.bin");
@@ -233,10 +186,16 @@ fn bad_input_is_a_clear_error_with_a_non_zero_exit() {
             "not a memory snapshot",
         ),
         (vec!["summary".into(), "--bogus".into()], "--bogus"),
-        (vec!["smi".into(), "--count".into(), "0".into()], "count"),
-        (vec!["smi".into(), "--loop".into(), "soon".into()], "soon"),
-        (vec!["smi".into(), "--device".into(), "cpu".into()], "host"),
-        (vec!["smi".into(), "--device".into(), "tpu".into()], "tpu"),
+        (
+            vec![
+                "demo".into(),
+                "--device".into(),
+                "tpu".into(),
+                "-o".into(),
+                p(&dir),
+            ],
+            "tpu",
+        ),
     ];
     for (args, expect) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();

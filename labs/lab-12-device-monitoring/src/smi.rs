@@ -1,6 +1,7 @@
 //! `smi`: the device-wide view, like `nvidia-smi`. On a GPU the figures come from NVML
 //! (the library nvidia-smi itself uses), which sees every process on the device, not
-//! just this one; on the simulated GPU they are the simulator's own.
+//! just this one; on the simulated GPU they are the simulator's own. The other
+//! experiments read their NVML figures through the same [`Source`].
 
 use labs_core::format::bytes;
 use labs_core::table::Table;
@@ -50,8 +51,10 @@ pub enum SmiError {
     Nvml(#[from] nvml_wrapper::error::NvmlError),
     #[error("{0}")]
     Device(#[from] labs_core::Error),
-    #[error("smi reports on GPUs; {0} is the host (use --device cuda or --device sim)")]
+    #[error("NVML's figures are a GPU's; {0} is the host (use --device cuda or --device sim)")]
     NotAGpu(DeviceId),
+    #[error("NVML reported {0} GPUs where one was asked for")]
+    NotOne(usize),
 }
 
 impl Source {
@@ -75,6 +78,28 @@ impl Source {
             Source::Sim(d) => Ok(vec![sim_report(d)?]),
         }
     }
+
+    /// One sample of the one GPU the source is restricted to (`for_device(d, true)`).
+    pub fn sample_one(&self) -> Result<GpuReport, SmiError> {
+        let mut reports = self.sample()?;
+        match reports.len() {
+            1 => Ok(reports.remove(0)),
+            n => Err(SmiError::NotOne(n)),
+        }
+    }
+
+    /// Whether the figures are the simulated GPU's model rather than NVML's.
+    pub fn is_sim(&self) -> bool {
+        matches!(self, Source::Sim(_))
+    }
+}
+
+/// This process's line in a GPU's process table, found by its process id. `None` where
+/// NVML does not list it: no context on that GPU yet, or (in a container) NVML lists
+/// processes by ids from outside the container.
+pub fn this_process(report: &GpuReport) -> Option<&ProcessReport> {
+    let pid = std::process::id();
+    report.processes.iter().find(|p| p.pid == pid)
 }
 
 /// NVML is loaded at run time, so a machine without the driver still runs the lab.
@@ -152,13 +177,21 @@ pub fn sim_report(device: &Device) -> Result<GpuReport, SmiError> {
         processes: if used > 0 {
             vec![ProcessReport {
                 pid: std::process::id(),
-                name: "this process".into(),
+                name: this_program(),
                 used: Some(used),
             }]
         } else {
             Vec::new()
         },
     })
+}
+
+/// This program's name, as NVML names a process by its executable.
+fn this_program() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "this process".into())
 }
 
 fn or_dash<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
@@ -213,4 +246,31 @@ pub fn tables(heading: &str, reports: &[GpuReport]) -> Vec<Table> {
         }
     }
     vec![gpus, procs]
+}
+
+/// The reports as one JSON array (sizes in bytes, absent figures as null).
+pub fn json(reports: &[GpuReport]) -> serde_json::Value {
+    serde_json::Value::Array(
+        reports
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "gpu": r.index,
+                    "name": r.name,
+                    "used": r.used,
+                    "total": r.total,
+                    "utilization_percent": r.utilization_percent,
+                    "memory_utilization_percent": r.memory_utilization_percent,
+                    "temperature_c": r.temperature_c,
+                    "power_w": r.power_w,
+                    "power_limit_w": r.power_limit_w,
+                    "processes": r.processes.iter().map(|p| serde_json::json!({
+                        "pid": p.pid,
+                        "name": p.name,
+                        "used": p.used,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
 }
