@@ -57,6 +57,7 @@ import os
 import re
 import sys
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -67,6 +68,10 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+# The profiler that counts the attention calls warns, once, that it keeps only the
+# current cycle's events (all it reads); the warning names the interpreter's path.
+warnings.filterwarnings("ignore", message="Warning: Profiler clears events")
 
 # nn.Transformer's defaults, and GPT-2 small's, with a batch of one sequence (as
 # `lab-10 train` takes them).

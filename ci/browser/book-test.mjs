@@ -7,10 +7,18 @@
 //     hidden under the boxes inside it;
 //   - a link to a page of the book that does not exist, or to an anchor that is not on
 //     its page; an image that did not load;
-//   - a text or JSON output, or a shell listing, that runs off the right edge instead
-//     of wrapping;
+//   - a code block that wraps its lines or scrolls sideways at a desktop width (1280 px):
+//     every <pre> keeps its lines as written (white-space: pre) and fits the column,
+//     listings and outputs alike (outputs reach the page through book/tools/outputs.pl,
+//     whose tables scroll in their own box and are not <pre>);
+//   - at a phone's width (390 px), a <pre> that needs more than one screen of extra
+//     sideways scrolling (scrollWidth > 2 x clientWidth);
+//   - a figure whose text is smaller than 12 px as drawn at the column's width: an <img>
+//     of an .svg (font-size x drawn width / viewBox width, from the file) and an inline
+//     SVG such as a diagram (font-size x the SVG's scale on the screen);
 //   - a search that finds nothing, or whose teasers show diagram source.
-// A screenshot of every page, and of every diagram, goes to the screenshots folder.
+// A screenshot of every page (at both widths), and of every diagram, goes to the
+// screenshots folder.
 //
 // Usage: node book-test.mjs BOOK_DIR SCREENSHOT_DIR   (Chromium: $CHROMIUM or /usr/bin/chromium)
 
@@ -74,6 +82,44 @@ const browser = await chromium.launch({
          "--disable-background-networking", "--disable-component-update", "--disable-sync"],
 });
 const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true });
+// The smallest text a figure may draw, in CSS pixels at the column's width.
+const MIN_FIGURE_TEXT_PX = 12;
+
+// Describes each <pre> of the page's content (diagrams aside): where it is (its number,
+// its kind, the heading above it), whether its lines wrap, how far it scrolls sideways,
+// and its longest line. Runs in the page.
+function measurePres() {
+  const content = document.querySelector("#mdbook-content main, main") ?? document.body;
+  const wraps = (el) => {
+    const cs = getComputedStyle(el);
+    return cs.whiteSpace !== "pre" && !(cs.textWrapMode === "nowrap" && cs.whiteSpaceCollapse === "preserve")
+      ? cs.whiteSpace : null;
+  };
+  const out = [];
+  [...content.querySelectorAll("pre")].filter((p) => !p.closest(".mermaid") && !p.classList.contains("mermaid"))
+    .forEach((pre, i) => {
+      const code = pre.querySelector(":scope > code");
+      const lang = code ? ([...code.classList].find((c) => c.startsWith("language-")) ?? "") : "";
+      const kind = pre.closest(".output") ? "output" : lang ? lang.replace("language-", "```") : "<pre>";
+      let heading = "";
+      for (let el = pre; el && !heading; el = el.previousElementSibling ?? el.parentElement) {
+        if (el === content) break;
+        if (/^H[1-6]$/.test(el.tagName)) heading = el.textContent.trim();
+      }
+      const lines = (code ?? pre).textContent.split("\n");
+      const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), "");
+      const scroll = Math.max(pre.scrollWidth - pre.clientWidth, code ? code.scrollWidth - code.clientWidth : 0);
+      out.push({
+        n: i + 1, kind, heading: heading.slice(0, 50), wrap: wraps(pre) ?? (code ? wraps(code) : null),
+        scroll, width: Math.max(pre.clientWidth, code?.clientWidth ?? 0),
+        scrollWidth: Math.max(pre.scrollWidth, code?.scrollWidth ?? 0),
+        longest: longest.length, line: longest.trim().slice(0, 60),
+      });
+    });
+  return out;
+}
+const where = (p) => `<pre> ${p.n} (${p.kind}${p.heading ? `, under "${p.heading}"` : ""})`;
 
 // Every page but the one-page print version (the same content, checked page by page).
 const pages = (await htmlPages(bookDir))
@@ -87,6 +133,39 @@ async function pageHtml(rel) {
     htmlCache.set(rel, (await exists(file)) ? await readFile(file, "utf8") : null);
   }
   return htmlCache.get(rel);
+}
+
+// The text of an SVG file of the book, or null.
+async function fetchSvgText(urlPath) {
+  const file = path.join(bookDir, decodeURIComponent(urlPath));
+  return (await exists(file)) ? readFile(file, "utf8") : null;
+}
+
+// Each <text> of an SVG with the size it is drawn at when the picture is `drawnWidth` px
+// wide: its font-size (its own, or an enclosing group's; 16 if none) x drawnWidth / the
+// viewBox's width. Plotters and most generators write font-size as an attribute.
+function svgTextSizes(svg, drawnWidth) {
+  const root = svg.match(/<svg\b[^>]*>/)?.[0] ?? "";
+  const viewBox = root.match(/viewBox="\s*[-\d.]+[\s,]+[-\d.]+[\s,]+([\d.]+)/)?.[1]
+    ?? root.match(/\bwidth="([\d.]+)/)?.[1];
+  const viewWidth = parseFloat(viewBox ?? "0");
+  if (!viewWidth || !drawnWidth) return [];
+  const sizeOf = (attrs) => attrs.match(/font-size[=:]\s*"?([\d.]+)/)?.[1];
+  const out = [];
+  const groups = [];
+  for (const m of svg.matchAll(/<(\/?)(g|text)\b([^>]*)>([^<]*)/g)) {
+    const [, close, tag, attrs, body] = m;
+    if (tag === "g") {
+      if (close) groups.pop();
+      else if (!attrs.endsWith("/")) groups.push(sizeOf(attrs));
+      continue;
+    }
+    if (close) continue;
+    const size = parseFloat(sizeOf(attrs) ?? [...groups].reverse().find((g) => g) ?? "16");
+    out.push({ text: body.trim().slice(0, 40), size: Math.round(size * 10) / 10, viewWidth,
+               px: size * drawnWidth / viewWidth });
+  }
+  return out;
 }
 
 let diagrams = 0;
@@ -103,8 +182,8 @@ for (const rel of pages) {
       null, { timeout: 20000 },
     ).catch(() => {});
   }
-  const report = await page.evaluate(() => {
-    const out = { diagrams: [], images: [], links: [], overflow: [] };
+  const report = await page.evaluate((MIN_PX) => {
+    const out = { diagrams: [], images: [], links: [] };
     document.querySelectorAll(".mermaid").forEach((e, i) => {
       const svg = e.querySelector("svg");
       const text = e.textContent ?? "";
@@ -159,16 +238,46 @@ for (const rel of pages) {
       const href = a.getAttribute("href") ?? a.getAttributeNS(XLINK, "href");
       if (href !== null && !out.links.includes(href)) out.links.push(href);
     });
-    // mdBook's highlighter makes the <code> element itself the scrolling box
-    // (.hljs { overflow-x: auto }), so both it and its <pre> are measured.
-    document.querySelectorAll("pre > code.language-text, pre > code.language-json, pre > code.language-sh").forEach((c) => {
-      const pre = c.parentElement;
-      if (pre.scrollWidth > pre.clientWidth + 2 || c.scrollWidth > c.clientWidth + 2) {
-        out.overflow.push((c.textContent ?? "").split("\n").find((l) => l.length > 90)?.slice(0, 60) ?? "");
+    // SVG figures: the text each draws, at the size it is drawn on the page.
+    out.figures = [];
+    document.querySelectorAll("main img").forEach((img) => {
+      const src = img.getAttribute("src") ?? "";
+      if (/\.svg(?:$|[?#])/i.test(src)) out.figures.push({ src, url: img.src, width: img.getBoundingClientRect().width });
+    });
+    out.inlineSvgs = [];
+    document.querySelectorAll("main svg").forEach((svg, i) => {
+      if (svg.parentElement?.closest("svg")) return;
+      const box = svg.getBoundingClientRect();
+      if (box.width === 0) return;
+      const diagram = svg.closest(".mermaid");
+      const name = diagram
+        ? `diagram ${[...document.querySelectorAll(".mermaid")].indexOf(diagram) + 1}`
+        : `inline SVG ${i + 1}`;
+      let smallest = null, small = 0;
+      const consider = (el, px) => {
+        const text = (el.textContent ?? "").trim();
+        if (!text || el.getBoundingClientRect().width === 0) return;
+        if (px < MIN_PX) small++;
+        if (!smallest || px < smallest.px) smallest = { px, text: text.slice(0, 40) };
+      };
+      for (const t of svg.querySelectorAll("text")) {
+        if (t.parentElement?.closest("text")) continue;
+        const m = t.getScreenCTM();
+        const scale = m ? Math.hypot(m.a, m.b) : 1;
+        consider(t, parseFloat(getComputedStyle(t).fontSize) * scale);
       }
+      for (const fo of svg.querySelectorAll("foreignObject")) {
+        const m = fo.getScreenCTM();
+        const scale = m ? Math.hypot(m.a, m.b) : 1;
+        for (const el of fo.querySelectorAll("*")) {
+          if (![...el.childNodes].some((c) => c.nodeType === 3 && c.textContent.trim())) continue;
+          consider(el, parseFloat(getComputedStyle(el).fontSize) * scale);
+        }
+      }
+      if (smallest && small > 0) out.inlineSvgs.push({ name, small, ...smallest });
     });
     return out;
-  });
+  }, MIN_FIGURE_TEXT_PX);
   for (const d of report.diagrams) {
     diagrams++;
     if (!d.svg) problem(rel, `diagram ${d.i + 1} did not render`);
@@ -180,7 +289,28 @@ for (const rel of pages) {
     if (d.hiddenTitle) problem(rel, `diagram ${d.i + 1}: the title "${d.hiddenTitle}" is drawn under other boxes`);
   }
   for (const img of report.images) if (!img.ok) problem(rel, `image ${img.src} did not load`);
-  for (const line of report.overflow) problem(rel, `an output runs off the right edge: "${line}…"`);
+  for (const p of await page.evaluate(measurePres)) {
+    if (p.wrap) problem(rel, `${where(p)} wraps its lines (white-space: ${p.wrap}): "${p.line}"`);
+    if (p.scroll > 1) {
+      problem(rel, `${where(p)} scrolls ${p.scroll} px sideways at 1280 px (${p.width} px wide); ` +
+        `its longest line, ${p.longest} characters: "${p.line}"`);
+    }
+  }
+  for (const f of report.figures) {
+    const svg = await fetchSvgText(new URL(f.url).pathname);
+    if (svg === null) continue; // the image check reports it
+    const small = svgTextSizes(svg, f.width).filter((t) => t.px < MIN_FIGURE_TEXT_PX);
+    if (small.length) {
+      const least = small.reduce((a, b) => (b.px < a.px ? b : a));
+      problem(rel, `figure ${f.src}: ${small.length} text element(s) under ${MIN_FIGURE_TEXT_PX} px ` +
+        `as drawn ${Math.round(f.width)} px wide; the smallest, "${least.text}", at ${least.px.toFixed(1)} px ` +
+        `(font-size ${least.size} in a ${least.viewWidth}-unit-wide viewBox)`);
+    }
+  }
+  for (const d of report.inlineSvgs) {
+    problem(rel, `${d.name}: ${d.small} text element(s) under ${MIN_FIGURE_TEXT_PX} px as drawn; ` +
+      `the smallest, "${d.text}", at ${d.px.toFixed(1)} px`);
+  }
   for (const href of report.links) {
     if (/^[a-z]+:/i.test(href) || href.startsWith("//")) continue; // external
     const url = new URL(href, `${origin}/${rel}`);
@@ -199,6 +329,22 @@ for (const rel of pages) {
   for (let i = 0; i < mermaidCount; i++) {
     await drawn.nth(i).screenshot({ path: path.join(shotDir, `${shotName}-diagram-${i + 1}.png`) }).catch(() => {});
   }
+  await page.close();
+}
+
+// At a phone's width: no <pre> needs more than one screen of extra sideways scrolling.
+// (Tables of outputs scroll in their own box; prose wraps.)
+for (const rel of pages) {
+  const page = await phone.newPage();
+  await page.goto(`${origin}/${rel}`, { waitUntil: "load" });
+  for (const p of await page.evaluate(measurePres)) {
+    if (p.scrollWidth > 2 * p.width) {
+      problem(rel, `at 390 px, ${where(p)} is ${p.scrollWidth} px wide in a ${p.width} px box ` +
+        `(more than twice); its longest line, ${p.longest} characters: "${p.line}"`);
+    }
+  }
+  const shotName = rel.replaceAll("/", "_").replace(/\.html$/, "");
+  await page.screenshot({ path: path.join(shotDir, `${shotName}-phone.png`), fullPage: false });
   await page.close();
 }
 

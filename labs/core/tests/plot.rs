@@ -81,3 +81,60 @@ fn every_picture_is_an_svg_with_its_title() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// The size each text of `svg` is drawn at in the book, whose column is 750 px wide: its
+/// font-size, scaled down when the picture is wider than the column. With the text.
+fn drawn_text_sizes(svg: &str) -> Vec<(f64, String)> {
+    let attr = |tag: &str, name: &str| -> Option<f64> {
+        let at = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+        tag[at..].split('"').next()?.parse().ok()
+    };
+    let root = &svg[..svg.find('>').unwrap()];
+    let width = attr(root, "width").expect("the picture's width");
+    let scale = (750.0 / width).min(1.0);
+    svg.match_indices("<text")
+        .map(|(at, _)| {
+            let tag = &svg[at..at + svg[at..].find('>').unwrap()];
+            let size = attr(tag, "font-size").expect("every text has a font-size");
+            let body = svg[at + tag.len() + 1..].split('<').next().unwrap().trim();
+            (size * scale, body.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn every_text_reads_at_12_px_or_more_in_the_book() {
+    use labs_core::alloc::{Category, CategorySample};
+    let dir = scratch("legible");
+    let mut svgs: Vec<(String, String)> = plot::write_all(&synthetic(1000), 0, &dir)
+        .unwrap()
+        .iter()
+        .map(|f| (f.display().to_string(), std::fs::read_to_string(f).unwrap()))
+        .collect();
+    let samples: Vec<CategorySample> = (0..50u64)
+        .map(|i| {
+            let mut bytes = [0; Category::COUNT];
+            bytes[Category::Parameter.index()] = 8 << 20;
+            bytes[Category::Activation.index()] = (i % 10) << 20;
+            CategorySample {
+                time_us: i,
+                bytes,
+                reserved: 32 << 20,
+            }
+        })
+        .collect();
+    let long_title = "One training step: transformer d_model 256 batch 64x100, fused attention \
+                      (cuda:0, NVIDIA H100 80GB HBM3)";
+    svgs.push((
+        "categories".into(),
+        plot::category_area_svg(&samples, long_title).unwrap(),
+    ));
+    for (name, svg) in &svgs {
+        let sizes = drawn_text_sizes(svg);
+        assert!(sizes.len() > 5, "{name}: {} texts", sizes.len());
+        for (px, text) in sizes {
+            assert!(px >= 12.0, "{name}: \"{text}\" is drawn at {px:.1} px");
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}

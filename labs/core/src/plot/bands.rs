@@ -33,15 +33,20 @@ pub fn active_memory_svg(snapshot: &Snapshot, device: i64, top: usize) -> anyhow
         .map(|(j, &k)| floor[j] + b.others[k])
         .collect();
 
+    let others = b.others.iter().any(|&o| o > 0);
+    let entries = b.bands.len() + usize::from(others);
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (style::WIDTH + 440, style::HEIGHT + 60))
-            .into_drawing_area();
+        let root = SVGBackend::with_string(
+            &mut svg,
+            (style::WIDTH, style::HEIGHT + style::legend_height(entries)),
+        )
+        .into_drawing_area();
         root.fill(&WHITE)?;
-        let (left, right) = root.split_horizontally(style::WIDTH);
+        let (top, below) = root.split_vertically(style::HEIGHT);
+        let plot = style::title(&top, &format!("{TITLE} (device {device})"))?;
         let mut legend = Vec::new();
-        let mut chart = ChartBuilder::on(&left)
-            .caption(format!("{TITLE} (device {device})"), (FONT, 22))
+        let mut chart = ChartBuilder::on(&plot)
             .margin(16)
             .x_label_area_size(45)
             .y_label_area_size(75)
@@ -52,7 +57,7 @@ pub fn active_memory_svg(snapshot: &Snapshot, device: i64, top: usize) -> anyhow
             .y_desc(format!("memory ({unit})"))
             .x_label_formatter(&|x| format!("{x:.0}"))
             .y_label_formatter(&|y| format!("{y:.0}"))
-            .label_style((FONT, 14))
+            .label_style((FONT, style::TEXT_SIZE))
             .draw()?;
         let polygon = |lower: &[u64], upper: &[u64]| -> Vec<(f64, f64)> {
             let mut pts = style::steps(&keep, |j| upper[j] as f64 / scale);
@@ -74,7 +79,7 @@ pub fn active_memory_svg(snapshot: &Snapshot, device: i64, top: usize) -> anyhow
             )))?;
             legend.push((label, colour));
         }
-        if b.others.iter().any(|&o| o > 0) {
+        if others {
             chart.draw_series(std::iter::once(Polygon::new(
                 polygon(&floor, &others_upper),
                 OTHERS.filled(),
@@ -82,8 +87,8 @@ pub fn active_memory_svg(snapshot: &Snapshot, device: i64, top: usize) -> anyhow
             legend.push(("all other allocations".to_string(), OTHERS));
         }
         legend.reverse(); // top band first, as stacked
-        style::side_legend(
-            &right,
+        style::legend_below(
+            &below,
             &format!("The {} largest allocations", b.bands.len()),
             &legend,
         )?;

@@ -77,14 +77,28 @@ pub fn category_area_svg(samples: &[CategorySample], title: &str) -> anyhow::Res
         .map(|b| samples.iter().map(|s| band_bytes(s, b)).max().unwrap_or(0))
         .collect();
 
+    let entries: Vec<(String, RGBColor)> = BANDS
+        .iter()
+        .zip(&peaks)
+        .rev()
+        .filter(|(_, &peak)| peak > 0)
+        .map(|((_, name, colour), &peak)| (format!("{name} (max {})", bytes(peak)), *colour))
+        .collect();
+
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (style::WIDTH + 340, style::HEIGHT))
-            .into_drawing_area();
+        let root = SVGBackend::with_string(
+            &mut svg,
+            (
+                style::WIDTH,
+                style::HEIGHT + style::legend_height(entries.len()),
+            ),
+        )
+        .into_drawing_area();
         root.fill(&WHITE)?;
-        let (plot, legend) = root.split_horizontally(style::WIDTH);
+        let (top, legend) = root.split_vertically(style::HEIGHT);
+        let plot = style::title(&top, &style::plain(title))?;
         let mut chart = ChartBuilder::on(&plot)
-            .caption(style::plain(title), (FONT, 20))
             .margin(16)
             .x_label_area_size(45)
             .y_label_area_size(75)
@@ -95,7 +109,7 @@ pub fn category_area_svg(samples: &[CategorySample], title: &str) -> anyhow::Res
             .y_desc(format!("memory ({unit})"))
             .x_label_formatter(&|x| format!("{x:.0}"))
             .y_label_formatter(&|y| format!("{y:.0}"))
-            .label_style((FONT, 14))
+            .label_style((FONT, style::TEXT_SIZE))
             .draw()?;
         // Each band is the area under the running sum up to it, drawn from the top band
         // down so that each lower one covers the part of the previous that is not its.
@@ -110,14 +124,7 @@ pub fn category_area_svg(samples: &[CategorySample], title: &str) -> anyhow::Res
                     .border_style(colour.stroke_width(1)),
             )?;
         }
-        let entries: Vec<(String, RGBColor)> = BANDS
-            .iter()
-            .zip(&peaks)
-            .rev()
-            .filter(|(_, &peak)| peak > 0)
-            .map(|((_, name, colour), &peak)| (format!("{name} (max {})", bytes(peak)), *colour))
-            .collect();
-        style::side_legend(&legend, "top to bottom", &entries)?;
+        style::legend_below(&legend, "top to bottom", &entries)?;
         root.present()?;
     }
     Ok(svg)

@@ -40,14 +40,14 @@ pub fn segments_svg(snapshot: &Snapshot, device: i64) -> anyhow::Result<String> 
     {
         let root = SVGBackend::with_string(&mut svg, (style::WIDTH, height)).into_drawing_area();
         root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, (FONT, 20))
+        let plot = style::title(&root, &title)?;
+        let mut chart = ChartBuilder::on(&plot)
             .margin(16)
             .x_label_area_size(45)
             .y_label_area_size(40)
             // Room right of the longest bar for its label.
             .build_cartesian_2d(
-                0f64..(longest.max(1) as f64 / scale) * 1.3,
+                0f64..(longest.max(1) as f64 / scale) * 1.7,
                 0f64..rows as f64,
             )?;
         chart
@@ -57,7 +57,7 @@ pub fn segments_svg(snapshot: &Snapshot, device: i64) -> anyhow::Result<String> 
             .x_desc(format!("offset in segment ({unit})"))
             .y_desc("segments, by address")
             .x_label_formatter(&|x| format!("{x:.0}"))
-            .label_style((FONT, 13))
+            .label_style((FONT, style::TEXT_SIZE))
             .draw()?;
 
         let colour = |s: BlockState| match s {
@@ -97,7 +97,7 @@ pub fn segments_svg(snapshot: &Snapshot, device: i64) -> anyhow::Result<String> 
                     g.total_size as f64 / scale + longest as f64 / scale * 0.01,
                     y1,
                 ),
-                (FONT, 13),
+                (FONT, style::TEXT_SIZE),
             )))?;
             // Thin separators so neighbouring blocks of one state stay apart.
             chart.draw_series(g.blocks.iter().map(|b| {
@@ -121,7 +121,7 @@ pub fn segments_svg(snapshot: &Snapshot, device: i64) -> anyhow::Result<String> 
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::LowerRight)
-            .label_font((FONT, 14))
+            .label_font((FONT, style::TEXT_SIZE))
             .background_style(WHITE.mix(0.9))
             .border_style(BLACK)
             .draw()?;

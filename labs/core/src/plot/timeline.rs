@@ -29,8 +29,8 @@ pub fn timeline_svg(snapshot: &Snapshot, device: i64) -> anyhow::Result<String> 
         let root =
             SVGBackend::with_string(&mut svg, (style::WIDTH, style::HEIGHT)).into_drawing_area();
         root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(format!("{TITLE} (device {device})"), (FONT, 22))
+        let plot = style::title(&root, &format!("{TITLE} (device {device})"))?;
+        let mut chart = ChartBuilder::on(&plot)
             .margin(16)
             .x_label_area_size(45)
             .y_label_area_size(75)
@@ -42,7 +42,7 @@ pub fn timeline_svg(snapshot: &Snapshot, device: i64) -> anyhow::Result<String> 
             .y_desc(format!("memory ({unit})"))
             .x_label_formatter(&|x| format!("{x:.0}"))
             .y_label_formatter(&|y| format!("{y:.0}"))
-            .label_style((FONT, 14))
+            .label_style((FONT, style::TEXT_SIZE))
             .draw()?;
         let series = |f: fn(&crate::snapshot::TimelinePoint) -> u64| {
             style::steps(&keep, |j| f(&points[keep[j]]) as f64 / scale)
@@ -70,7 +70,7 @@ pub fn timeline_svg(snapshot: &Snapshot, device: i64) -> anyhow::Result<String> 
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperLeft)
-            .label_font((FONT, 15))
+            .label_font((FONT, style::TEXT_SIZE))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()?;
