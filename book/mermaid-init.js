@@ -17,7 +17,17 @@
     }
 
     const theme = lastThemeWasLight ? 'default' : 'dark';
-    mermaid.initialize({ startOnLoad: true, theme });
+    // Diagrams are drawn at their own size, not shrunk to the column: a wide diagram
+    // scrolls sideways in its box (book/outputs.css) rather than shrinking its text
+    // below 12 px. Gantt charts' labels and axis get the same size.
+    mermaid.initialize({
+        startOnLoad: true,
+        theme,
+        flowchart: { useMaxWidth: false },
+        sequence: { useMaxWidth: false },
+        gantt: { useMaxWidth: false, fontSize: 13, sectionFontSize: 13 },
+        themeCSS: 'g.tick text { font-size: 13px; }',
+    });
 
     // Simplest way to make mermaid re-render the diagrams in the new theme is via refreshing the page
 

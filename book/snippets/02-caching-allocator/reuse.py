@@ -11,10 +11,11 @@ def cuda_mallocs():
 
 x = torch.empty(1000, 1000, device="cuda")
 first = x.data_ptr()
-print(f"x = torch.empty(1000, 1000)    address {first:#x}  cudaMalloc calls: {cuda_mallocs()}")
+calls = "cudaMalloc calls:"
+print(f"x = torch.empty(1000, 1000)    address {first:#x}  {calls} {cuda_mallocs()}")
 del x
 y = torch.empty(1000, 1000, device="cuda")
-print(f"del x; y = the same shape      address {y.data_ptr():#x}  cudaMalloc calls: {cuda_mallocs()}")
+print(f"del x; y = the same shape      address {y.data_ptr():#x}  {calls} {cuda_mallocs()}")
 print(f"y got x's block: {y.data_ptr() == first}")
 del y
 
@@ -23,4 +24,4 @@ for _ in range(1000):
     z = torch.empty(1000, 1000, device="cuda")
     del z
 pair = (time.perf_counter() - start) / 1000
-print(f"1000 more torch.empty + del: {pair * 1e6:.1f} us a pair, cudaMalloc calls: {cuda_mallocs()}")
+print(f"1000 more torch.empty + del: {pair * 1e6:.1f} us a pair, {calls} {cuda_mallocs()}")

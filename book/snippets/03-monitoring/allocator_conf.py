@@ -20,7 +20,8 @@ print(s["requested_bytes.all.peak"], s["allocated_bytes.all.peak"], s["reserved_
 """
 
 MiB = 2**20
-print(f"{'PYTORCH_CUDA_ALLOC_CONF':28} {'peak requested':>15} {'peak allocated':>15} {'peak reserved':>14}")
+print(f"{'PYTORCH_CUDA_ALLOC_CONF':28} {'peak requested':>15} {'peak allocated':>15}",
+      f"{'peak reserved':>14}")
 for conf in ["expandable_segments:False", "expandable_segments:True"]:
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
     out = subprocess.run([sys.executable, "-c", JOB], env=env, capture_output=True,

@@ -115,7 +115,10 @@ fn tutorial_004(device: &Device) -> Result<()> {
             bytes(reserved)
         );
     }
-    println!("(the tutorial's 400.00 MB vs 3.81 MB: 100 x 4,000,000 B in MB against one tensor in MiB)\n");
+    println!(
+        "(the tutorial's 400.00 MB vs 3.81 MB: \
+         100 x 4,000,000 B in MB against one tensor in MiB)\n"
+    );
     Ok(())
 }
 // ANCHOR_END: tutorial_004

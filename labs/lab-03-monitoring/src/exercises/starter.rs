@@ -14,7 +14,10 @@ use super::Counters;
 /// `SegmentInfo`'s fields before counting an expandable segment.)
 pub fn recount(segments: &[SegmentInfo]) -> Counters {
     let _ = segments;
-    todo!("the three figures as 'Five numbers, one inside the other' and 'Active is not allocated' define them")
+    todo!(
+        "the three figures as 'Five numbers, one inside the other' \
+         and 'Active is not allocated' define them"
+    )
 }
 // ANCHOR_END: exercise_recount
 

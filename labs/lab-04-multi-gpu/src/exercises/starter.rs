@@ -8,7 +8,10 @@ use labs_core::{Device, Result, Tensor};
 /// `torch.chunk(batch, len(devices))` does, and put chunk `i` on `devices[i]`.
 pub fn scatter(batch: &Tensor, devices: &[Device]) -> Result<Vec<Tensor>> {
     let _ = (batch, devices);
-    todo!("torch.chunk's documentation: how many rows a chunk has, and how many chunks a short batch gives")
+    todo!(
+        "torch.chunk's documentation: how many rows a chunk has, \
+         and how many chunks a short batch gives"
+    )
 }
 // ANCHOR_END: exercise_scatter
 
@@ -17,7 +20,10 @@ pub fn scatter(batch: &Tensor, devices: &[Device]) -> Result<Vec<Tensor>> {
 /// first dimension on `device`.
 pub fn gather(outputs: &[Tensor], device: &Device) -> Result<Tensor> {
     let _ = (outputs, device);
-    todo!("which Tensor function joins tensors along a dimension, and what does it ask of their devices?")
+    todo!(
+        "which Tensor function joins tensors along a dimension, \
+         and what does it ask of their devices?"
+    )
 }
 // ANCHOR_END: exercise_gather
 

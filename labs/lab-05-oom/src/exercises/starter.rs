@@ -47,7 +47,10 @@ pub fn fits_on(capacity: u64, spec: MlpSpec, batch: usize, steps: usize) -> Resu
 /// allocator's report gives for that failure.
 pub fn account(snapshot: &Snapshot) -> Accounting {
     let _ = snapshot;
-    todo!("what each block state means (labs_core::snapshot::BlockState), and what the report counts as a free piece ('How the report is built')")
+    todo!(
+        "what each block state means (labs_core::snapshot::BlockState), \
+         and what the report counts as a free piece ('How the report is built')"
+    )
 }
 
 /// The suggestion those figures call for, for a request of `requested` bytes on a

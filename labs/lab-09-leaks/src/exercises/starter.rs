@@ -51,6 +51,9 @@ pub fn graph_bytes(t: &Tensor) -> u64 {
 /// `memory_allocated` between the two points.
 pub fn attribute_growth(before: &[LiveBlock], after: &[LiveBlock]) -> Vec<Growth> {
     let _ = (before, after);
-    todo!("which field names one block across both lists, once the cache has handed a freed block's address out again?")
+    todo!(
+        "which field names one block across both lists, once the cache \
+         has handed a freed block's address out again?"
+    )
 }
 // ANCHOR_END: exercise_growth

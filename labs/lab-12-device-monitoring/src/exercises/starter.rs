@@ -31,7 +31,10 @@ impl PeakSampler {
     /// thread.
     pub fn start(interval: Duration, read: impl FnMut() -> u64 + Send + 'static) -> PeakSampler {
         let _ = (interval, read);
-        todo!("what must the caller's thread and the sampler's share, and how do both update it safely?")
+        todo!(
+            "what must the caller's thread and the sampler's share, \
+             and how do both update it safely?"
+        )
     }
 
     /// The highest value read since the previous `take_peak` (or since `start`); the
