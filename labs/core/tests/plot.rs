@@ -138,3 +138,36 @@ fn every_text_reads_at_12_px_or_more_in_the_book() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn pictures_drawn_to_one_axis_share_their_scale() {
+    use labs_core::alloc::{Category, CategorySample};
+    let run = |peak_mib: u64| -> Vec<CategorySample> {
+        (0..20u64)
+            .map(|i| {
+                let mut bytes = [0; Category::COUNT];
+                bytes[Category::Activation.index()] = (i * peak_mib / 19) << 20;
+                CategorySample {
+                    time_us: i,
+                    bytes,
+                    reserved: peak_mib << 20,
+                }
+            })
+            .collect()
+    };
+    let (small, large) = (run(40), run(400));
+    assert_eq!(plot::category_peak(&small), 40 << 20);
+    assert_eq!(plot::category_peak(&large), 400 << 20);
+    // The memory axis's labels: each picture alone goes up to its own peak; drawn to
+    // the larger peak, the small run's axis is the large run's.
+    let labels = |svg: &str| -> Vec<String> {
+        let texts: Vec<String> = drawn_text_sizes(svg).into_iter().map(|(_, t)| t).collect();
+        texts.into_iter().filter(|t| t.parse::<f64>().is_ok()).collect()
+    };
+    let axis = plot::category_peak(&large);
+    let alone = labels(&plot::category_area_svg(&small, "small").unwrap());
+    let shared = labels(&plot::category_area_svg_to(&small, "small", axis).unwrap());
+    let reference = labels(&plot::category_area_svg_to(&large, "large", axis).unwrap());
+    assert_ne!(alone, reference, "the small run alone keeps its own scale");
+    assert_eq!(shared, reference, "drawn to one axis, the two share their scale");
+}

@@ -54,22 +54,37 @@ fn band_bytes(sample: &CategorySample, band: usize) -> u64 {
     }
 }
 
-/// The stacked-area picture of `samples`, titled `title`.
+/// The stacked-area picture of `samples`, titled `title`, its memory axis up to the
+/// run's own peak.
 pub fn category_area_svg(samples: &[CategorySample], title: &str) -> anyhow::Result<String> {
+    category_area_svg_to(samples, title, 0)
+}
+
+/// The most memory (reserved or allocated) any sample of `samples` holds: for pictures
+/// meant to be compared, the largest over all of them is the memory axis of each
+/// ([`category_area_svg_to`]).
+pub fn category_peak(samples: &[CategorySample]) -> u64 {
+    (samples.iter())
+        .map(|s| s.reserved.max(s.allocated()))
+        .max()
+        .unwrap_or(0)
+}
+
+/// [`category_area_svg`] with the memory axis reaching at least `axis_max` bytes, so
+/// that pictures drawn with the same `axis_max` share a scale and read side by side.
+pub fn category_area_svg_to(
+    samples: &[CategorySample],
+    title: &str,
+    axis_max: u64,
+) -> anyhow::Result<String> {
     anyhow::ensure!(
         !samples.is_empty(),
         "no samples to draw: was the timeline recorded?"
     );
-    let reserved: Vec<u64> = samples.iter().map(|s| s.reserved).collect();
     let allocated: Vec<u64> = samples.iter().map(|s| s.allocated()).collect();
     // Thinned by allocated bytes, whose peaks matter most.
     let keep = style::sample(&allocated);
-    let max = reserved
-        .iter()
-        .zip(&allocated)
-        .map(|(r, a)| *r.max(a))
-        .max()
-        .unwrap_or(0);
+    let max = category_peak(samples).max(axis_max);
     let (unit, scale) = style::unit(max);
     let last = samples.len().saturating_sub(1).max(1) as f64;
     // Peak bytes per band, for the legend.

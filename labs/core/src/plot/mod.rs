@@ -14,7 +14,9 @@ use crate::snapshot::Snapshot;
 use anyhow::Context;
 
 pub use bands::active_memory_svg;
-pub use categories::{category_area_svg, BANDS as CATEGORY_BANDS};
+pub use categories::{
+    category_area_svg, category_area_svg_to, category_peak, BANDS as CATEGORY_BANDS,
+};
 pub use segments::segments_svg;
 pub use timeline::timeline_svg;
 

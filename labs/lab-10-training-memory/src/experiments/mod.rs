@@ -151,7 +151,8 @@ pub fn run(device: &Device, o: &Options, w: &mut dyn Write) -> Result<Outcome> {
     Ok(outcome)
 }
 
-/// One stacked-area picture per run that recorded its last step.
+/// One stacked-area picture per run that recorded its last step, all on one memory
+/// axis (the largest peak of them) so that they compare at a glance.
 fn draw(
     device: &Device,
     dir: &std::path::Path,
@@ -160,12 +161,19 @@ fn draw(
 ) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let name = device.properties()?.name;
-    for m in rows {
-        let Some(report) = m.ours_done().filter(|r| !r.timeline.is_empty()) else {
-            continue;
-        };
-        let svg =
-            labs_core::plot::category_area_svg(&report.timeline, &report.timeline_title(&name))?;
+    let drawn = || {
+        (rows.iter()).filter_map(|m| {
+            let report = m.ours_done().filter(|r| !r.timeline.is_empty())?;
+            Some((m, report))
+        })
+    };
+    let axis = (drawn())
+        .map(|(_, r)| labs_core::plot::category_peak(&r.timeline))
+        .max()
+        .unwrap_or(0);
+    for (m, report) in drawn() {
+        let title = report.timeline_title(&name);
+        let svg = labs_core::plot::category_area_svg_to(&report.timeline, &title, axis)?;
         let path = dir.join(format!("{}.svg", m.configuration.name));
         std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
         writeln!(w, "wrote {}", path.display())?;
