@@ -162,12 +162,18 @@ fn pictures_drawn_to_one_axis_share_their_scale() {
     // the larger peak, the small run's axis is the large run's.
     let labels = |svg: &str| -> Vec<String> {
         let texts: Vec<String> = drawn_text_sizes(svg).into_iter().map(|(_, t)| t).collect();
-        texts.into_iter().filter(|t| t.parse::<f64>().is_ok()).collect()
+        texts
+            .into_iter()
+            .filter(|t| t.parse::<f64>().is_ok())
+            .collect()
     };
     let axis = plot::category_peak(&large);
     let alone = labels(&plot::category_area_svg(&small, "small").unwrap());
     let shared = labels(&plot::category_area_svg_to(&small, "small", axis).unwrap());
     let reference = labels(&plot::category_area_svg_to(&large, "large", axis).unwrap());
     assert_ne!(alone, reference, "the small run alone keeps its own scale");
-    assert_eq!(shared, reference, "drawn to one axis, the two share their scale");
+    assert_eq!(
+        shared, reference,
+        "drawn to one axis, the two share their scale"
+    );
 }
