@@ -806,7 +806,7 @@ pub fn comparison_table(rows: &[Comparison], gpu: Option<&str>) -> Table {
     if gpu.is_some() {
         headers.push("GPU at the peak MiB");
     }
-    headers.extend(["peak - formula MiB", "why"]);
+    headers.push("peak - formula MiB");
     let on = match gpu {
         Some(name) => format!("the dry run and {name}"),
         None => "the dry run".to_string(),
@@ -834,10 +834,19 @@ pub fn comparison_table(rows: &[Comparison], gpu: Option<&str>) -> Table {
             });
         }
         cells.push(signed_mib(r.difference()));
-        cells.push(r.why());
         t.row(cells);
     }
     t
+}
+
+/// What makes up each row's difference (peak - formula), a line per configuration:
+/// printed under [`comparison_table`], whose column it would be too wide for.
+pub fn differences(rows: &[Comparison]) -> String {
+    let mut out = String::from("peak - formula, by configuration:\n");
+    for r in rows {
+        out.push_str(&format!("  {}: {}\n", r.name, r.why()));
+    }
+    out
 }
 
 /// The chapter's configurations the formula covers (every technique but selective

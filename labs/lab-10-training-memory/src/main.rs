@@ -421,7 +421,9 @@ fn experiments(cli: Cli) -> Result<()> {
 
 /// `lab-10 formula`: the formula beside the dry run, and the GPU's run on a GPU.
 fn formula(flag: &labs_core::cli::DeviceFlag, dry_run: bool, args: &FormulaArgs) -> Result<()> {
-    use lab_10::formula::{chapter_configurations, compare, comparison_table, terms_table};
+    use lab_10::formula::{
+        chapter_configurations, compare, comparison_table, differences, terms_table,
+    };
     if dry_run {
         bail!("--dry-run: formula always runs the dry run; --device cuda adds the GPU's run");
     }
@@ -442,6 +444,7 @@ fn formula(flag: &labs_core::cli::DeviceFlag, dry_run: bool, args: &FormulaArgs)
             .collect::<Result<Vec<_>>>()?,
     };
     println!("{}", comparison_table(&rows, gpu.as_deref()));
+    print!("{}", differences(&rows));
     Ok(())
 }
 
