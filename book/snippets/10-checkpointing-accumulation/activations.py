@@ -27,13 +27,14 @@ class Block(nn.Module):
 
 def saved_by_block(autocast):
     """The storages one block's forward saves for backward, by (shape, dtype); tensors
-    without the batch dimension (weights, their autocast copies, RNG state) left out."""
+    without a batch dimension of b or b*s rows (weights, their autocast copies, RNG
+    state) left out. A linear layer saves its input as a view of b*s rows."""
     block = Block().cuda()
     x = torch.randn(b, s, h, device="cuda", requires_grad=True)
     storages = {}
 
     def pack(t):
-        if t.dim() > 0 and t.shape[0] == b:
+        if t.dim() > 0 and t.shape[0] in (b, b * s):
             st = t.untyped_storage()
             storages.setdefault(st.data_ptr(), (tuple(t.shape), t.dtype, st.nbytes()))
         return t
