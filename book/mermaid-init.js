@@ -23,7 +23,13 @@
     mermaid.initialize({
         startOnLoad: true,
         theme,
-        flowchart: { useMaxWidth: false, nodeSpacing: 24, rankSpacing: 40, wrappingWidth: 170 },
+        flowchart: {
+            useMaxWidth: false,
+            nodeSpacing: 24,
+            rankSpacing: 40,
+            wrappingWidth: 170,
+            subGraphTitleMargin: { top: 0, bottom: 6 },
+        },
         sequence: { useMaxWidth: false },
         gantt: { useMaxWidth: false, fontSize: 13, sectionFontSize: 13 },
         themeCSS: 'g.tick text { font-size: 13px; }',
