@@ -11,7 +11,7 @@ use labs_core::cli::{check_outputs, PathArg, Written};
 use labs_core::snapshot::{self, Snapshot, SourceFormat, Summary};
 use labs_core::{compare, plot};
 
-use lab_03::{demo, report};
+use lab_03::{demo, report, view};
 
 #[derive(Parser)]
 #[command(about = "Lab 3: memory monitoring: snapshot summaries, pictures, trace export")]
@@ -62,6 +62,23 @@ enum Command {
         #[arg(short, long)]
         out: PathBuf,
         /// Which device's memory to draw, for snapshots of several GPUs.
+        #[arg(long)]
+        gpu: Option<i64>,
+    },
+    /// Writes one self-contained HTML page (no network: inline CSS, JavaScript and the
+    /// data) to explore a snapshot's trace in a browser: the active-memory timeline,
+    /// stacked by category where the snapshot records categories; zoom (wheel, +/-) and
+    /// pan (drag, slider); the allocations live at the hovered or clicked moment,
+    /// largest first, with their category and the first frame of their stack; markers
+    /// for out-of-memory events and segments freed (empty_cache, OOM retries). Long
+    /// traces are thinned into levels of detail that keep every peak.
+    View {
+        /// A snapshot: our JSON, or a PyTorch pickle.
+        file: PathBuf,
+        /// The page to write (NAME.html); its folder must exist.
+        #[arg(short, long)]
+        out: PathBuf,
+        /// Which device's trace to show, for snapshots of several GPUs.
         #[arg(long)]
         gpu: Option<i64>,
     },
@@ -173,6 +190,23 @@ fn run(args: Args) -> anyhow::Result<()> {
             for path in plot::write_all(&snap, device, &out)? {
                 println!("wrote {}", path.display());
             }
+        }
+        Command::View { file, out, gpu } => {
+            check_outputs(
+                &[(PathArg::new("--out", &out), Written::File)],
+                &[PathArg::new("FILE", &file)],
+            )?;
+            let (snap, _) = load(&file)?;
+            let device = snap.pick_device(gpu)?;
+            let digest = view::Digest::of(&snap, device);
+            let html = view::page(&digest, &file_name(&file));
+            std::fs::write(&out, &html).with_context(|| format!("writing {}", out.display()))?;
+            println!(
+                "wrote {} ({}, {} events of device {device})",
+                out.display(),
+                labs_core::format::bytes(html.len() as u64),
+                digest.points - 1
+            );
         }
         Command::ExportTrace { file, out, gpu } => {
             // Before reading: the output never replaces the snapshot it is made from.
