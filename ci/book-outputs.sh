@@ -435,6 +435,12 @@ sim)
     "lab-02 replay data/traces/gpt2_varlen.trace.csv.gz --device sim --conf preset:labs" \
     "lab-02 replay data/traces/resnet50_fp32.trace.csv.gz --device sim --conf garbage_collection_threshold:0.6,max_split_size_mb:128"
   whole lab-03/summary-mlp "lab-03 summary data/snapshots/mlp_adam.pickle"
+  # The interactive page of the same snapshot, which chapter 3 embeds.
+  if wanted lab-03; then
+    mkdir -p book/src/figures/lab-03/mlp-adam
+    "$bin_dir/lab-03" view data/snapshots/mlp_adam.pickle -o book/src/figures/lab-03/mlp-adam/view.html
+    echo "wrote book/src/figures/lab-03/mlp-adam/view.html"
+  fi
   whole lab-03/whatif-sim \
     "lab-03 export-trace data/snapshots/mlp_adam.pickle -o mlp_adam.trace.csv.gz" \
     "lab-02 replay mlp_adam.trace.csv.gz --device sim" \

@@ -68,7 +68,9 @@ def check(root):
                         continue
                     page, _, frag = target.partition("#")
                     dest = os.path.normpath(os.path.join(folder, page)) if page else path
-                    if page.endswith(".html"):
+                    if page.endswith(".html") and not os.path.exists(dest):
+                        # A chapter, linked by the page mdBook makes of it; otherwise
+                        # a page of its own among the book's files (a snapshot viewer).
                         dest = dest[: -len(".html")] + ".md"
                     if not os.path.exists(dest):
                         problems.append(f"{path}: link to {target}: no page {page}")

@@ -375,6 +375,31 @@ for (const rel of pages) {
   await page.close();
 }
 
+// The snapshot viewers (lab-03 view) the book embeds: each page loads, draws, and
+// shows the peak that lab-03 summary reports for the same snapshot (its output file),
+// and a hover on the timeline lists the allocations live at that moment.
+const VIEWERS = [["figures/lab-03/mlp-adam/view.html", "outputs/lab-03/summary-mlp.txt"]];
+for (const [rel, summaryFile] of VIEWERS) {
+  const page = await context.newPage();
+  await page.goto(`${origin}/${rel}`, { waitUntil: "load" });
+  const facts = (await page.locator("#facts").textContent()) ?? "";
+  const shown = facts.match(/peak allocated ([\d.]+ [KMG]?i?B)/)?.[1];
+  const summary = await readFile(path.join(bookDir, summaryFile), "utf8").catch(() => "");
+  const native = summary.match(/peak requested over the trace\s*\|\s*([\d.]+ [KMG]?i?B)/)?.[1];
+  if (!shown || !native || shown !== native) {
+    problem(rel, `the viewer shows peak allocated ${shown ?? "(none)"}, lab-03 summary ${native ?? "(none)"}`);
+  }
+  const chart = await page.locator("canvas").boundingBox();
+  if (chart) {
+    await page.mouse.move(chart.x + chart.width / 2, chart.y + chart.height / 2);
+    await page.waitForTimeout(200);
+  }
+  const rows = await page.locator("#side tr").count();
+  if (!chart || rows < 2) problem(rel, `hovering the timeline listed ${rows} rows of live allocations`);
+  await page.screenshot({ path: path.join(shotDir, rel.replaceAll("/", "_").replace(/\.html$/, ".png")) });
+  await page.close();
+}
+
 await browser.close();
 server.close();
 console.log(`book browser test: ${pages.length} pages, ${diagrams} diagrams, ${problems.length} problems`);
