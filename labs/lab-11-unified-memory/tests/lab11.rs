@@ -5,6 +5,14 @@ use lab_11::{bandwidth, check_kernel_size, managed, mapped, pin_cost};
 use labs_core::host::MappedBuffer;
 use labs_core::kernels::Kernel;
 use labs_core::testing::test_device;
+
+/// The tests of this file share the process's device and read its free memory, so
+/// they run one at a time: another test's buffers would otherwise come and go between
+/// a test's two readings.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 use labs_core::{DType, Tensor};
 
 const MIB: usize = 1 << 20;
@@ -19,6 +27,7 @@ fn the_size_ladders_stop_at_the_largest_size_asked_for() {
         pin_cost::sizes_up_to(16 * MIB),
         vec![64 << 10, MIB, 16 * MIB]
     );
+    let _one_at_a_time = serial();
     let d = test_device();
     let expected = if d.is_cuda() { 1 << 30 } else { 64 * MIB };
     assert_eq!(bandwidth::default_max(&d, false), expected);
@@ -31,6 +40,7 @@ fn the_size_ladders_stop_at_the_largest_size_asked_for() {
 /// taken, and a host busy with other work gets three tries.
 #[test]
 fn pinned_copies_are_faster_than_pageable_ones_at_a_mebibyte() {
+    let _one_at_a_time = serial();
     let d = test_device();
     let mut last = None;
     for _ in 0..3 {
@@ -51,6 +61,7 @@ fn pinned_copies_are_faster_than_pageable_ones_at_a_mebibyte() {
 
 #[test]
 fn the_bandwidth_table_and_its_last_line_show_every_size() {
+    let _one_at_a_time = serial();
     let d = test_device();
     let rows = bandwidth::measure(&d, &[64 << 10, MIB]).unwrap();
     let table = bandwidth::table(&d, &rows);
@@ -66,6 +77,7 @@ fn the_bandwidth_table_and_its_last_line_show_every_size() {
 
 #[test]
 fn a_copy_larger_than_the_free_memory_is_refused_before_anything_is_allocated() {
+    let _one_at_a_time = serial();
     let d = test_device();
     let free = d.mem_info().unwrap().free as usize;
     let e = bandwidth::measure(&d, &[64 << 10, free + MIB]).unwrap_err();
@@ -76,6 +88,7 @@ fn a_copy_larger_than_the_free_memory_is_refused_before_anything_is_allocated() 
 /// driver (or, on the simulated GPU, the simulator) touching every page.
 #[test]
 fn a_cache_hit_is_cheaper_than_pinning_a_new_block() {
+    let _one_at_a_time = serial();
     let d = test_device();
     let c = pin_cost::measure(&d, MIB).unwrap();
     assert_eq!(c.bytes, MIB);
@@ -95,6 +108,7 @@ fn a_cache_hit_is_cheaper_than_pinning_a_new_block() {
 
 #[test]
 fn a_kernel_reads_and_writes_host_memory_through_a_mapped_pointer() {
+    let _one_at_a_time = serial();
     let d = test_device();
     let n = 1 << 16;
     let values: Vec<f32> = (0..n).map(mapped::value).collect();
@@ -128,6 +142,7 @@ fn a_kernel_reads_and_writes_host_memory_through_a_mapped_pointer() {
 
 #[test]
 fn the_mapped_experiment_checks_its_data_and_times_three_ways() {
+    let _one_at_a_time = serial();
     let d = test_device();
     let m = mapped::measure(&d, MIB, 2).unwrap();
     assert_eq!((m.bytes, m.samples), (MIB, 2));
@@ -148,6 +163,7 @@ fn the_mapped_experiment_checks_its_data_and_times_three_ways() {
 
 #[test]
 fn managed_memory_keeps_its_data_wherever_its_pages_go() {
+    let _one_at_a_time = serial();
     let d = test_device();
     // The experiment reads the data back after every placement and fails otherwise.
     let m = managed::measure(&d, MIB, 2).unwrap();
@@ -172,6 +188,7 @@ fn managed_memory_keeps_its_data_wherever_its_pages_go() {
 /// for device memory, and the labs never oversubscribe managed memory.
 #[test]
 fn requests_beyond_the_device_fail_with_out_of_memory() {
+    let _one_at_a_time = serial();
     let d = test_device();
     let info = d.mem_info().unwrap();
     let rows = managed::beyond_device(&d).unwrap();
@@ -197,6 +214,7 @@ fn requests_beyond_the_device_fail_with_out_of_memory() {
 
 #[test]
 fn kernel_sizes_are_whole_floats_that_fit_the_device() {
+    let _one_at_a_time = serial();
     let d = test_device();
     check_kernel_size(&d, "--size", MIB, 2).unwrap();
     let message = |size, buffers| {
