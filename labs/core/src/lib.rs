@@ -12,7 +12,8 @@
 //! - `labs-tensor`: `tensor`, `host` and `autograd`;
 //! - `labs-nn`: `nn` and `optim`;
 //! - `labs-dist`: `dist`, collectives, DDP, ZeRO, rendezvous and launch;
-//! - here: `cli`, `table`, `timing`, `testing`, what the labs and their tests share;
+//! - here: `cli`, `table`, `timing`, `testing`, `bandwidth`, what the labs and their
+//!   tests share;
 //!   `plot` and `compare`, a snapshot's pictures (SVG) and two snapshots side by side,
 //!   which the monitoring and training chapters both show.
 //!
@@ -25,6 +26,7 @@ pub use labs_dist::dist;
 pub use labs_nn::{nn, optim};
 pub use labs_tensor::{autograd, host, tensor};
 
+pub mod bandwidth;
 pub mod cli;
 pub mod compare;
 pub mod plot;

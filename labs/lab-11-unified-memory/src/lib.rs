@@ -15,9 +15,7 @@ use labs_core::format::bytes;
 use labs_core::Device;
 
 /// Decimal GB/s: `bytes` moved in `d`.
-pub fn gbps(bytes: usize, d: Duration) -> f64 {
-    bytes as f64 / d.as_secs_f64().max(1e-12) / 1e9
-}
+pub use labs_core::bandwidth::gbps;
 
 /// Serialises a duration as milliseconds (a float), the unit of the labs' JSON.
 pub fn as_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
