@@ -2,8 +2,7 @@
 //! snapshots built here with known answers, on PyTorch's pickle against our JSON of it,
 //! and on one program traced on the device under test and on the dry-run device.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
 use labs_core::compare::{self, Side, Step};
 use labs_core::snapshot::{self, Frame, Snapshot, TraceAction, TraceEvent};
@@ -11,25 +10,10 @@ use labs_core::testing::{data_dir, test_device};
 use labs_core::{DType, Device, Tensor};
 use serde_json::Value;
 
+mod common;
+use common::{lab, scratch};
+
 const MIB: u64 = 1 << 20;
-
-fn lab(args: &[&str]) -> Output {
-    Command::new(labs_core::testing::lab_binary(
-        "lab-03",
-        env!("CARGO_BIN_EXE_lab-03"),
-    ))
-    .args(args)
-    .env_remove("LABS_DEVICE")
-    .output()
-    .expect("the lab binary runs")
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("lab03-compare-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 fn compare_json(a: &Path, b: &Path) -> Value {
     let out = lab(&[

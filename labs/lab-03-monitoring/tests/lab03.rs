@@ -1,43 +1,14 @@
 //! Lab 3 through its command line and its library: the figures PyTorch's own snapshot
 //! holds, the pictures, the exported trace, and the errors users get for bad input.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
 use labs_core::plot;
 use labs_core::snapshot::{self, read_trace_csv, TraceAction};
-use labs_core::testing::data_dir;
 
-fn mlp_path() -> PathBuf {
-    data_dir().join("snapshots/mlp_adam.pickle")
-}
-
-fn lab(args: &[&str]) -> Output {
-    Command::new(labs_core::testing::lab_binary(
-        "lab-03",
-        env!("CARGO_BIN_EXE_lab-03"),
-    ))
-    .args(args)
-    .env_remove("LABS_DEVICE")
-    .output()
-    .expect("the lab binary runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A fresh directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("lab03-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+mod common;
+use common::{lab, mlp_path, scratch, stderr, stdout};
 
 fn summary_json(file: &Path) -> serde_json::Value {
     let out = lab(&["summary", file.to_str().unwrap(), "--json"]);

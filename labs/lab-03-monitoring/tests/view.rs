@@ -2,37 +2,11 @@
 //! digest whose peak is the summary's and whose live allocations at that peak add up
 //! to it, and bad input is a one-line error that writes no page.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
-use labs_core::testing::data_dir;
-
-fn mlp_path() -> PathBuf {
-    data_dir().join("snapshots/mlp_adam.pickle")
-}
-
-fn lab(args: &[&str]) -> Output {
-    Command::new(labs_core::testing::lab_binary(
-        "lab-03",
-        env!("CARGO_BIN_EXE_lab-03"),
-    ))
-    .args(args)
-    .env_remove("LABS_DEVICE")
-    .output()
-    .expect("the lab binary runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A fresh directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("lab03-view-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+mod common;
+use common::{lab, mlp_path, scratch, stderr};
 
 /// The text between the opening tag `open` and the next `</script>`.
 fn between<'a>(html: &'a str, open: &str) -> &'a str {
