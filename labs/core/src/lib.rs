@@ -20,7 +20,7 @@
 //! The training driver the labs share is the crate above this one, `labs-train`.
 
 pub use labs_alloc::{alloc, snapshot};
-pub use labs_base::{device_id, dtype, error, format, input, oom_report, threads};
+pub use labs_base::{clock, device_id, dtype, error, format, input, oom_report, threads};
 pub use labs_device::{backend, cuda, device, kernels, sim};
 pub use labs_dist::dist;
 pub use labs_nn::{nn, optim};

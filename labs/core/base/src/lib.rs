@@ -7,6 +7,7 @@
 //!   within a size limit per kind);
 //! - `threads`: threads that fail with an error, not a panic, when none can be started.
 
+pub mod clock;
 pub mod device_id;
 pub mod dtype;
 pub mod error;

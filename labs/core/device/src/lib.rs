@@ -11,6 +11,10 @@
 //!   copies, or staged through pinned host memory).
 
 pub mod backend;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod cuda;
+#[cfg(target_arch = "wasm32")]
+#[path = "cuda_absent.rs"]
 pub mod cuda;
 pub mod device;
 pub mod kernels;
@@ -19,6 +23,6 @@ pub mod testing;
 
 // The lower crates' modules under the paths this crate's files name them by.
 use labs_alloc::alloc;
-use labs_base::{device_id, dtype, error, format, threads};
+use labs_base::{clock, device_id, dtype, error, format, threads};
 
 pub use device::{select_device, Device, DeviceId, Event, Selection, Stream};

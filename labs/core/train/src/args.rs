@@ -165,14 +165,20 @@ struct FlagsOnly {
     args: TrainArgs,
 }
 
+/// `flags` (as `lab-10 train` takes them, split at white space) as [`TrainArgs`],
+/// their configuration validated: for a caller that also needs the flags beyond the
+/// configuration (data parallelism, the outputs asked for).
+pub fn parse_train_args(flags: &str) -> Result<TrainArgs> {
+    let parsed = FlagsOnly::try_parse_from(flags.split_whitespace())
+        .with_context(|| format!("the flags {flags:?}"))?;
+    parsed.args.config().validate()?;
+    Ok(parsed.args)
+}
+
 /// The configuration that `flags` (as `lab-10 train` takes them, split at white space)
 /// describe, validated.
 pub fn parse_flags(flags: &str) -> Result<TrainConfig> {
-    let parsed = FlagsOnly::try_parse_from(flags.split_whitespace())
-        .with_context(|| format!("the flags {flags:?}"))?;
-    let config = parsed.args.config();
-    config.validate()?;
-    Ok(config)
+    Ok(parse_train_args(flags)?.config())
 }
 
 /// A share in (0, 1], for `--offload-share`.

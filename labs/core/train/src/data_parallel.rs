@@ -113,6 +113,20 @@ pub fn run_in_process(
     Ok(report)
 }
 
+/// Rank 0 of a dry run of `world` ranks on `device` (a dry-run device), the other ranks
+/// not run ([`dist::dry_lone_rank`]): rank 0's report, equal to [`run_in_process`]'s on
+/// `world` dry-run devices, with no thread started (the book's calculator runs it in the
+/// browser). `ranks` is null: the others were not measured.
+pub fn run_lone_rank(
+    config: &TrainConfig,
+    device: &Device,
+    world: usize,
+    how: DataParallel,
+) -> Result<TrainReport> {
+    let comm = dist::dry_lone_rank(device, world).context("forming the group")?;
+    run_rank(config, Arc::new(comm), how, &ProgressBar::hidden())
+}
+
 /// This process's rank of a job `dist::launch` (or `torchrun`) started: joins the group
 /// on `device`, trains, and gathers every rank's figures. Rank 0's report, `None` on
 /// the other ranks.

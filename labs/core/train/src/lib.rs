@@ -22,7 +22,7 @@ pub mod report;
 pub mod snapshot;
 pub mod step;
 
-pub use args::{parse_flags, TrainArgs};
+pub use args::{parse_flags, parse_train_args, TrainArgs};
 pub use config::{AmpMode, AttentionMode, CheckpointMode, ModelKind, OptimizerKind, TrainConfig};
 pub use report::{OffloadReport, RankFigures, TrainReport};
 pub use step::{DataParallel, Trainer};

@@ -4,7 +4,9 @@
 //! with the device synchronised before and after each step.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use labs_core::clock::Instant;
 
 use anyhow::Result;
 use labs_core::Device;

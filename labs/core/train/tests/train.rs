@@ -419,3 +419,46 @@ fn running_out_of_memory_is_reported_with_the_peaks() {
     assert!(r.peak_allocated > 0 && r.peak_reserved <= capacity);
     assert_eq!(r.losses.as_deref(), Some(&[][..]));
 }
+
+#[test]
+fn a_lone_dry_rank_reserves_what_rank_0_of_a_whole_group_does() {
+    use labs_train::data_parallel::{run_in_process, run_lone_rank};
+    use labs_train::DataParallel;
+    let bar = indicatif::ProgressBar::hidden();
+    for (how, world) in [
+        (DataParallel::Ddp, 2),
+        (DataParallel::Zero1, 2),
+        (DataParallel::Zero1, 3),
+    ] {
+        for c in [
+            TrainConfig {
+                steps: 2,
+                optimizer: OptimizerKind::Adam,
+                ..small_gpt2()
+            },
+            TrainConfig {
+                steps: 2,
+                optimizer: OptimizerKind::Adam,
+                amp: AmpMode::Bf16,
+                ..small()
+            },
+        ] {
+            let group: Vec<Device> = (0..world).map(|_| Device::new_dry(1 << 30)).collect();
+            let whole = run_in_process(&c, &group, how, &bar).unwrap();
+            let lone = run_lone_rank(&c, &Device::new_dry(1 << 30), world, how).unwrap();
+            let what = format!("{how:?} on {world} ranks, {:?}", c.model);
+            assert_eq!(lone.peak_allocated, whole.peak_allocated, "{what}");
+            assert_eq!(lone.peak_reserved, whole.peak_reserved, "{what}");
+            assert_eq!(lone.by_category, whole.by_category, "{what}");
+            assert_eq!(lone.world_size, world, "{what}");
+            assert!(lone.ranks.is_none(), "{what}: the other ranks were not run");
+        }
+    }
+    // A lone rank exists only where no data moves.
+    let sim = Device::new_sim(1 << 30);
+    let err = run_lone_rank(&small(), &sim, 2, DataParallel::Ddp).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("not a dry-run device"),
+        "{err:#}"
+    );
+}

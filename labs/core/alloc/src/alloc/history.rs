@@ -7,10 +7,10 @@
 //! Backtraces are captured unresolved (a few microseconds each) and resolved to
 //! function names only when a snapshot is taken.
 
+use labs_base::clock::{since_epoch, Instant};
 use std::backtrace::Backtrace;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::snapshot::{Frame, TraceAction};
 
@@ -64,9 +64,7 @@ pub(crate) struct History {
 
 impl History {
     pub fn new(max_entries: usize, backtraces: bool) -> History {
-        let started_us = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as i64);
+        let started_us = since_epoch().as_micros() as i64;
         History {
             events: VecDeque::with_capacity(max_entries.min(1 << 16)),
             max_entries,

@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use labs_base::clock::Instant;
 
 use super::{Allocation, Allocator};
 use crate::error::{Error, Result};

@@ -174,7 +174,7 @@ impl DriverTime {
     /// Runs `call`, counting it and its time here.
     #[inline]
     pub(crate) fn time<T>(&mut self, call: impl FnOnce() -> T) -> T {
-        let start = std::time::Instant::now();
+        let start = labs_base::clock::Instant::now();
         let out = call();
         self.calls += 1;
         self.ns += start.elapsed().as_nanos() as u64;

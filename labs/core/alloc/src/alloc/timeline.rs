@@ -8,7 +8,7 @@
 //!
 //! Off by default: then it costs the allocator one predictable branch per call.
 
-use std::time::Instant;
+use labs_base::clock::Instant;
 
 use super::category::Category;
 use super::stats::Stats;

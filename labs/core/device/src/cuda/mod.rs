@@ -60,6 +60,11 @@ pub fn device_count() -> Result<usize> {
         .map_err(|e| Error::NoDriver(format!("cuDeviceGetCount failed: {e}")))
 }
 
+/// Device `ordinal`'s backend, for the registry (its context is made at first use).
+pub fn open_backend(ordinal: usize) -> Result<Arc<dyn crate::backend::Backend>> {
+    Ok(Arc::new(CudaBackend::open(ordinal)?))
+}
+
 pub struct CudaBackend {
     ordinal: usize,
     state: OnceLock<Arc<State>>,

@@ -100,7 +100,7 @@ impl Device {
                 id,
                 select::sim_capacity_from_env()?,
             )),
-            DeviceId::Cuda(ordinal) => Arc::new(crate::cuda::CudaBackend::open(ordinal)?),
+            DeviceId::Cuda(ordinal) => crate::cuda::open_backend(ordinal)?,
         };
         let device = Device::from_backend(backend);
         map.insert(id, device.clone());
@@ -202,7 +202,7 @@ impl Device {
         });
         if !made {
             return Err(crate::error::Error::InvalidArgument(format!(
-                "the allocator of {} is in use already: configure it before the device's                  first allocation",
+                "the allocator of {} is in use already: configure it before the device's first allocation",
                 self.id()
             )));
         }

@@ -453,7 +453,7 @@ impl Kernels for SimBackend {
 
 impl HostMemory for SimBackend {
     fn host_alloc(&self, bytes: usize, mapped: bool) -> Result<HostPtr> {
-        self.pinned.alloc(&self.memory, bytes, mapped)
+        self.pinned.alloc(&self.memory, bytes, mapped, self.dry)
     }
 
     fn host_free(&self, ptr: HostPtr) -> Result<()> {

@@ -21,19 +21,58 @@ struct Record {
     /// The simulated device address of mapped memory; the host bytes then belong to
     /// the simulated allocation.
     mapped: Option<DevicePtr>,
+    /// A dry run's allocation: an address and no bytes (see [`PinnedHost::alloc`]).
+    dry: bool,
 }
 
 #[derive(Default)]
 pub(crate) struct PinnedHost {
     records: Mutex<BTreeMap<usize, Record>>,
+    /// The next address a dry run's allocation gets, in pages from [`DRY_FIRST`].
+    next_dry: Mutex<usize>,
 }
+
+/// A dry run's first pinned address: a page above null, never read or written.
+const DRY_FIRST: usize = PAGE;
 
 fn layout(bytes: usize) -> Layout {
     Layout::from_size_align(bytes.max(1), PAGE).expect("a valid layout")
 }
 
 impl PinnedHost {
-    pub fn alloc(&self, memory: &SimMemory, bytes: usize, mapped: bool) -> Result<HostPtr> {
+    /// `bytes` of pinned memory (`mapped`: also visible to the device). A dry run
+    /// (`dry`) moves no data, so its pinned memory has an address and no bytes: an
+    /// offload of tens of GiB costs the host nothing, in a browser's 4 GiB too. Its
+    /// addresses are a page apart, so only a copy from a buffer's first page is one
+    /// the simulator knows as pinned; no dry copy starts further in.
+    pub fn alloc(
+        &self,
+        memory: &SimMemory,
+        bytes: usize,
+        mapped: bool,
+        dry: bool,
+    ) -> Result<HostPtr> {
+        if dry && !mapped {
+            let ptr = {
+                let mut next = self.next_dry.lock().unwrap();
+                let ptr = next
+                    .checked_mul(PAGE)
+                    .and_then(|p| p.checked_add(DRY_FIRST))
+                    .filter(|p| p.checked_add(PAGE).is_some())
+                    .ok_or_else(|| {
+                        Error::driver("cuMemHostAlloc", "a dry run ran out of host addresses")
+                    })?;
+                *next += 1;
+                ptr
+            };
+            let record = Record {
+                bytes,
+                mapped: None,
+                dry: true,
+            };
+            self.records.lock().unwrap().insert(ptr, record);
+            return Ok(ptr as HostPtr);
+        }
         let (ptr, device) = if mapped {
             let (d, h) = memory.alloc_mapped(bytes)?;
             (h, Some(d))
@@ -57,6 +96,7 @@ impl PinnedHost {
             Record {
                 bytes,
                 mapped: device,
+                dry: false,
             },
         );
         Ok(ptr)
@@ -68,6 +108,7 @@ impl PinnedHost {
             Some(Record {
                 mapped: Some(d), ..
             }) => memory.free_mapped(d),
+            Some(Record { dry: true, .. }) => Ok(()),
             Some(Record { bytes, .. }) => {
                 // SAFETY: allocated above with the same layout, freed once.
                 unsafe { std::alloc::dealloc(ptr, layout(bytes)) };
@@ -83,7 +124,8 @@ impl PinnedHost {
     fn find(&self, ptr: usize, bytes: usize) -> Option<(usize, usize, Option<DevicePtr>)> {
         let records = self.records.lock().unwrap();
         let (&base, r) = records.range(..=ptr).next_back()?;
-        (ptr + bytes <= base + r.bytes.max(1)).then_some((base, r.bytes, r.mapped))
+        let inside = ptr + bytes <= base + r.bytes.max(1) && (!r.dry || ptr - base < PAGE);
+        inside.then_some((base, r.bytes, r.mapped))
     }
 
     /// Whether the whole range lies inside one pinned allocation.
@@ -116,7 +158,7 @@ impl PinnedHost {
 impl Drop for PinnedHost {
     fn drop(&mut self) {
         for (&ptr, r) in self.records.get_mut().unwrap().iter() {
-            if r.mapped.is_none() {
+            if r.mapped.is_none() && !r.dry {
                 // SAFETY: still allocated; the device that owns it is going away.
                 unsafe { std::alloc::dealloc(ptr as *mut u8, layout(r.bytes)) };
             }

@@ -3,10 +3,10 @@
 //! without synchronising sees stale data, just as on a GPU. The thread starts with the
 //! stream's first work; a thread the system cannot start is that work's error.
 
+use crate::clock::Instant;
 use std::any::Any;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
 
 use crate::backend::{DeviceId, Event, EventImpl, Stream, StreamImpl};
 use crate::error::{Error, Result};

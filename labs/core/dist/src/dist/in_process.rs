@@ -12,7 +12,9 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use labs_base::clock::Instant;
 
 use super::communicator::Communicator;
 use super::rendezvous::DEFAULT_TIMEOUT;
@@ -185,6 +187,48 @@ pub fn sim_group_with_timeout(devices: &[Device], timeout: Duration) -> Result<V
             Communicator::new(rank, world, d.clone(), transport)
         })
         .collect()
+}
+
+/// Rank 0 of a dry-run group of `world` ranks that do what it does: the other ranks are
+/// not run, and each collective returns at once as if they had called it too. A dry
+/// run moves no data, so rank 0's memory is that of a full group's rank 0 (a test holds
+/// it): one rank's prediction where threads are not at hand (the book's calculator, in
+/// the browser).
+pub fn dry_lone_rank(device: &Device, world: usize) -> Result<Communicator> {
+    if !device.is_dry() {
+        return Err(Error::InvalidArgument(format!(
+            "dry_lone_rank: {} is not a dry-run device; the other ranks of a group that \
+             computes must run",
+            device.id()
+        )));
+    }
+    if world == 0 {
+        return Err(Error::InvalidArgument(
+            "dry_lone_rank: a group has at least one rank".into(),
+        ));
+    }
+    let exchange: Arc<dyn Exchange> = Arc::new(Lone { world });
+    let transport = device.comm_exchange(0, world, exchange)?;
+    Communicator::new(0, world, device.clone(), transport)
+}
+
+/// The exchange of [`dry_lone_rank`]: every rank's input is rank 0's.
+struct Lone {
+    world: usize,
+}
+
+impl Exchange for Lone {
+    fn exchange(
+        &self,
+        _rank: usize,
+        _seq: u64,
+        _signature: &str,
+        input: Vec<u8>,
+    ) -> Result<Inputs> {
+        Ok(Arc::new(vec![input; self.world]))
+    }
+
+    fn leave(&self, _rank: usize) {}
 }
 
 /// Distinct simulated GPUs (or distinct dry runs), at least one.

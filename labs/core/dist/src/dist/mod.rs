@@ -46,7 +46,7 @@ pub use buckets::{
 pub use communicator::{Communicator, ReduceOp, Work};
 pub use ddp::{DdpEvent, DdpOptions, DistributedDataParallel, NoSync};
 pub use env::{new_job_token, DistEnv, ENV_JOB_TOKEN, MAX_TOKEN_BYTES, MAX_WORLD_SIZE};
-pub use in_process::{sim_group, sim_group_with_timeout};
+pub use in_process::{dry_lone_rank, sim_group, sim_group_with_timeout};
 pub use launch::{
     free_loopback_port, launch, launch_with, launch_writing, OutputLine, OutputStream,
     MAX_LOCAL_RANKS,
