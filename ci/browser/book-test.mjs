@@ -17,15 +17,21 @@
 //   - a figure whose text is smaller than 12 px as drawn at the column's width: an <img>
 //     of an .svg (font-size x drawn width / viewBox width, from the file) and an inline
 //     SVG such as a diagram (font-size x the SVG's scale on the screen);
-//   - a search that finds nothing, or whose teasers show diagram source.
+//   - a search that finds nothing, or whose teasers show diagram source;
+//   - a snapshot viewer whose peak is not lab-03 summary's;
+//   - a calculator whose peaks are not `lab-10 --dry-run`'s ($LAB10) to the byte, that
+//     answers GPT-2 small slower than 2 s, or that meets bad input with anything but
+//     one line on the page.
 // A screenshot of every page (at both widths), and of every diagram, goes to the
 // screenshots folder.
 //
-// Usage: node book-test.mjs BOOK_DIR SCREENSHOT_DIR   (Chromium: $CHROMIUM or /usr/bin/chromium)
+// Usage: LAB10=target/debug/lab-10 node book-test.mjs BOOK_DIR SCREENSHOT_DIR
+// (Chromium: $CHROMIUM or /usr/bin/chromium)
 
 import { chromium } from "playwright-core";
 import { createServer } from "node:http";
 import { readFile, readdir, mkdir, stat } from "node:fs/promises";
+import { execFileSync } from "node:child_process";
 import path from "node:path";
 
 const bookDir = path.resolve(process.argv[2] ?? "book/book");
@@ -36,7 +42,7 @@ const TYPES = {
   ".html": "text/html", ".js": "text/javascript", ".mjs": "text/javascript",
   ".css": "text/css", ".svg": "image/svg+xml", ".png": "image/png", ".json": "application/json",
   ".woff": "font/woff", ".woff2": "font/woff2", ".ttf": "font/ttf", ".txt": "text/plain",
-  ".ico": "image/x-icon",
+  ".ico": "image/x-icon", ".wasm": "application/wasm",
 };
 
 async function exists(file) {
@@ -397,6 +403,109 @@ for (const [rel, summaryFile] of VIEWERS) {
   const rows = await page.locator("#side tr").count();
   if (!chart || rows < 2) problem(rel, `hovering the timeline listed ${rows} rows of live allocations`);
   await page.screenshot({ path: path.join(shotDir, rel.replaceAll("/", "_").replace(/\.html$/, ".png")) });
+  await page.close();
+}
+
+// The calculator (tools/calculator.html: lab-10's dry run as WebAssembly): for every
+// configuration `lab-10 configs` lists, a sweep of batch sizes, another allocator, a
+// data-parallel run and a step that does not fit, the peaks the page shows equal those
+// of `lab-10 --dry-run train --json` run here ($LAB10, the binary), to the byte. GPT-2
+// small's answer comes within CALC_LIMIT_MS of the click; bad input is one line on the
+// page, and the page answers again after it.
+const CALC_LIMIT_MS = 2000;
+{
+  const rel = "tools/calculator.html";
+  const lab10 = process.env.LAB10;
+  const page = await context.newPage();
+  const started = Date.now();
+  await page.goto(`${origin}/${rel}`, { waitUntil: "load" });
+  const answered = () => page.waitForFunction(
+    () => document.getElementById("calculator")?.dataset.busy === "no" &&
+      document.querySelector("#calc-result .calc-answer, #calc-result .calc-error"),
+    null, { timeout: 60000 });
+  await answered();
+  console.log(`calculator: first answer ${Date.now() - started} ms after the page was asked for`);
+  const ask = async (flags, capacity, workspace, alloc) => {
+    await page.evaluate(([f, c, w, a]) => {
+      const form = document.getElementById("calc-form");
+      form.elements.flags.value = f;
+      form.elements.capacity.value = c;
+      form.elements.workspace.value = w;
+      form.elements.alloc.value = a;
+      document.getElementById("calc-result").replaceChildren();
+    }, [flags, capacity, workspace, alloc]);
+    const t = Date.now();
+    await page.click("#calc-run");
+    await answered();
+    const ms = Date.now() - t;
+    return {
+      ms,
+      ...(await page.evaluate(() => {
+        const a = document.querySelector("#calc-result .calc-answer");
+        const e = document.querySelector("#calc-result .calc-error");
+        return a ? { allocated: a.dataset.peakAllocated, reserved: a.dataset.peakReserved, oom: a.dataset.oom === "oom" }
+          : { error: e.textContent };
+      })),
+    };
+  };
+  const native = (flags, capacity, workspace, alloc) => {
+    const args = ["--dry-run", "--capacity", capacity, ...(workspace ? ["--gemm-workspace", workspace] : []),
+      "train", ...flags.split(/\s+/).filter(Boolean), "--json"];
+    let out;
+    try {
+      out = execFileSync(lab10, args, { env: { ...process.env, LABS_ALLOC_CONF: alloc }, stdio: ["ignore", "pipe", "ignore"] });
+    } catch (e) {
+      out = e.stdout; // a run out of memory prints its report, then fails
+    }
+    const r = JSON.parse(String(out));
+    return { allocated: String(r.peak_allocated), reserved: String(r.peak_reserved), oom: r.oom !== null };
+  };
+  if (!lab10 || !(await exists(lab10))) {
+    problem(rel, "LAB10 names no lab-10 binary to compare the calculator with");
+  } else {
+    const cases = String(execFileSync(lab10, ["configs"])).trim().split("\n")
+      .map((line) => line.split("\t")).map(([name, flags]) => ({ name, flags, capacity: "80GiB", workspace: "32MiB", alloc: "" }));
+    for (const batch of [1, 2, 4, 16]) {
+      cases.push({ name: `gpt2 batch ${batch}`, flags: `--model gpt2 --batch ${batch}`, capacity: "80GiB", workspace: "32MiB", alloc: "" });
+    }
+    for (const batch of [8, 32, 128, 256]) {
+      cases.push({ name: `transformer batch ${batch}`, flags: `--model transformer --d-model 256 --seq 100 --batch ${batch}`, capacity: "24GiB", workspace: "", alloc: "" });
+    }
+    cases.push({ name: "preset:labs", flags: "--model gpt2 --batch 4 --amp bf16", capacity: "80GiB", workspace: "32MiB", alloc: "preset:labs" });
+    cases.push({ name: "expandable", flags: "--model gpt2 --batch 4 --checkpoint layers", capacity: "80GiB", workspace: "32MiB", alloc: "expandable_segments:True" });
+    cases.push({ name: "zero1 on 2", flags: "--model gpt2 --layers 4 --batch 4 --nproc 2 --zero1", capacity: "80GiB", workspace: "32MiB", alloc: "" });
+    cases.push({ name: "does not fit", flags: "--model gpt2 --batch 16", capacity: "4GiB", workspace: "32MiB", alloc: "", oom: true });
+    let slowest = 0;
+    for (const c of cases) {
+      const got = await ask(c.flags, c.capacity, c.workspace, c.alloc);
+      const want = native(c.flags, c.capacity, c.workspace, c.alloc);
+      if (got.error || got.allocated !== want.allocated || got.reserved !== want.reserved || got.oom !== want.oom) {
+        problem(rel, `${c.name} (${c.flags}, ${c.capacity}): the page says ${JSON.stringify(got)}, lab-10 ${JSON.stringify(want)}`);
+      }
+      if (Boolean(c.oom) !== want.oom) problem(rel, `${c.name}: expected ${c.oom ? "an" : "no"} out-of-memory error`);
+      if (c.flags === "--model gpt2 --batch 8" || c.name === "gpt2-none") slowest = Math.max(slowest, got.ms);
+    }
+    console.log(`calculator: ${cases.length} configurations equal to lab-10's dry run; GPT-2 small answered in ${slowest} ms`);
+    if (slowest > CALC_LIMIT_MS) problem(rel, `GPT-2 small took ${slowest} ms to answer (limit ${CALC_LIMIT_MS} ms)`);
+    await page.screenshot({ path: path.join(shotDir, "calculator-oom.png"), fullPage: true });
+  }
+  for (const [flags, capacity, says] of [
+    ["--model gpt3", "80GiB", "gpt3"],
+    ["--model gpt2 --nhead 5", "80GiB", "nhead"],
+    ["--model gpt2", "lots", "memory"],
+  ]) {
+    const got = await ask(flags, capacity, "", "");
+    if (!got.error || !got.error.includes(says) || got.error.includes("\n")) {
+      problem(rel, `${flags} with ${capacity}: expected a one-line error naming "${says}", got ${JSON.stringify(got)}`);
+    }
+  }
+  const after = await ask("--model gpt2 --layers 2 --batch 1", "80GiB", "", "");
+  if (!after.allocated) problem(rel, `after the bad requests the page does not answer: ${JSON.stringify(after)}`);
+  await page.evaluate(() => { document.getElementById("calc-form").elements.fit.checked = true; });
+  const fitted = await ask("--model gpt2 --batch 8", "80GiB", "32MiB", "");
+  const fitBatch = await page.locator("[data-fit-batch]").getAttribute("data-fit-batch").catch(() => null);
+  if (fitted.error || !(Number(fitBatch) > 8)) problem(rel, `the fit search gave ${fitBatch} (${JSON.stringify(fitted)})`);
+  await page.screenshot({ path: path.join(shotDir, "calculator-answer.png"), fullPage: true });
   await page.close();
 }
 

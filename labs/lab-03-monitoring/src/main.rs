@@ -197,9 +197,8 @@ fn run(args: Args) -> anyhow::Result<()> {
                 &[PathArg::new("FILE", &file)],
             )?;
             let (snap, _) = load(&file)?;
-            let device = snap.pick_device(gpu)?;
-            let digest = view::Digest::of(&snap, device);
-            let html = view::page(&digest, &file_name(&file));
+            let (html, digest) = view::page_of(&snap, &file_name(&file), gpu)?;
+            let device = digest.device;
             std::fs::write(&out, &html).with_context(|| format!("writing {}", out.display()))?;
             println!(
                 "wrote {} ({}, {} events of device {device})",

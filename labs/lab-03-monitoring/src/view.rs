@@ -316,6 +316,19 @@ pub fn thin(totals: &[u64], width: usize) -> Vec<usize> {
     kept
 }
 
+/// The page for device `gpu` (or the snapshot's one device) of `snapshot`, titled
+/// `title` (the snapshot's file name): what `lab-03 view` writes, and what the book's
+/// viewer makes of a file dropped on it. Its digest comes back too.
+pub fn page_of(
+    snapshot: &Snapshot,
+    title: &str,
+    gpu: Option<i64>,
+) -> Result<(String, Digest), labs_core::snapshot::SnapshotError> {
+    let device = snapshot.pick_device(gpu)?;
+    let digest = Digest::of(snapshot, device);
+    Ok((page(&digest, title), digest))
+}
+
 /// The page for `digest`, titled `title` (the snapshot's file name).
 pub fn page(digest: &Digest, title: &str) -> String {
     let data = digest.to_json(title).to_string();

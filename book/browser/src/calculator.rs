@@ -10,8 +10,7 @@
 //! [`Answer::command`] is the same dry run on the command line: its figures are the
 //! page's, to the byte.
 //!
-//! - [`answer`] and [`answer_json`]: the calculation, natively or in the browser;
-//! - `wasm`: the exports the page calls (WebAssembly only).
+//! [`answer`] and [`answer_json`] calculate, natively or in the browser.
 
 use anyhow::{bail, Context, Result};
 use labs_core::alloc::Config;
@@ -19,9 +18,6 @@ use labs_core::format::parse_bytes;
 use labs_core::Device;
 use labs_train::{DataParallel, TrainConfig, TrainReport};
 use serde::{Deserialize, Serialize};
-
-#[cfg(target_arch = "wasm32")]
-mod wasm;
 
 /// The largest micro-batch the fit search tries.
 pub const MAX_FIT_BATCH: usize = 4096;

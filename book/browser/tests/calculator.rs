@@ -2,7 +2,7 @@
 //! and turns every bad request into one line. (The page's WebAssembly build is held to
 //! `lab-10 --dry-run` itself by the book's browser test.)
 
-use labs_calculator::{answer, answer_json, Request};
+use labs_browser::calculator::{answer, answer_json, Request};
 use labs_core::Device;
 use labs_train::{parse_flags, TrainConfig};
 
@@ -78,9 +78,13 @@ fn the_fit_search_finds_lab_05s_batch() {
     target.set_gemm_workspace_bytes(32 << 20).unwrap();
     let mut config = parse_flags(base).unwrap();
     config.timeline = true;
-    let want =
-        lab_05::fit_train::predict(&target, capacity, &config, labs_calculator::MAX_FIT_BATCH)
-            .unwrap();
+    let want = lab_05::fit_train::predict(
+        &target,
+        capacity,
+        &config,
+        labs_browser::calculator::MAX_FIT_BATCH,
+    )
+    .unwrap();
     assert_eq!(fit.batch, want.search.batch);
     assert_eq!(fit.trials, want.search.trials);
     assert_eq!(fit.peak_reserved, Some(want.report.peak_reserved));
