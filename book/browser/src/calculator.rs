@@ -48,6 +48,9 @@ pub struct Request {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fit {
     pub batch: usize,
+    /// The smallest batch tried whose tensors this build cannot describe (one of 4 GiB
+    /// or more in the browser's 32-bit WebAssembly): `batch` is then a lower bound.
+    pub beyond_this_build: Option<usize>,
     /// Each batch tried, and whether it fitted, in order.
     pub trials: Vec<(usize, bool)>,
     /// The peaks at the batch found (none when not even a batch of 1 fits).
@@ -101,6 +104,14 @@ fn parse(req: &Request) -> Result<Parsed> {
         w => parse_bytes(w).map_err(|e| anyhow::anyhow!("the matrix products' workspace: {e}"))?,
     };
     let alloc = Config::parse(req.alloc_conf.trim()).context("the allocator's configuration")?;
+    if usize::BITS < 64 && alloc.expandable_segments {
+        bail!(
+            "the allocator's configuration: expandable segments reserve more address space \
+             than the browser's 32-bit WebAssembly can describe; the calculator runs fixed \
+             segments (PyTorch's defaults and their knobs), the command line (lab-10 --dry-run) \
+             runs every configuration"
+        );
+    }
     let data_parallel = match (args.nproc, args.ddp, args.zero1) {
         (None, false, false) => None,
         (Some(0), _, _) => bail!("--nproc: give at least 1 rank"),
@@ -169,6 +180,7 @@ fn command(req: &Request) -> String {
 /// The largest micro-batch of `p`'s configuration that fits, by lab-05's search.
 fn fit(p: &Parsed) -> Result<Fit> {
     let mut peaks = None;
+    let mut beyond: Option<usize> = None;
     let search = lab_05::finder::search(1, MAX_FIT_BATCH, |batch| {
         let config = TrainConfig {
             batch,
@@ -178,8 +190,14 @@ fn fit(p: &Parsed) -> Result<Fit> {
         if config.validate().is_err() {
             return Ok(false);
         }
-        let (report, _) = run(p, &config)?;
-        Ok::<_, anyhow::Error>(report.oom.is_none())
+        match run(p, &config) {
+            Ok((report, _)) => Ok::<_, anyhow::Error>(report.oom.is_none()),
+            Err(e) if beyond_this_build(&e) => {
+                beyond = Some(beyond.map_or(batch, |b| b.min(batch)));
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     })?;
     if search.batch > 0 {
         let (report, _) = run(
@@ -193,6 +211,7 @@ fn fit(p: &Parsed) -> Result<Fit> {
     }
     Ok(Fit {
         batch: search.batch,
+        beyond_this_build: beyond,
         trials: search.trials,
         peak_allocated: peaks.map(|p| p.0),
         peak_reserved: peaks.map(|p| p.1),
@@ -234,8 +253,22 @@ pub fn answer_json(request: &str) -> String {
     }
 }
 
+/// Whether `e` is a tensor too large for this build to describe: its bytes do not fit a
+/// `usize`, which in the browser's WebAssembly is 32 bits (natively, no device has such
+/// a tensor either).
+fn beyond_this_build(e: &anyhow::Error) -> bool {
+    usize::BITS < 64 && format!("{e:#}").contains("is too large")
+}
+
 /// An error and its causes on one line (clap's messages span several).
 fn one_line(e: &anyhow::Error) -> String {
+    if beyond_this_build(e) {
+        return format!(
+            "{}: a tensor of this configuration has 4 GiB or more, more than the browser's \
+             32-bit WebAssembly can describe; the command line (lab-10 --dry-run) has no such limit",
+            e.root_cause()
+        );
+    }
     let text = format!("{e:#}");
     let lines: Vec<&str> = text
         .lines()

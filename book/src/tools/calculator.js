@@ -179,9 +179,12 @@ function showAnswer(a, ms) {
       el(
         'p',
         { class: 'calc-fit', 'data-fit-batch': String(f.batch) },
-        f.batch > 0
-          ? `${f.batch} (peak reserved ${bytes(f.peak_reserved)}); tried: ${f.trials.map(([b, ok]) => `${b} ${ok ? 'fits' : 'does not'}`).join(', ')}.`
-          : 'Not even a micro-batch of 1: the model and its optimizer state alone need more.',
+        (f.batch > 0
+          ? `${f.beyond_this_build ? 'At least ' : ''}${f.batch} (peak reserved ${bytes(f.peak_reserved)}); tried: ${f.trials.map(([b, ok]) => `${b} ${ok ? 'fits' : 'does not'}`).join(', ')}.`
+          : 'Not even a micro-batch of 1: the model and its optimizer state alone need more.') +
+          (f.beyond_this_build
+            ? ` From a batch of ${f.beyond_this_build} on, a tensor has 4 GiB or more, more than the browser's 32-bit WebAssembly can describe: the command line searches further.`
+            : ''),
       ),
     );
   }
@@ -273,7 +276,7 @@ form.addEventListener('submit', (e) => {
 stopButton.addEventListener('click', () => stop('stopped'));
 form.addEventListener('change', (e) => {
   const name = e.target.name;
-  if (name === 'flags' || name === 'capacity' || name === 'workspace') return;
+  if (name === 'flags' || name === 'capacity' || name === 'workspace' || name === 'alloc') return;
   if (name === 'model') applyModel(field('model').value);
   if (name === 'preset') applyPreset();
   if (name === 'gpu') applyGpu();

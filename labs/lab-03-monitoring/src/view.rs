@@ -1,7 +1,8 @@
 //! `view`: one self-contained HTML page to explore a snapshot in a browser: the
 //! active-memory timeline (stacked by category where the snapshot records them), zoom
-//! and pan over the events, the allocations live at any moment, largest first, and
-//! markers for out-of-memory events and segments handed back to the driver.
+//! and pan over the events, the allocations live at any moment, largest first, with
+//! the stream and the whole stack of each, the segments and their blocks at a pinned
+//! moment, and markers for out-of-memory events and segments handed back to the driver.
 //!
 //! The snapshot is digested here, not in the page: the timeline comes from
 //! [`memory_timeline`] and the allocations from [`live_intervals`] (the same logic as
@@ -12,7 +13,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use labs_core::snapshot::{
-    live_intervals, memory_timeline, BlockState, Snapshot, TimelinePoint, TraceAction,
+    live_intervals, memory_timeline, BlockState, Frames, Snapshot, TimelinePoint, TraceAction,
 };
 use serde_json::{json, Value};
 
@@ -31,7 +32,10 @@ const LEVEL_FACTOR: usize = 4;
 pub const UNCATEGORISED: &str = "allocated";
 
 /// The version of the embedded JSON's layout.
-pub const FORMAT_VERSION: u64 = 1;
+pub const FORMAT_VERSION: u64 = 2;
+
+/// The most frames of one stack the page keeps (innermost first).
+pub const MAX_STACK_FRAMES: usize = 64;
 
 /// The page's template: `__VIEW_TITLE__` and `__VIEW_DATA__` are filled in.
 const TEMPLATE: &str = include_str!("view.html");
@@ -48,6 +52,23 @@ pub struct Allocation {
     pub band: usize,
     /// The innermost frame of the allocation's stack, as `plot` labels it.
     pub frame: Option<String>,
+    /// The stream and the whole stack of the `alloc` event (none for a block allocated
+    /// before the trace began).
+    pub stream: Option<u64>,
+    pub stack: Option<Frames>,
+}
+
+/// A segment (or an expandable segment's mapped range) and the points it existed at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentSpan {
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    /// Points `start..end` (`end` `None`: still there when the snapshot was taken).
+    pub start: usize,
+    pub end: Option<usize>,
+    /// A mapped range of an expandable segment (`segment_map`), not a whole segment.
+    pub mapped: bool,
 }
 
 /// A trace event the page marks on the timeline.
@@ -74,6 +95,8 @@ pub struct Digest {
     pub timeline: Vec<TimelinePoint>,
     /// Allocations in order of their first point.
     pub allocations: Vec<Allocation>,
+    /// Segments in order of their first point.
+    pub segments: Vec<SegmentSpan>,
     pub markers: Vec<Marker>,
 }
 
@@ -135,6 +158,11 @@ impl Digest {
             let band = name.map_or(last_band, |n| index[n]);
             delta[iv.start.min(points)][band] += iv.size as i128;
             delta[iv.end.min(points)][band] -= iv.size as i128;
+            let made = iv
+                .start
+                .checked_sub(1)
+                .and_then(|k| events.get(k))
+                .filter(|e| e.action == TraceAction::Alloc && e.addr == iv.addr);
             allocations.push(Allocation {
                 addr: iv.addr,
                 size: iv.size,
@@ -142,6 +170,10 @@ impl Digest {
                 end: (iv.end < points).then_some(iv.end),
                 band,
                 frame: iv.origin.clone(),
+                stream: made.map(|e| e.stream),
+                stack: made
+                    .filter(|e| !e.frames.is_empty())
+                    .map(|e| e.frames.clone()),
             });
         }
         let mut acc = vec![0i128; bands.len()];
@@ -184,6 +216,7 @@ impl Digest {
             per_band,
             timeline,
             allocations,
+            segments: segment_spans(snapshot, device, &events, points),
             markers,
         }
     }
@@ -249,8 +282,46 @@ impl Digest {
                 })),
             })
             .collect();
+        // Whole stacks, each a list of indices into the same table; equal stacks once.
+        let mut stacks: Vec<Vec<usize>> = Vec::new();
+        let mut stack_index: HashMap<Vec<usize>, usize> = HashMap::new();
+        let mut frame_text: HashMap<(&str, &str, u64), usize> = HashMap::new();
+        let mut texts: Vec<String> = Vec::new();
+        let stack_of: Vec<Value> = self
+            .allocations
+            .iter()
+            .map(|a| {
+                let Some(stack) = &a.stack else {
+                    return Value::Null;
+                };
+                let ids: Vec<usize> = stack
+                    .iter()
+                    .take(MAX_STACK_FRAMES)
+                    .map(|f| {
+                        let key = (f.name.as_str(), f.filename.as_str(), f.line);
+                        *frame_text.entry(key).or_insert_with(|| {
+                            texts.push(match (f.filename.as_str(), f.line) {
+                                ("" | "??", _) => f.name.clone(),
+                                (file, 0) => format!("{} ({file})", f.name),
+                                (file, line) => format!("{} ({file}:{line})", f.name),
+                            });
+                            texts.len() - 1
+                        })
+                    })
+                    .collect();
+                let next = stacks.len();
+                let i = *stack_index.entry(ids.clone()).or_insert(next);
+                if i == next {
+                    stacks.push(ids);
+                }
+                json!(i)
+            })
+            .collect();
         let column = |f: &dyn Fn(&Allocation) -> Value| -> Vec<Value> {
             self.allocations.iter().map(f).collect()
+        };
+        let segment_column = |f: &dyn Fn(&SegmentSpan) -> Value| -> Vec<Value> {
+            self.segments.iter().map(f).collect()
         };
         let (peak_event, peak_bytes) = self.peak();
         json!({
@@ -272,8 +343,20 @@ impl Digest {
                 "end": column(&|a| json!(a.end)),
                 "band": column(&|a| json!(a.band)),
                 "frame": frame_of,
+                "stream": column(&|a| json!(a.stream)),
+                "stack": stack_of,
             },
             "frames": frames,
+            "stacks": stacks,
+            "stack_frames": texts,
+            "segments": {
+                "addr": segment_column(&|g| json!(g.addr)),
+                "size": segment_column(&|g| json!(g.size)),
+                "stream": segment_column(&|g| json!(g.stream)),
+                "start": segment_column(&|g| json!(g.start)),
+                "end": segment_column(&|g| json!(g.end)),
+                "mapped": segment_column(&|g| json!(g.mapped)),
+            },
             "markers": self.markers.iter().map(|m| json!({
                 "event": m.event,
                 "kind": m.kind,
@@ -281,6 +364,79 @@ impl Digest {
             })).collect::<Vec<_>>(),
         })
     }
+}
+
+/// The segments of `device` over the trace: from `segment_alloc` to `segment_free`
+/// (and each mapped range of an expandable segment, from `segment_map` to
+/// `segment_unmap`); those of the final state that no event made were there from the
+/// start.
+fn segment_spans(
+    snapshot: &Snapshot,
+    device: i64,
+    events: &[&labs_core::snapshot::TraceEvent],
+    points: usize,
+) -> Vec<SegmentSpan> {
+    let mut open: HashMap<(u64, bool), SegmentSpan> = HashMap::new();
+    let mut spans = Vec::new();
+    let mut made_in_trace = std::collections::HashSet::new();
+    for (i, e) in events.iter().enumerate() {
+        let k = i + 1;
+        let (mapped, opens) = match e.action {
+            TraceAction::SegmentAlloc => (false, true),
+            TraceAction::SegmentMap => (true, true),
+            TraceAction::SegmentFree => (false, false),
+            TraceAction::SegmentUnmap => (true, false),
+            _ => continue,
+        };
+        if opens {
+            made_in_trace.insert(e.addr);
+            let span = SegmentSpan {
+                addr: e.addr,
+                size: e.size,
+                stream: e.stream,
+                start: k,
+                end: None,
+                mapped,
+            };
+            if let Some(mut old) = open.insert((e.addr, mapped), span) {
+                old.end = Some(k);
+                spans.push(old);
+            }
+        } else {
+            let mut span = open.remove(&(e.addr, mapped)).unwrap_or(SegmentSpan {
+                addr: e.addr,
+                size: e.size,
+                stream: e.stream,
+                start: 0,
+                end: None,
+                mapped,
+            });
+            span.end = Some(k);
+            spans.push(span);
+        }
+    }
+    spans.extend(open.into_values());
+    for g in snapshot.segments.iter().filter(|g| g.device == device) {
+        let covered = made_in_trace.contains(&g.address)
+            || spans
+                .iter()
+                .any(|s| s.start == 0 && s.addr == g.address && !s.mapped);
+        if !covered && !g.is_expandable {
+            spans.push(SegmentSpan {
+                addr: g.address,
+                size: g.total_size,
+                stream: g.stream,
+                start: 0,
+                end: None,
+                mapped: false,
+            });
+        }
+    }
+    for s in &mut spans {
+        s.end = s.end.filter(|&e| e < points);
+    }
+    spans.sort_by_key(|s| (s.start, s.addr));
+    spans
 }
 
 /// The points of `totals` to keep with buckets of `width` points: in each bucket the

@@ -168,3 +168,69 @@ fn bad_input_is_a_one_line_error_and_no_page() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn the_page_knows_each_allocations_stack_and_the_segments_at_every_moment() {
+    let dir = scratch("segments");
+    let page = dir.join("mlp.html");
+    let out = lab(&["view", p(&mlp_path()), "-o", p(&page)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let html = std::fs::read_to_string(&page).unwrap();
+    let data: serde_json::Value = serde_json::from_str(between(
+        &html,
+        r#"<script type="application/json" id="data">"#,
+    ))
+    .unwrap();
+    let (snap, _) = labs_core::snapshot::load_file(mlp_path()).unwrap();
+
+    // Every allocation made in the trace has its alloc event's stream and whole stack.
+    let allocs = &data["allocations"];
+    let n = allocs["size"].as_array().unwrap().len();
+    let stacks = data["stacks"].as_array().unwrap();
+    let texts = data["stack_frames"].as_array().unwrap();
+    let trace: Vec<_> = snap.trace.iter().filter(|e| e.device == 0).collect();
+    let mut with_stack = 0;
+    for i in 0..n {
+        let start = allocs["start"][i].as_u64().unwrap() as usize;
+        if start == 0 {
+            continue;
+        }
+        let event = trace[start - 1];
+        assert_eq!(allocs["stream"][i].as_u64(), Some(event.stream));
+        let stack = &stacks[allocs["stack"][i].as_u64().unwrap() as usize];
+        let frames = stack.as_array().unwrap();
+        assert_eq!(frames.len(), event.frames.len().min(64));
+        let first = texts[frames[0].as_u64().unwrap() as usize]
+            .as_str()
+            .unwrap();
+        assert!(first.starts_with(&event.frames[0].name), "{first}");
+        with_stack += 1;
+    }
+    assert!(with_stack > 50, "{with_stack}");
+
+    // At the last point, the segments live are the snapshot's own segments.
+    let segs = &data["segments"];
+    let last = data["points"].as_u64().unwrap() - 1;
+    let mut live: Vec<(u64, u64)> = (0..segs["addr"].as_array().unwrap().len())
+        .filter(|&g| {
+            segs["start"][g].as_u64().unwrap() <= last
+                && segs["end"][g].as_u64().is_none_or(|e| e > last)
+        })
+        .map(|g| {
+            (
+                segs["addr"][g].as_u64().unwrap(),
+                segs["size"][g].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let mut want: Vec<(u64, u64)> = snap
+        .segments
+        .iter()
+        .map(|g| (g.address, g.total_size))
+        .collect();
+    live.sort();
+    want.sort();
+    assert!(!want.is_empty());
+    assert_eq!(live, want);
+    std::fs::remove_dir_all(dir).unwrap();
+}
