@@ -326,6 +326,7 @@ gpu)
   whole lab-10/compare-gpt2-bf16-gpu "lab-03 compare gpt2-bf16-cuda.json gpt2-bf16-pytorch.pickle"
   whole lab-10/compare-tutorial-gpu "lab-03 compare tutorial-cuda.json tutorial-pytorch.pickle"
   whole lab-10/compare-dry-gpu "lab-03 compare gpt2-bf16-dry.json gpt2-bf16-cuda.json"
+  whole lab-10/tutorial-summary-gpu "lab-03 summary tutorial-cuda.json"
   whole lab-10/steady-gpu \
     "lab-10 train --device cuda --json --steps 8" \
     "lab-10 train --device cuda --json --steps 8 --conf preset:labs" \
@@ -362,6 +363,11 @@ gpu)
     cp "$logs"/lab-03-demo/*.svg book/src/figures/lab-03/demo-gpu/
     echo "copied the demo's pictures to book/src/figures/lab-03/demo-gpu"
   fi
+  if [ -f "$logs/tutorial-cuda-view.html" ]; then
+    mkdir -p book/src/figures/lab-10
+    cp "$logs/tutorial-cuda-view.html" book/src/figures/lab-10/tutorial-view.html
+    echo "copied the tutorial run's snapshot viewer to book/src/figures/lab-10/tutorial-view.html"
+  fi
   if [ -d "$logs/lab-10-pictures" ]; then
     mkdir -p book/src/figures/lab-10
     cp "$logs"/lab-10-pictures/*.svg book/src/figures/lab-10/
@@ -387,7 +393,7 @@ multi)
   parts lab-04 "lab-04 --device cuda" "${LAB04_PARTS[@]}"
   whole lab-04/collectives-gpu "lab-04 --device cuda collectives --pytorch pytorch-collectives.json"
   whole lab-04/ddp-gpu "lab-04 --device cuda ddp"
-  script lab-04/scaling-gpu "python3 {ci}/data-parallel-scaling.py --ours lab-10-gpt2-b8-1gpu.json lab-10-gpt2-b8-ddp2.json --pytorch pytorch-gpt2-b8-1gpu.json pytorch-gpt2-b8-ddp2.json"
+  script lab-04/scaling-gpu "python3 {ci}/data-parallel-scaling.py --ours lab-10-gpt2-b8-1gpu.json lab-10-gpt2-b8-ddp.json --pytorch pytorch-gpt2-b8-1gpu.json pytorch-gpt2-b8-ddp.json"
   ;;
 sim)
   [ $# -le 2 ] || { echo "usage: $0 sim [LAB]" >&2; exit 2; }

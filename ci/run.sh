@@ -120,8 +120,8 @@ fi
 # Runs the lines of commands.txt for one part: those without a prefix for `commands`,
 # those that start with "multi: " for `multi`. A line's program is the bundle's bin/NAME,
 # else one on the PATH (torchrun, python3); `{ci}` stands for the bundle's ci/ folder,
-# and a last word `>FILE` also writes the command's standard output to FILE in the logs
-# folder (a JSON a later line reads).
+# `{gpus}` for the number of GPUs, and a last word `>FILE` also writes the command's
+# standard output to FILE in the logs folder (a JSON a later line reads).
 run_commands() {
   local want=$1 line bin args out log
   while read -r line; do
@@ -135,6 +135,8 @@ run_commands() {
     bin=${line%% *}
     args=${line#"$bin"}
     args=${args//\{data\}/$here/data}
+    # `{gpus}`: the machine's GPU count (the multi part's ranks: every GPU).
+    args=${args//\{gpus\}/${gpus:-1}}
     # `--pytorch {ci}/pytorch-train.py`: PyTorch's twin run by the lab itself, or nothing
     # where python3 has no torch with CUDA (the lab then prints its own figures alone).
     if [ "$has_torch" = yes ]; then

@@ -384,7 +384,10 @@ for (const rel of pages) {
 // The snapshot viewers (lab-03 view) the book embeds: each page loads, draws, and
 // shows the peak that lab-03 summary reports for the same snapshot (its output file),
 // and a hover on the timeline lists the allocations live at that moment.
-const VIEWERS = [["figures/lab-03/mlp-adam/view.html", "outputs/lab-03/summary-mlp.txt"]];
+const VIEWERS = [
+  ["figures/lab-03/mlp-adam/view.html", "outputs/lab-03/summary-mlp.txt"],
+  ["figures/lab-10/tutorial-view.html", "outputs/lab-10/tutorial-summary-gpu.txt"],
+];
 for (const [rel, summaryFile] of VIEWERS) {
   const page = await context.newPage();
   await page.goto(`${origin}/${rel}`, { waitUntil: "load" });

@@ -24,7 +24,7 @@ const MODELS = {
 
 // The GPU's memory as cudaMemGetInfo reports it, and cuBLAS's workspace there.
 const GPUS = {
-  'NVIDIA H100 80GB HBM3': { capacity: '85029158912', workspace: '32MiB' },
+  'NVIDIA H100 80GB HBM3': { capacity: '85017493504', workspace: '32MiB' },
   'A GPU of 24 GiB': { capacity: '24GiB', workspace: '' },
   'A GPU of 48 GiB': { capacity: '48GiB', workspace: '' },
   'Another size': null,

@@ -126,7 +126,14 @@ fn peer_access_covers_mappings_made_before_during_and_after_it() {
 
 #[test]
 fn granting_access_is_refused_to_the_device_itself_and_to_other_kinds() {
-    let d = test_device();
+    // The device under test without making its allocator (as test_device() does): the
+    // other test, running beside this one, configures the allocators of the same GPUs,
+    // which must come before their first allocation.
+    let id: DeviceId = match std::env::var("LABS_DEVICE") {
+        Ok(v) if !v.trim().is_empty() => v.parse().unwrap(),
+        _ => DeviceId::Sim(0),
+    };
+    let d = Device::get(id).unwrap();
     for peer in [d.clone(), Device::cpu()] {
         let err = d.grant_peer_access(&peer).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
