@@ -15,7 +15,7 @@ use labs_core::{DType, Device, DeviceId, Error, Tensor};
 /// (`preset:labs`): memory mapped with the virtual memory API, whose access is what
 /// this file tests.
 fn pair() -> Option<(Device, Device)> {
-    let (a, b) = match test_device().id() {
+    let (a, b) = match id_under_test() {
         DeviceId::Cuda(_) => {
             if device_count(DeviceKind::Cuda).unwrap() < 2 {
                 return None;
@@ -30,6 +30,16 @@ fn pair() -> Option<(Device, Device)> {
         d.configure_allocator(Config::labs()).unwrap();
     }
     Some((a, b))
+}
+
+/// The device under test (`LABS_DEVICE`, else `sim:0`), named without opening it:
+/// `test_device()` makes the device's allocator, and this file's GPUs must have theirs
+/// configured before their first allocation.
+fn id_under_test() -> DeviceId {
+    match std::env::var("LABS_DEVICE") {
+        Ok(v) if !v.trim().is_empty() => v.parse().unwrap(),
+        _ => DeviceId::Sim(0),
+    }
 }
 
 /// Whether `device` may use the memory of tensor `t` (first and last byte).
@@ -126,14 +136,7 @@ fn peer_access_covers_mappings_made_before_during_and_after_it() {
 
 #[test]
 fn granting_access_is_refused_to_the_device_itself_and_to_other_kinds() {
-    // The device under test without making its allocator (as test_device() does): the
-    // other test, running beside this one, configures the allocators of the same GPUs,
-    // which must come before their first allocation.
-    let id: DeviceId = match std::env::var("LABS_DEVICE") {
-        Ok(v) if !v.trim().is_empty() => v.parse().unwrap(),
-        _ => DeviceId::Sim(0),
-    };
-    let d = Device::get(id).unwrap();
+    let d = Device::get(id_under_test()).unwrap();
     for peer in [d.clone(), Device::cpu()] {
         let err = d.grant_peer_access(&peer).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
