@@ -56,6 +56,8 @@ pub struct Allocation {
     /// before the trace began).
     pub stream: Option<u64>,
     pub stack: Option<Frames>,
+    /// The autograd op that saved the block for backward (the labs' snapshots).
+    pub op: Option<String>,
 }
 
 /// A segment (or an expandable segment's mapped range) and the points it existed at.
@@ -174,6 +176,7 @@ impl Digest {
                 stack: made
                     .filter(|e| !e.frames.is_empty())
                     .map(|e| e.frames.clone()),
+                op: made.and_then(|e| e.saved_by.clone()),
             });
         }
         let mut acc = vec![0i128; bands.len()];
@@ -317,6 +320,20 @@ impl Digest {
                 json!(i)
             })
             .collect();
+        // The ops that saved blocks for backward, each once.
+        let mut ops: Vec<&str> = Vec::new();
+        let mut op_index: HashMap<&str, usize> = HashMap::new();
+        let op_of: Vec<Value> = self
+            .allocations
+            .iter()
+            .map(|a| match a.op.as_deref() {
+                None => Value::Null,
+                Some(o) => json!(*op_index.entry(o).or_insert_with(|| {
+                    ops.push(o);
+                    ops.len() - 1
+                })),
+            })
+            .collect();
         let column = |f: &dyn Fn(&Allocation) -> Value| -> Vec<Value> {
             self.allocations.iter().map(f).collect()
         };
@@ -345,7 +362,9 @@ impl Digest {
                 "frame": frame_of,
                 "stream": column(&|a| json!(a.stream)),
                 "stack": stack_of,
+                "op": op_of,
             },
+            "ops": ops,
             "frames": frames,
             "stacks": stacks,
             "stack_frames": texts,
@@ -608,6 +627,29 @@ mod tests {
         let act = &d.allocations[1];
         assert_eq!((act.start, act.end, act.band), (2, Some(4), 0));
         assert_eq!(d.allocations[0].end, None, "live at the end");
+    }
+
+    #[test]
+    fn an_allocation_keeps_its_stream_and_the_op_that_saved_it() {
+        let mut saved = event(TraceAction::Alloc, 0x100, 1000, Some("activation"));
+        saved.stream = 7;
+        saved.saved_by = Some("MmBackward".into());
+        let trace = vec![
+            saved,
+            event(TraceAction::Alloc, 0x200, 300, Some("temporary")),
+        ];
+        let snap = Snapshot {
+            trace,
+            ..Snapshot::default()
+        };
+        let d = Digest::of(&snap, 0);
+        assert_eq!(d.allocations[0].stream, Some(7));
+        assert_eq!(d.allocations[0].op.as_deref(), Some("MmBackward"));
+        assert_eq!(d.allocations[1].op, None);
+        let json = d.to_json("t");
+        assert_eq!(json["ops"], serde_json::json!(["MmBackward"]));
+        assert_eq!(json["allocations"]["op"], serde_json::json!([0, null]));
+        assert_eq!(json["allocations"]["stream"], serde_json::json!([7, 0]));
     }
 
     #[test]
