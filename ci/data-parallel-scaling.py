@@ -6,6 +6,12 @@ second: world size x batch x accum over the median step), the scaling efficiency
 of each rank.
 
   python3 ci/data-parallel-scaling.py --ours one.json ddp.json --pytorch one.json ddp.json
+  python3 ci/data-parallel-scaling.py --ours one.json ddp.json zero1.json zero2.json \
+      --pytorch one.json ddp.json fsdp.json
+
+After the one-GPU file come any number of runs on N GPUs, a row each, named by how the
+ranks shared the work (DDP, ZeRO-1, ZeRO-2; PyTorch's FSDP with SHARD_GRAD_OP for
+`--zero2`).
 
 A file may hold other lines around the JSON object (a launcher's notes): the first line
 that parses as an object is the report."""
@@ -42,29 +48,47 @@ def peaks(r):
     return ", ".join(f"{x['peak_allocated'] / MIB:.0f}" for x in ranks)
 
 
-def rows(name, one, many):
-    t1, tn = throughput(one), throughput(many)
-    n = many.get("world_size", 1)
-    eff = None if t1 is None or tn is None else tn / (n * t1)
+def how(r, pytorch):
+    """How the ranks of a run shared the work, as the table names it."""
+    if pytorch:
+        return "FSDP SHARD_GRAD_OP" if r["config"].get("zero2") else "DDP"
+    return {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2"}.get(r.get("data_parallel"), "DDP")
+
+
+def rows(name, one, manys, pytorch=False):
+    t1 = throughput(one)
     fmt = lambda x, spec: "-" if x is None else format(x, spec)
-    return [
-        f"| {name} | 1 | {fmt(one.get('step_ms'), '.1f')} | {fmt(t1, '.1f')} | | {peaks(one)} |",
-        f"| {name} | {n} | {fmt(many.get('step_ms'), '.1f')} | {fmt(tn, '.1f')} | "
-        f"{fmt(None if eff is None else 100 * eff, '.1f')}% | {peaks(many)} |",
-    ]
+    out = [f"| {name} | 1 | {fmt(one.get('step_ms'), '.1f')} | {fmt(t1, '.1f')} | | {peaks(one)} |"]
+    for many in manys:
+        tn = throughput(many)
+        n = many.get("world_size", 1)
+        eff = None if t1 is None or tn is None else tn / (n * t1)
+        out.append(
+            f"| {name} {how(many, pytorch)} | {n} | {fmt(many.get('step_ms'), '.1f')} | {fmt(tn, '.1f')} | "
+            f"{fmt(None if eff is None else 100 * eff, '.1f')}% | {peaks(many)} |")
+    return out
+
+
+def files(p, flag, paths):
+    if len(paths) < 2:
+        p.error(f"{flag}: give the one-GPU run and at least one run on several GPUs")
+    return [report(x) for x in paths]
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ours", nargs=2, metavar=("ONE", "MANY"), required=True)
-    p.add_argument("--pytorch", nargs=2, metavar=("ONE", "MANY"))
+    p.add_argument("--ours", nargs="+", metavar="FILE", required=True,
+                   help="the one-GPU run, then runs on several GPUs")
+    p.add_argument("--pytorch", nargs="+", metavar="FILE")
     a = p.parse_args()
+    ours = files(p, "--ours", a.ours)
+    theirs = files(p, "--pytorch", a.pytorch) if a.pytorch else None
     print("| driver | GPUs | step (ms) | samples/s | scaling efficiency | peak allocated per rank (MiB) |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for line in rows("labs", *map(report, a.ours)):
+    for line in rows("labs", ours[0], ours[1:]):
         print(line)
-    if a.pytorch:
-        for line in rows("PyTorch", *map(report, a.pytorch)):
+    if theirs:
+        for line in rows("PyTorch", theirs[0], theirs[1:], pytorch=True):
             print(line)
 
 

@@ -46,7 +46,10 @@ dumps PyTorch's snapshot pickle at the end (or at an out-of-memory error), which
 Launched by torchrun (WORLD_SIZE > 1) it trains data-parallel: one process per GPU, the
 model in DistributedDataParallel(bucket_cap_mb=25), the same initial weights everywhere
 and data seeded `seed + rank`, `--accum` with no_sync() on all but the last micro-batch;
-rank 0 prints, with every rank's peaks and step time under "ranks"."""
+rank 0 prints, with every rank's peaks and step time under "ranks". With `--zero2` the
+model is in FullyShardedDataParallel(sharding_strategy=SHARD_GRAD_OP) instead: gradients
+and optimizer state sharded across the ranks (ZeRO stage 2; the parameters are gathered
+for forward and kept until backward ends), the twin of `lab-10 train --zero2`."""
 
 import argparse
 import contextlib
@@ -143,6 +146,8 @@ def parser():
     p.add_argument("--warmup", type=non_negative_int, default=1,
                    help="steps left out of step_ms")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--zero2", action="store_true",
+                   help="under torchrun: FSDP with SHARD_GRAD_OP (ZeRO stage 2) instead of DDP")
     p.add_argument("--snapshot", metavar="FILE",
                    help="record the allocator's history from before the model is built "
                         "(torch.cuda.memory._record_memory_history, Python stacks) and "
@@ -204,7 +209,7 @@ def parse_config(argv, world_size=1):
                offload_share=a.offload_share,
                attention=a.attention, amp=a.amp, optimizer=a.optimizer, lr=a.lr,
                seed=a.seed, warmup=a.warmup, device=a.device, json=a.json,
-               snapshot=a.snapshot, alloc_conf=a.conf)
+               snapshot=a.snapshot, alloc_conf=a.conf, zero2=a.zero2)
     return cfg
 
 
@@ -565,12 +570,20 @@ class Run:
         torch.manual_seed(cfg["seed"])  # the same initial weights on every rank
         self.model, self.params = build_model(cfg, device)
         self.ddp = None
-        if world_size > 1:
+        if world_size > 1 and cfg["zero2"]:
+            # ANCHOR: fsdp_wrap
+            from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+            self.ddp = FullyShardedDataParallel(
+                self.model, device_id=device,
+                sharding_strategy=ShardingStrategy.SHARD_GRAD_OP)
+            # ANCHOR_END: fsdp_wrap
+        elif world_size > 1:
             # ANCHOR: ddp_wrap
             self.ddp = DistributedDataParallel(self.model, device_ids=[device.index],
                                                bucket_cap_mb=25)
             # ANCHOR_END: ddp_wrap
-        self.optimizer = build_optimizer(cfg, self.model)
+        # Over the wrapper's parameters: FSDP's are its flat shards.
+        self.optimizer = build_optimizer(cfg, self.model if self.ddp is None else self.ddp)
         self.scaler = torch.amp.GradScaler("cuda") if cfg["amp"] == "f16" else None
         generator = torch.Generator(device=device)
         generator.manual_seed(cfg["seed"] + rank)

@@ -27,7 +27,7 @@ pub const MAX_FIT_BATCH: usize = 4096;
 #[serde(deny_unknown_fields)]
 pub struct Request {
     /// `lab-10 train`'s flags (`--model gpt2 --batch 8 --amp bf16 …`; `--nproc N` with
-    /// `--ddp` or `--zero1` for data parallelism).
+    /// `--ddp`, `--zero1` or `--zero2` for data parallelism).
     pub flags: String,
     /// The GPU's memory (`--capacity`), e.g. `80GiB`.
     pub capacity: String,
@@ -112,17 +112,10 @@ fn parse(req: &Request) -> Result<Parsed> {
              runs every configuration"
         );
     }
-    let data_parallel = match (args.nproc, args.ddp, args.zero1) {
-        (None, false, false) => None,
-        (Some(0), _, _) => bail!("--nproc: give at least 1 rank"),
-        (n, _, zero1) => Some((
-            n.unwrap_or(1),
-            if zero1 {
-                DataParallel::Zero1
-            } else {
-                DataParallel::Ddp
-            },
-        )),
+    let data_parallel = match args.nproc {
+        Some(0) => bail!("--nproc: give at least 1 rank"),
+        n if args.data_parallel() => Some((n.unwrap_or(1), args.how())),
+        _ => None,
     };
     let mut config = args.config();
     config.timeline = true;

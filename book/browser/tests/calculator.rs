@@ -112,6 +112,18 @@ fn data_parallel_runs_are_rank_0s() {
         a.report.by_category,
         one.report.by_category
     );
+    // ZeRO-2 shards the gradients too.
+    let z2 = answer(&request(
+        "--model gpt2 --layers 2 --batch 2 --nproc 4 --zero2",
+    ))
+    .unwrap();
+    assert_eq!(z2.report.data_parallel.as_deref(), Some("zero2"));
+    let grads = |r: &labs_train::TrainReport| r.by_category.get("gradient").copied().unwrap_or(0);
+    assert!(
+        grads(&z2.report) < grads(&a.report),
+        "{:?}",
+        z2.report.by_category
+    );
 }
 
 #[test]

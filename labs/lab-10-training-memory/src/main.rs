@@ -7,7 +7,7 @@
 //! activation category (and the GPU's, with `--device cuda`).
 //!
 //! `train --nproc N` trains data-parallel, one rank per device (DDP, or ZeRO-1 with
-//! `--zero1`): on GPUs this program relaunches itself as N processes through
+//! `--zero1`, ZeRO-2 with `--zero2`): on GPUs this program relaunches itself as N processes through
 //! `dist::launch` (a process that finds `WORLD_SIZE` set is one rank of such a job, as
 //! under `torchrun`); on simulated or dry-run GPUs the ranks are threads.
 
@@ -22,7 +22,7 @@ use labs_core::format::parse_bytes;
 use labs_core::{Device, DeviceId};
 
 use lab_10::experiments::{self, configs, pytorch::PyTorchSource, Options};
-use labs_train::{data_parallel, snapshot, DataParallel, TrainArgs};
+use labs_train::{data_parallel, snapshot, TrainArgs};
 
 #[derive(Parser)]
 #[command(name = "lab-10", about = "Chapter 10: training memory")]
@@ -218,7 +218,7 @@ fn run(cli: Cli) -> Result<()> {
     let launched = std::env::var("WORLD_SIZE").is_ok_and(|w| !w.trim().is_empty());
     // Before the run: a bad path fails now, not after the training it would record. A
     // data-parallel run writes its snapshots as FILE.rankN (rank 0's stands for all).
-    let data_parallel = launched || args.nproc.is_some() || args.ddp || args.zero1;
+    let data_parallel = launched || args.data_parallel();
     let snapshot_file = (args.snapshot.as_deref()).map(|p| match data_parallel {
         true => snapshot::rank_path(p, 0),
         false => p.to_path_buf(),
@@ -241,11 +241,7 @@ fn run(cli: Cli) -> Result<()> {
     }
     let show = !args.json && std::io::stderr().is_terminal();
     let bar = progress(config.steps, show);
-    let how = if args.zero1 {
-        DataParallel::Zero1
-    } else {
-        DataParallel::Ddp
-    };
+    let how = args.how();
     if args.profile {
         labs_core::device::profile::start();
     }
@@ -263,7 +259,7 @@ fn run(cli: Cli) -> Result<()> {
             return Ok(()); // rank 0 reports
         };
         report
-    } else if args.nproc.is_some() || args.ddp || args.zero1 {
+    } else if args.data_parallel() {
         let nproc = args.nproc.unwrap_or(1);
         if device.is_cuda() {
             return relaunch(nproc);

@@ -2,7 +2,8 @@
 //! on two and three simulated GPUs, one thread per rank, whatever the device under
 //! test: the averaged gradients and the parameters after a step equal one device's
 //! training on the concatenated batch; the buckets and the order of their all-reduces;
-//! `no_sync`; ZeRO-1 against DDP with Adam, and its optimizer state per rank. Under
+//! `no_sync`; ZeRO-1 and ZeRO-2 against DDP with Adam, with micro-batches, and the
+//! optimizer state and gradients each keeps per rank. Under
 //! `LABS_DEVICE=cuda`, DDP with a world of one GPU through NCCL as well.
 
 use std::sync::Arc;
@@ -13,7 +14,8 @@ use labs_device::device::set_sim_device_count;
 use labs_device::testing::test_device;
 use labs_device::{Device, DeviceId};
 use labs_dist::dist::{
-    self, Communicator, DdpEvent, DdpOptions, DistributedDataParallel, ZeroRedundancyOptimizer,
+    self, Communicator, DdpEvent, DdpOptions, DistributedDataParallel, ShardedGradientOptimizer,
+    ZeroRedundancyOptimizer,
 };
 use labs_nn::nn::{Activation, Mlp, Module, Rng, TransformerConfig, TransformerEncoderLayer};
 use labs_nn::optim::{Adam, Optimizer, Sgd};
@@ -22,7 +24,7 @@ use labs_tensor::Tensor;
 /// Simulated GPUs `first..first + n`: each test its own, so that their memory is
 /// measured apart while tests run in parallel.
 fn sims(first: usize, n: usize) -> Vec<Device> {
-    set_sim_device_count(64).unwrap();
+    set_sim_device_count(96).unwrap();
     (first..first + n)
         .map(|i| Device::get(DeviceId::Sim(i)).unwrap())
         .collect()
@@ -393,69 +395,123 @@ fn parameters_ddp_cannot_reduce_are_refused() {
     assert!(DistributedDataParallel::new(vec![("i".into(), ints)], comm).is_err());
 }
 
-/// Three steps of Adam on `devices`, from rank 0's parameters: DDP with a replicated
-/// Adam, or ZeRO-1. Each rank's parameters and its optimizer state's bytes.
-fn adam_steps(devices: &[Device], zero: bool) -> Vec<(Values, u64)> {
+/// How the ranks of [`adam_steps`] share the work.
+#[derive(Clone, Copy, PartialEq)]
+enum Stage {
+    Ddp,
+    Zero1,
+    Zero2,
+}
+
+/// What a rank of [`adam_steps`] ends with: its parameters, and the bytes of its
+/// optimizer state and of its gradients after the last step.
+struct Ended {
+    params: Values,
+    state: u64,
+    gradients: u64,
+}
+
+/// Three steps of Adam on `devices`, from rank 0's parameters, each step `micro`
+/// micro-batches: DDP with a replicated Adam, ZeRO-1 or ZeRO-2.
+fn adam_steps(devices: &[Device], stage: Stage, micro: usize) -> Vec<Ended> {
     on_ranks(devices, |comm| {
         let (rank, device) = (comm.rank(), comm.device().clone());
         let model = Mlp::new(&[64, 96, 48], &mut Rng::seeded(rank as u64), &device).unwrap();
         let params = model.parameters();
-        let ddp;
-        let mut opt: Box<dyn Optimizer> = if zero {
-            ddp = None;
-            Box::new(
-                ZeroRedundancyOptimizer::new(params.clone(), comm, |shard| {
-                    Box::new(Adam::new(shard, 1e-2))
-                })
-                .unwrap(),
-            )
-        } else {
-            ddp = Some(DistributedDataParallel::new(model.named_parameters(), comm).unwrap());
-            Box::new(Adam::new(params.clone(), 1e-2))
+        let mut ddp = None;
+        let adam = |shard| -> Box<dyn Optimizer + Send> { Box::new(Adam::new(shard, 1e-2)) };
+        let mut opt: Box<dyn Optimizer> = match stage {
+            Stage::Ddp => {
+                ddp = Some(DistributedDataParallel::new(model.named_parameters(), comm).unwrap());
+                Box::new(Adam::new(params.clone(), 1e-2))
+            }
+            Stage::Zero1 => {
+                Box::new(ZeroRedundancyOptimizer::new(params.clone(), comm, adam).unwrap())
+            }
+            Stage::Zero2 => {
+                Box::new(ShardedGradientOptimizer::new(params.clone(), comm, adam).unwrap())
+            }
         };
         for step in 0..3 {
-            let seed = 77 + 10 * step + rank as u64;
-            let x = Tensor::from_slice(&data(seed, 5, 64), &[5, 64], &device).unwrap();
-            let y = Tensor::from_slice(&data(seed + 1, 5, 48), &[5, 48], &device).unwrap();
-            model
-                .forward(&x)
-                .unwrap()
-                .mse_loss(&y)
-                .unwrap()
-                .backward()
-                .unwrap();
-            if let Some(ddp) = &ddp {
-                ddp.finish().unwrap();
+            for m in 0..micro {
+                let seed = 77 + 10 * step + 100 * m as u64 + rank as u64;
+                let x = Tensor::from_slice(&data(seed, 5, 64), &[5, 64], &device).unwrap();
+                let y = Tensor::from_slice(&data(seed + 1, 5, 48), &[5, 48], &device).unwrap();
+                model
+                    .forward(&x)
+                    .unwrap()
+                    .mse_loss(&y)
+                    .unwrap()
+                    .backward()
+                    .unwrap();
+                if let Some(ddp) = &ddp {
+                    ddp.finish().unwrap();
+                }
             }
             opt.step().unwrap();
             opt.zero_grad(true).unwrap();
         }
-        let state = device.allocator().unwrap().memory_by_category()
-            [Category::OptimizerState.index()]
-        .1
-        .current;
-        (params_of(&params), state)
+        let by = device.allocator().unwrap().memory_by_category();
+        Ended {
+            params: params_of(&params),
+            state: by[Category::OptimizerState.index()].1.current,
+            gradients: by[Category::Gradient.index()].1.current,
+        }
     })
 }
 
 #[test]
 fn zero1_equals_ddp_with_adam_with_a_share_of_the_state() {
     for (world, first) in [(2, 21), (3, 25)] {
-        let ddp = adam_steps(&sims(first, world), false);
-        let zero = adam_steps(&sims(first + 30, world), true);
+        let ddp = adam_steps(&sims(first, world), Stage::Ddp, 1);
+        let zero = adam_steps(&sims(first + 30, world), Stage::Zero1, 1);
         let elements: usize = 64 * 96 + 96 + 96 * 48 + 48;
         for rank in 0..world {
             // The same averaged gradients (both collectives combine in float64 and
             // round once) and the same element-wise update: equal bit for bit.
-            assert_eq!(zero[rank].0, ddp[rank].0, "world {world}, rank {rank}");
-            assert_eq!(zero[rank].0, zero[0].0, "replicas agree");
+            assert_eq!(
+                zero[rank].params, ddp[rank].params,
+                "world {world}, rank {rank}"
+            );
+            assert_eq!(zero[rank].params, zero[0].params, "replicas agree");
             // Adam's two float32 moments: of every element under DDP, of a shard of
             // ceil(elements / world) under ZeRO-1 (each tensor rounded to 512 bytes).
-            let (ddp_state, zero_state) = (ddp[rank].1, zero[rank].1);
+            let (ddp_state, zero_state) = (ddp[rank].state, zero[rank].state);
             assert!(ddp_state >= (2 * 4 * elements) as u64);
             let shard = elements.div_ceil(world);
             assert_eq!(zero_state, 2 * (4 * shard as u64).div_ceil(512) * 512);
             assert!(zero_state * world as u64 <= ddp_state + 2 * 512 * world as u64);
+        }
+    }
+}
+
+#[test]
+fn zero2_equals_ddp_with_a_share_of_the_gradients_and_of_the_state() {
+    let elements: usize = 64 * 96 + 96 + 96 * 48 + 48;
+    for (world, micro, first) in [(2, 1, 60), (3, 1, 64), (2, 3, 70)] {
+        let ddp = adam_steps(&sims(first, world), Stage::Ddp, micro);
+        let zero = adam_steps(&sims(first + 10, world), Stage::Zero2, micro);
+        for rank in 0..world {
+            let what = format!("world {world}, {micro} micro-batches, rank {rank}");
+            // The same averaged gradients, summed over the micro-batches in the same
+            // order, and the same element-wise update.
+            assert_each_close(&what, &zero[rank].params, &ddp[rank].params, 1e-6);
+            assert_eq!(zero[rank].params, zero[0].params, "{what}: replicas agree");
+            // DDP keeps a bucket per gradient between steps; ZeRO-2 the rank's chunk of
+            // every bucket (each padded to a multiple of the world), no more.
+            let (ddp_grads, zero_grads) = (ddp[rank].gradients, zero[rank].gradients);
+            assert!(ddp_grads >= (4 * elements) as u64, "{what}: {ddp_grads}");
+            let shard = 4 * elements.div_ceil(world) as u64;
+            assert!(zero_grads >= shard, "{what}: {zero_grads} < {shard}");
+            assert!(
+                zero_grads <= shard + 4 * 512,
+                "{what}: {zero_grads} > {shard} + buckets' padding"
+            );
+            assert!(
+                zero[rank].state * world as u64
+                    <= ddp[rank].state + 2 * 512 * world as u64 + 64 * world as u64,
+                "{what}"
+            );
         }
     }
 }
@@ -567,5 +623,35 @@ fn gpt2_with_a_tied_head_equals_single_device_training() {
             .filter(|e| matches!(e, DdpEvent::GradReady { .. }))
             .count();
         assert_eq!(ready, want.len(), "each parameter ready once: {events:?}");
+    }
+}
+
+#[test]
+fn zero2_keeps_no_full_gradient_and_names_a_missing_one() {
+    let d = sims(80, 2);
+    let results = on_ranks(&d, |comm| {
+        let device = comm.device().clone();
+        let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &device)
+            .unwrap()
+            .requires_grad_(true);
+        let b = Tensor::from_slice(&[4.0f32], &[1], &device)
+            .unwrap()
+            .requires_grad_(true);
+        let mut zero = ShardedGradientOptimizer::new(vec![a.clone(), b.clone()], comm, |p| {
+            Box::new(Sgd::new(p, 0.5))
+        })
+        .unwrap();
+        // Only `a` in the loss: its gradient went to its bucket at once, and the step
+        // refuses, naming b.
+        a.mul(&a).unwrap().sum_all().unwrap().backward().unwrap();
+        let dropped = a.grad().is_none();
+        let missing = zero.step().unwrap_err().to_string();
+        (zero.shard_len(), dropped, missing)
+    });
+    for (shard, dropped, missing) in results {
+        // One bucket of 4 elements over 2 ranks: chunks of 2.
+        assert_eq!(shard, 2);
+        assert!(dropped, "the full gradient is not kept");
+        assert!(missing.contains("parameter #1 of shape [1]"), "{missing}");
     }
 }

@@ -8,6 +8,7 @@ use clap::{Args, Parser};
 use super::config::{
     AmpMode, AttentionMode, CheckpointMode, ModelKind, OptimizerKind, TrainConfig,
 };
+use super::step::DataParallel;
 
 #[derive(Args)]
 pub struct TrainArgs {
@@ -102,6 +103,10 @@ pub struct TrainArgs {
     /// across the ranks, the gradients reduce-scattered.
     #[arg(long)]
     pub zero1: bool,
+    /// Data-parallel with ZeRO stage 2: the gradients too are reduce-scattered, bucket
+    /// by bucket during backward, and each rank keeps only its shard of them.
+    #[arg(long, conflicts_with = "zero1")]
+    pub zero2: bool,
     /// Draw where the memory goes over the last step, by allocation category (stacked
     /// areas, the cache on top), into this SVG file.
     #[arg(long, value_name = "FILE")]
@@ -119,6 +124,24 @@ pub struct TrainArgs {
 }
 
 impl TrainArgs {
+    /// Whether the flags ask for a data-parallel run (`--nproc`, `--ddp`, `--zero1`,
+    /// `--zero2`).
+    pub fn data_parallel(&self) -> bool {
+        self.nproc.is_some() || self.ddp || self.zero1 || self.zero2
+    }
+
+    /// How the ranks of a data-parallel run share the work: DDP unless a ZeRO stage is
+    /// asked for.
+    pub fn how(&self) -> DataParallel {
+        if self.zero2 {
+            DataParallel::Zero2
+        } else if self.zero1 {
+            DataParallel::Zero1
+        } else {
+            DataParallel::Ddp
+        }
+    }
+
     pub fn config(&self) -> TrainConfig {
         let d = TrainConfig::defaults(self.model);
         let d_model = self.d_model.unwrap_or(d.d_model);

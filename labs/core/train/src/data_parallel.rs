@@ -23,6 +23,7 @@ pub fn name(how: DataParallel) -> &'static str {
     match how {
         DataParallel::Ddp => "ddp",
         DataParallel::Zero1 => "zero1",
+        DataParallel::Zero2 => "zero2",
     }
 }
 

@@ -120,7 +120,7 @@ pub struct TrainReport {
     /// The ranks of a data-parallel run (1 without one); the figures above are rank
     /// 0's.
     pub world_size: usize,
-    /// `ddp` or `zero1` in a data-parallel run, else null.
+    /// `ddp`, `zero1` or `zero2` in a data-parallel run, else null.
     pub data_parallel: Option<String>,
     /// The job's throughput: samples (sequences) of every rank per second of rank 0's
     /// median step; null when `step_ms` is.

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use labs_core::autograd::{CopyTimes, OffloadHooks, OffloadOptions, OffloadStats};
-use labs_core::dist::{Communicator, DistributedDataParallel, ZeroRedundancyOptimizer};
+use labs_core::dist::{
+    Communicator, DistributedDataParallel, ShardedGradientOptimizer, ZeroRedundancyOptimizer,
+};
 use labs_core::nn::{sdpa_kernel, SdpaBackend};
 use labs_core::optim::{Adam, AdamW, GradScaler, Optimizer, Sgd};
 use labs_core::tensor::{autocast, push_saved_tensors_hooks, AutocastGuard};
@@ -46,6 +48,9 @@ pub enum DataParallel {
     Ddp,
     /// ZeRO stage 1: gradients reduce-scattered, the optimizer's state sharded.
     Zero1,
+    /// ZeRO stage 2: gradients reduce-scattered bucket by bucket during backward and
+    /// kept as a shard, the optimizer's state sharded.
+    Zero2,
 }
 
 impl Trainer {
@@ -66,11 +71,12 @@ impl Trainer {
         comm: Arc<Communicator>,
         how: DataParallel,
     ) -> Result<Trainer> {
-        if how == DataParallel::Zero1 && config.amp == AmpMode::F16 {
+        if how != DataParallel::Ddp && config.amp == AmpMode::F16 {
             anyhow::bail!(
-                "--zero1 with --amp f16: the gradient scaler checks the local gradients, \
-                 which under ZeRO-1 are not yet averaged, so the ranks could disagree on \
-                 skipping a step; use --amp bf16 or DDP"
+                "--{} with --amp f16: the gradient scaler checks the parameters' \
+                 gradients, which under ZeRO are not all there, nor averaged, on a rank, \
+                 so the ranks could disagree on skipping a step; use --amp bf16 or DDP",
+                super::data_parallel::name(how)
             );
         }
         Self::build(config, device, Some((comm, how)))
@@ -113,6 +119,10 @@ impl Trainer {
             }
             Some((comm, DataParallel::Zero1)) => (
                 Box::new(ZeroRedundancyOptimizer::new(params, comm, make)?),
+                None,
+            ),
+            Some((comm, DataParallel::Zero2)) => (
+                Box::new(ShardedGradientOptimizer::new(params, comm, make)?),
                 None,
             ),
         };

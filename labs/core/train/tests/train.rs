@@ -429,6 +429,8 @@ fn a_lone_dry_rank_reserves_what_rank_0_of_a_whole_group_does() {
         (DataParallel::Ddp, 2),
         (DataParallel::Zero1, 2),
         (DataParallel::Zero1, 3),
+        (DataParallel::Zero2, 2),
+        (DataParallel::Zero2, 3),
     ] {
         for c in [
             TrainConfig {

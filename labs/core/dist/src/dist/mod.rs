@@ -18,8 +18,9 @@
 //! what `async_op=False` does at once.
 //!
 //! On top of them, data-parallel training: [`DistributedDataParallel`] (gradients
-//! averaged in buckets during backward) and [`ZeroRedundancyOptimizer`] (ZeRO stage 1:
-//! the optimizer state sharded across the ranks).
+//! averaged in buckets during backward), [`ZeroRedundancyOptimizer`] (ZeRO stage 1: the
+//! optimizer state sharded across the ranks) and [`ShardedGradientOptimizer`] (ZeRO
+//! stage 2: the gradients too).
 //!
 //! Every rank must call the same collectives in the same order, each rank from its own
 //! thread or process: a collective returns only once its peers have joined it (on the
@@ -38,6 +39,7 @@ mod process_group;
 mod rendezvous;
 mod wire;
 mod zero;
+mod zero2;
 
 pub use bench::{bus_bandwidth_factor, time_collective, BenchOp, CollectiveTiming};
 pub use buckets::{
@@ -56,6 +58,7 @@ pub use process_group::{init_process_group, init_process_group_with, ProcessGrou
 pub use rendezvous::{Rendezvous, DEFAULT_TIMEOUT, GREETING_TIMEOUT};
 pub use wire::{MAX_GREETING_BYTES, MAX_MESSAGE_BYTES};
 pub use zero::ZeroRedundancyOptimizer;
+pub use zero2::ShardedGradientOptimizer;
 
 use crate::device::Device;
 use crate::error::{Error, Result};

@@ -1,0 +1,344 @@
+//! ZeRO stage 2 (DeepSpeed's stage 2; PyTorch FSDP's `SHARD_GRAD_OP` shards the same two
+//! things): the optimizer's state *and the gradients* are split across the ranks. Each
+//! rank keeps the whole model, but of the gradients only its 1/N, averaged: where DDP
+//! and ZeRO-1 keep a gradient-sized buffer on every rank, here that buffer lives only
+//! while its bucket fills.
+//!
+//! The parameters are grouped into buckets as DDP groups them (`buckets.rs`: reverse
+//! registration order, one dtype, 25 MiB), each bucket padded to a multiple of N and cut
+//! into N chunks; rank `r` owns chunk `r` of every bucket, and its shard is its chunks
+//! end to end. During backward, a post-accumulate-grad hook copies each finished
+//! gradient into its bucket's buffer (made when the bucket's first gradient arrives)
+//! and drops `.grad`; when a bucket is complete, and every bucket before it has gone,
+//! it is reduce-scattered with an average into this rank's shard of the gradients, and
+//! the buffer is freed. Gradient accumulation adds each micro-batch's averaged chunk to
+//! the shard. A step, on every rank:
+//!
+//! 1. the inner optimizer steps this rank's copy of its shard of the parameters, with
+//!    its shard of the gradients;
+//! 2. bucket by bucket, the shards are all-gathered into a buffer made for it and
+//!    copied into the parameters, and the buffer freed.
+//!
+//! Memory per rank: the parameters, 1/N of the gradients and of the optimizer state
+//! (and the shard's copy of the parameters), and at most a bucket or two in flight.
+
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use super::buckets::{assign_buckets, cap_bytes, BucketInput};
+use super::buckets::{DEFAULT_BUCKET_CAP_MB, DEFAULT_FIRST_BUCKET_BYTES_CAP};
+use super::communicator::{Communicator, ReduceOp};
+use super::ddp::check_parameter;
+use crate::alloc::Category;
+use crate::autograd::HookHandle;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::optim::Optimizer;
+use crate::tensor::{no_grad, Tensor};
+
+/// One bucket: its parameters at their offsets, its padded length (a multiple of the
+/// world size), where its chunk lives in this rank's shard, and its buffer while it
+/// fills.
+struct Bucket {
+    params: Vec<(usize, usize)>,
+    len: usize,
+    shard_offset: usize,
+    buffer: Option<Tensor>,
+    pending: usize,
+    /// Whether this step's shard already holds a micro-batch's chunk (later ones add).
+    reduced: bool,
+}
+
+impl Bucket {
+    fn chunk(&self, world: usize) -> usize {
+        self.len / world
+    }
+}
+
+/// What the hooks and the step share.
+struct Reducer {
+    comm: Arc<Communicator>,
+    dtype: DType,
+    buckets: Vec<Bucket>,
+    /// Per parameter: its bucket and its offset there.
+    slots: Vec<(usize, usize)>,
+    /// Per parameter: whether its gradient arrived since the last step.
+    ready: Vec<bool>,
+    /// The first bucket not reduced yet in this backward pass.
+    next_bucket: usize,
+    /// This rank's shard of the averaged gradients.
+    shard_grads: Tensor,
+}
+
+impl Reducer {
+    /// Copies parameter `i`'s gradient into its bucket, then reduce-scatters every
+    /// complete bucket that is next in order.
+    fn mark_ready(&mut self, i: usize, grad: &Tensor) -> Result<()> {
+        let (b, offset) = self.slots[i];
+        let world = self.comm.world_size();
+        let device = self.comm.device().clone();
+        let bucket = &mut self.buckets[b];
+        if bucket.buffer.is_none() {
+            let _g = Category::Gradient.scope();
+            bucket.buffer = Some(Tensor::zeros(&[bucket.len], self.dtype, &device)?);
+        }
+        let buffer = bucket.buffer.as_ref().expect("made above");
+        buffer
+            .narrow(0, offset, grad.numel())?
+            .copy_(&grad.contiguous()?.view(&[grad.numel()])?)?;
+        bucket.pending -= 1;
+        self.ready[i] = true;
+        while let Some(bucket) = self.buckets.get_mut(self.next_bucket) {
+            if bucket.pending > 0 {
+                break;
+            }
+            let buffer = bucket
+                .buffer
+                .take()
+                .expect("a complete bucket has its buffer");
+            let chunk = bucket.chunk(world);
+            let mine = self.shard_grads.narrow(0, bucket.shard_offset, chunk)?;
+            if bucket.reduced {
+                let part = {
+                    let _g = Category::Gradient.scope();
+                    Tensor::zeros(&[chunk], self.dtype, &device)?
+                };
+                self.comm
+                    .reduce_scatter(&buffer, &part, ReduceOp::Avg)?
+                    .wait()?;
+                mine.copy_(&mine.add(&part)?)?;
+            } else {
+                self.comm
+                    .reduce_scatter(&buffer, &mine, ReduceOp::Avg)?
+                    .wait()?;
+            }
+            bucket.reduced = true;
+            bucket.pending = bucket.params.len();
+            self.next_bucket += 1;
+        }
+        if self.next_bucket == self.buckets.len() {
+            self.next_bucket = 0;
+        }
+        Ok(())
+    }
+}
+
+/// ZeRO stage 2 over `params`, stepping each rank's shard with an inner optimizer (no
+/// DDP wrapper: the reduce-scatters are its own).
+pub struct ShardedGradientOptimizer {
+    comm: Arc<Communicator>,
+    params: Vec<Tensor>,
+    reducer: Arc<Mutex<Reducer>>,
+    shard_params: Tensor,
+    inner: Box<dyn Optimizer + Send>,
+    hooks: Vec<HookHandle>,
+}
+
+impl ShardedGradientOptimizer {
+    /// Broadcasts rank 0's parameters, buckets and hooks every parameter, and builds
+    /// the inner optimizer over this rank's shard, one flat tensor:
+    /// `make_optimizer(vec![shard])`. Every parameter must have one dtype.
+    pub fn new(
+        params: Vec<Tensor>,
+        comm: Arc<Communicator>,
+        make_optimizer: impl FnOnce(Vec<Tensor>) -> Box<dyn Optimizer + Send>,
+    ) -> Result<ShardedGradientOptimizer> {
+        let Some(first) = params.first() else {
+            return Err(Error::InvalidArgument("ZeRO-2: no parameters".into()));
+        };
+        let dtype = first.dtype();
+        for (i, p) in params.iter().enumerate() {
+            check_parameter(&format!("#{i}"), p, &comm)?;
+            if p.dtype() != dtype {
+                return Err(Error::InvalidArgument(format!(
+                    "ZeRO-2: parameter #{i} is {}, parameter #0 {dtype}; the shard holds \
+                     one dtype",
+                    p.dtype()
+                )));
+            }
+        }
+        for p in &params {
+            comm.broadcast(p, 0)?.wait()?;
+        }
+        let world = comm.world_size();
+        let inputs: Vec<BucketInput> = params
+            .iter()
+            .map(|p| BucketInput {
+                dtype,
+                numel: p.numel(),
+            })
+            .collect();
+        let groups = assign_buckets(
+            &inputs,
+            DEFAULT_FIRST_BUCKET_BYTES_CAP,
+            cap_bytes(DEFAULT_BUCKET_CAP_MB)?,
+        )?;
+        let mut slots = vec![(0, 0); params.len()];
+        let mut buckets = Vec::with_capacity(groups.len());
+        let mut shard_len = 0;
+        for (b, group) in groups.into_iter().enumerate() {
+            let mut len = 0;
+            let mut members = Vec::with_capacity(group.len());
+            for i in group {
+                slots[i] = (b, len);
+                members.push((i, len));
+                len += params[i].numel();
+            }
+            let len = len.div_ceil(world) * world;
+            buckets.push(Bucket {
+                pending: members.len(),
+                params: members,
+                len,
+                shard_offset: shard_len,
+                buffer: None,
+                reduced: false,
+            });
+            shard_len += len / world;
+        }
+        let device = comm.device().clone();
+        let shard_grads = {
+            let _g = Category::Gradient.scope();
+            Tensor::zeros(&[shard_len], dtype, &device)?
+        };
+        let shard_params = {
+            let _p = Category::Parameter.scope();
+            Tensor::zeros(&[shard_len], dtype, &device)?
+        };
+        let leaf = shard_params.detach().requires_grad_(true);
+        *leaf.grad_slot().expect("requires grad").lock().unwrap() = Some(shard_grads.clone());
+        let inner = make_optimizer(vec![leaf]);
+        let reducer = Arc::new(Mutex::new(Reducer {
+            comm: comm.clone(),
+            dtype,
+            buckets,
+            slots,
+            ready: vec![false; params.len()],
+            next_bucket: 0,
+            shard_grads,
+        }));
+        let mut hooks = Vec::with_capacity(params.len());
+        for (i, p) in params.iter().enumerate() {
+            let cell = Arc::downgrade(&p.grad_slot().expect("checked to require grad"));
+            let reducer = Arc::downgrade(&reducer);
+            hooks.push(p.register_post_accumulate_grad_hook(move |grad| {
+                let Some(reducer) = reducer.upgrade() else {
+                    return Ok(()); // the optimizer is gone
+                };
+                let _off = no_grad();
+                reducer.lock().unwrap().mark_ready(i, grad)?;
+                // The gradient lives on in this rank's shard only.
+                if let Some(cell) = cell.upgrade() {
+                    *cell.lock().unwrap() = None;
+                }
+                Ok(())
+            })?);
+        }
+        let opt = ShardedGradientOptimizer {
+            comm,
+            params,
+            reducer,
+            shard_params,
+            inner,
+            hooks,
+        };
+        opt.refresh_shard()?;
+        Ok(opt)
+    }
+
+    /// This rank's elements of bucket `b`, as a range of the bucket.
+    fn chunk_range(&self, bucket_len: usize) -> Range<usize> {
+        let (world, rank) = (self.comm.world_size(), self.comm.rank());
+        let chunk = bucket_len / world;
+        rank * chunk..(rank + 1) * chunk
+    }
+
+    /// Copies the part of every parameter that falls in this rank's chunks into the
+    /// shard's parameters.
+    fn refresh_shard(&self) -> Result<()> {
+        let reducer = self.reducer.lock().unwrap();
+        for bucket in &reducer.buckets {
+            let mine = self.chunk_range(bucket.len);
+            for &(i, offset) in &bucket.params {
+                let p = &self.params[i];
+                let (start, end) = (offset.max(mine.start), (offset + p.numel()).min(mine.end));
+                if start >= end {
+                    continue;
+                }
+                let flat = p.view(&[p.numel()])?;
+                self.shard_params
+                    .narrow(0, bucket.shard_offset + start - mine.start, end - start)?
+                    .copy_(&flat.narrow(0, start - offset, end - start)?)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// This rank's shard of the averaged gradients (its chunk of every bucket).
+    pub fn shard_len(&self) -> usize {
+        self.shard_params.numel()
+    }
+
+    /// The optimizer over this rank's shard.
+    pub fn inner(&self) -> &dyn Optimizer {
+        self.inner.as_ref()
+    }
+}
+
+impl Drop for ShardedGradientOptimizer {
+    /// The hooks go with the optimizer: the parameters are left as they were.
+    fn drop(&mut self) {
+        for h in self.hooks.drain(..) {
+            h.remove();
+        }
+    }
+}
+
+impl Optimizer for ShardedGradientOptimizer {
+    fn params(&self) -> &[Tensor] {
+        &self.params
+    }
+
+    /// Steps this rank's shard and all-gathers the parameters, bucket by bucket. Every
+    /// parameter must have received a gradient since the last step.
+    fn step(&mut self) -> Result<()> {
+        let _off = no_grad();
+        {
+            let mut r = self.reducer.lock().unwrap();
+            if let Some(i) = r.ready.iter().position(|ready| !ready) {
+                return Err(Error::InvalidArgument(format!(
+                    "ZeRO-2 (rank {}): parameter #{i} of shape {:?} received no gradient \
+                     since the last step; every parameter needs one",
+                    self.comm.rank(),
+                    self.params[i].shape()
+                )));
+            }
+            r.ready.iter_mut().for_each(|ready| *ready = false);
+        }
+        self.refresh_shard()?;
+        self.inner.step()?;
+        let world = self.comm.world_size();
+        let mut r = self.reducer.lock().unwrap();
+        let device = self.comm.device().clone();
+        for bucket in &mut r.buckets {
+            let chunk = bucket.chunk(world);
+            let gathered = {
+                let _p = Category::Temporary.scope();
+                Tensor::empty(&[bucket.len], self.shard_params.dtype(), &device)?
+            };
+            self.comm
+                .all_gather(
+                    &self.shard_params.narrow(0, bucket.shard_offset, chunk)?,
+                    &gathered,
+                )?
+                .wait()?;
+            for &(i, offset) in &bucket.params {
+                let p = &self.params[i];
+                p.copy_(&gathered.narrow(0, offset, p.numel())?.view(p.shape())?)?;
+                p.clear_grad();
+            }
+            bucket.reduced = false;
+        }
+        r.shard_grads.zero_()?;
+        Ok(())
+    }
+}
