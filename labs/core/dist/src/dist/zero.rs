@@ -47,6 +47,35 @@ pub struct ZeroRedundancyOptimizer {
     hooks: Vec<HookHandle>,
 }
 
+/// What ZeRO's stages ask of their parameters, checked, then rank 0's parameters
+/// broadcast to every rank: leaves that require a gradient, on the communicator's
+/// device, all of one dtype (the flat shard's, returned). `who` names the optimizer in
+/// the errors.
+pub(super) fn check_and_broadcast(
+    who: &str,
+    params: &[Tensor],
+    comm: &Communicator,
+) -> Result<crate::dtype::DType> {
+    let Some(first) = params.first() else {
+        return Err(Error::InvalidArgument(format!("{who}: no parameters")));
+    };
+    let dtype = first.dtype();
+    for (i, p) in params.iter().enumerate() {
+        check_parameter(&format!("#{i}"), p, comm)?;
+        if p.dtype() != dtype {
+            return Err(Error::InvalidArgument(format!(
+                "{who}: parameter #{i} is {}, parameter #0 {dtype}; the flat shard holds \
+                 one dtype",
+                p.dtype()
+            )));
+        }
+    }
+    for p in params {
+        comm.broadcast(p, 0)?.wait()?;
+    }
+    Ok(dtype)
+}
+
 impl ZeroRedundancyOptimizer {
     /// Broadcasts rank 0's parameters, hooks every parameter, and builds the inner
     /// optimizer over this rank's shard, one flat tensor: `make_optimizer(vec![shard])`,
@@ -56,25 +85,7 @@ impl ZeroRedundancyOptimizer {
         comm: Arc<Communicator>,
         make_optimizer: impl FnOnce(Vec<Tensor>) -> Box<dyn Optimizer + Send>,
     ) -> Result<ZeroRedundancyOptimizer> {
-        let Some(first) = params.first() else {
-            return Err(Error::InvalidArgument(
-                "ZeroRedundancyOptimizer: no parameters".into(),
-            ));
-        };
-        let dtype = first.dtype();
-        for (i, p) in params.iter().enumerate() {
-            check_parameter(&format!("#{i}"), p, &comm)?;
-            if p.dtype() != dtype {
-                return Err(Error::InvalidArgument(format!(
-                    "ZeroRedundancyOptimizer: parameter #{i} is {}, parameter #0 {dtype}; \
-                     the flat shard holds one dtype",
-                    p.dtype()
-                )));
-            }
-        }
-        for p in &params {
-            comm.broadcast(p, 0)?.wait()?;
-        }
+        let dtype = check_and_broadcast("ZeroRedundancyOptimizer", &params, &comm)?;
         let mut offsets = Vec::with_capacity(params.len());
         let mut total = 0;
         for p in &params {

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use super::buckets::{assign_buckets, cap_bytes, BucketInput};
 use super::buckets::{DEFAULT_BUCKET_CAP_MB, DEFAULT_FIRST_BUCKET_BYTES_CAP};
 use super::communicator::{Communicator, ReduceOp};
-use super::ddp::check_parameter;
+use super::zero::check_and_broadcast;
 use crate::alloc::Category;
 use crate::autograd::HookHandle;
 use crate::dtype::DType;
@@ -143,23 +143,7 @@ impl ShardedGradientOptimizer {
         comm: Arc<Communicator>,
         make_optimizer: impl FnOnce(Vec<Tensor>) -> Box<dyn Optimizer + Send>,
     ) -> Result<ShardedGradientOptimizer> {
-        let Some(first) = params.first() else {
-            return Err(Error::InvalidArgument("ZeRO-2: no parameters".into()));
-        };
-        let dtype = first.dtype();
-        for (i, p) in params.iter().enumerate() {
-            check_parameter(&format!("#{i}"), p, &comm)?;
-            if p.dtype() != dtype {
-                return Err(Error::InvalidArgument(format!(
-                    "ZeRO-2: parameter #{i} is {}, parameter #0 {dtype}; the shard holds \
-                     one dtype",
-                    p.dtype()
-                )));
-            }
-        }
-        for p in &params {
-            comm.broadcast(p, 0)?.wait()?;
-        }
+        let dtype = check_and_broadcast("ZeRO-2", &params, &comm)?;
         let world = comm.world_size();
         let inputs: Vec<BucketInput> = params
             .iter()
