@@ -393,6 +393,7 @@ multi)
   parts lab-04 "lab-04 --device cuda" "${LAB04_PARTS[@]}"
   whole lab-04/collectives-gpu "lab-04 --device cuda collectives --pytorch pytorch-collectives.json"
   whole lab-04/ddp-gpu "lab-04 --device cuda ddp"
+  whole lab-04/outside-gpu "lab-04 --device cuda outside"
   script lab-04/scaling-gpu "python3 {ci}/data-parallel-scaling.py --ours lab-10-gpt2-b8-1gpu.json lab-10-gpt2-b8-ddp.json lab-10-gpt2-b8-zero1.json lab-10-gpt2-b8-zero2.json --pytorch pytorch-gpt2-b8-1gpu.json pytorch-gpt2-b8-ddp.json pytorch-gpt2-b8-zero2.json"
   ;;
 sim)

@@ -10,6 +10,7 @@ pub mod data_parallel;
 pub mod devices;
 pub mod exercises;
 pub mod mismatch;
+pub mod outside;
 pub mod replicate;
 
 use labs_core::device::{device_count, set_sim_device_count, DeviceKind, ENV_SIM_DEVICES};

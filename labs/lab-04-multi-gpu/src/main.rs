@@ -14,7 +14,7 @@ use labs_core::{DType, Device};
 
 use lab_04::{
     bandwidth, caches, collectives, data_parallel, default_sim_devices, devices, every_device,
-    mismatch, replicate, simulated_note,
+    mismatch, outside, replicate, simulated_note,
 };
 
 #[derive(Parser)]
@@ -46,6 +46,9 @@ enum Section {
     Collectives(CollectivesArgs),
     /// One training step: DataParallel-style replication, DDP, ZeRO-1.
     Ddp,
+    /// The memory outside the caching allocator: the CUDA context and NCCL's
+    /// communicator (run it alone: it measures from the devices' first use).
+    Outside,
     /// Runs COMMAND as N ranks (`torchrun --nproc_per_node N`), each line prefixed by
     /// its rank.
     Launch(LaunchArgs),
@@ -224,6 +227,12 @@ fn print_section(section: &Section, devices: &[Device], quick: bool) -> anyhow::
             let sizes = data_parallel::Sizes::for_devices(devices, quick);
             let rows = data_parallel::measure(devices, sizes)?;
             println!("{}", data_parallel::table(sizes, &rows));
+        }
+        Section::Outside => {
+            println!("{}", outside::table(&outside::run(devices)?));
+            if !devices[0].is_cuda() {
+                println!("(a simulated GPU has no CUDA context and its collectives no NCCL: only the allocator uses its memory)");
+            }
         }
         Section::Devices => println!("{}", devices::table(&devices::measure(devices)?)),
         Section::Caches => {

@@ -130,3 +130,44 @@ fn buckets_by_hand_are_ddps() {
         );
     }
 }
+
+/// The memory outside the allocator: on simulated GPUs there is none (no context, no
+/// NCCL), and the first all-reduce's buffer is the allocator's; on GPUs (with
+/// `LABS_DEVICE=cuda` and two or more of them) the context and NCCL's communicator take
+/// memory the allocator never reserved.
+#[test]
+fn memory_outside_the_allocator_is_the_context_and_nccls() {
+    // Named, not opened: test_device() would make cuda:0's allocator and its workspace.
+    let on_gpu = std::env::var("LABS_DEVICE").is_ok_and(|v| v.trim().starts_with("cuda"));
+    let devices: Vec<labs_core::Device> = if on_gpu {
+        let n = labs_core::device::device_count(labs_core::device::DeviceKind::Cuda).unwrap();
+        (0..n)
+            .map(|i| labs_core::Device::get(labs_core::DeviceId::Cuda(i)).unwrap())
+            .collect()
+    } else {
+        vec![
+            labs_core::Device::new_sim(1 << 30),
+            labs_core::Device::new_sim(1 << 30),
+        ]
+    };
+    let rows = lab_04::outside::run(&devices).unwrap();
+    assert_eq!(rows.len(), devices.len());
+    for r in &rows {
+        // The 1 MiB buffer of the all-reduce is the allocator's, in a 2 MiB segment (on a
+        // GPU other tests of this file may have left more in the cache).
+        assert!(r.reserved >= 2 << 20, "{r:?}");
+        if on_gpu {
+            assert!(r.context > 0, "{r:?}");
+            assert!(
+                r.outside() > r.context,
+                "NCCL's memory is outside too: {r:?}"
+            );
+        } else {
+            assert_eq!(r.reserved, 2 << 20, "{r:?}");
+            assert_eq!((r.context, r.communicator, r.outside()), (0, 0, 0), "{r:?}");
+            assert_eq!(r.first_collective, r.reserved);
+        }
+    }
+    let table = lab_04::outside::table(&rows);
+    assert!(table.contains("outside the allocator MiB"), "{table}");
+}
