@@ -14,13 +14,14 @@
 //! the buffer is freed. Gradient accumulation adds each micro-batch's averaged chunk to
 //! the shard. A step, on every rank:
 //!
-//! 1. the inner optimizer steps this rank's copy of its shard of the parameters, with
-//!    its shard of the gradients;
-//! 2. bucket by bucket, the shards are all-gathered into a buffer made for it and
-//!    copied into the parameters, and the buffer freed.
+//! 1. the inner optimizer steps this rank's pieces of the parameters in place (views
+//!    of the parameters, no copy), with their slices of the shard of the gradients;
+//! 2. bucket by bucket, each rank's chunk is gathered from its pieces, the chunks are
+//!    all-gathered into a buffer made for it and copied into the parameters, and the
+//!    buffers freed.
 //!
-//! Memory per rank: the parameters, 1/N of the gradients and of the optimizer state
-//! (and the shard's copy of the parameters), and at most a bucket or two in flight.
+//! Memory per rank: the parameters, 1/N of the gradients and of the optimizer state,
+//! and at most a bucket or two in flight.
 
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -129,15 +130,19 @@ pub struct ShardedGradientOptimizer {
     comm: Arc<Communicator>,
     params: Vec<Tensor>,
     reducer: Arc<Mutex<Reducer>>,
-    shard_params: Tensor,
+    /// Per bucket: this rank's pieces of its parameters, as (parameter, range of the
+    /// parameter's elements, offset in the bucket's chunk).
+    pieces: Vec<Vec<(usize, Range<usize>, usize)>>,
+    shard_len: usize,
     inner: Box<dyn Optimizer + Send>,
     hooks: Vec<HookHandle>,
 }
 
 impl ShardedGradientOptimizer {
     /// Broadcasts rank 0's parameters, buckets and hooks every parameter, and builds
-    /// the inner optimizer over this rank's shard, one flat tensor:
-    /// `make_optimizer(vec![shard])`. Every parameter must have one dtype.
+    /// the inner optimizer over this rank's pieces of the parameters (views of them,
+    /// each with its slice of the shard of the gradients): `make_optimizer(pieces)`.
+    /// Every parameter must have one dtype.
     pub fn new(
         params: Vec<Tensor>,
         comm: Arc<Communicator>,
@@ -184,13 +189,38 @@ impl ShardedGradientOptimizer {
             let _g = Category::Gradient.scope();
             Tensor::zeros(&[shard_len], dtype, &device)?
         };
-        let shard_params = {
-            let _p = Category::Parameter.scope();
-            Tensor::zeros(&[shard_len], dtype, &device)?
-        };
-        let leaf = shard_params.detach().requires_grad_(true);
-        *leaf.grad_slot().expect("requires grad").lock().unwrap() = Some(shard_grads.clone());
-        let inner = make_optimizer(vec![leaf]);
+        // This rank's pieces of the parameters: where its chunk of each bucket meets
+        // each parameter of the bucket. The optimizer steps views of the parameters
+        // themselves (detached: leaves of their own), each with its slice of the shard
+        // of the gradients as its gradient.
+        let rank = comm.rank();
+        let mut pieces = Vec::with_capacity(buckets.len());
+        let mut leaves = Vec::new();
+        for bucket in &buckets {
+            let chunk = bucket.len / world;
+            let mine = rank * chunk..(rank + 1) * chunk;
+            let mut here = Vec::new();
+            for &(i, offset) in &bucket.params {
+                let p = &params[i];
+                let (start, end) = (offset.max(mine.start), (offset + p.numel()).min(mine.end));
+                if start >= end {
+                    continue;
+                }
+                let range = start - offset..end - offset;
+                let leaf = p
+                    .detach()
+                    .view(&[p.numel()])?
+                    .narrow(0, range.start, range.len())?
+                    .requires_grad_(true);
+                let grad =
+                    shard_grads.narrow(0, bucket.shard_offset + start - mine.start, range.len())?;
+                *leaf.grad_slot().expect("requires grad").lock().unwrap() = Some(grad);
+                leaves.push(leaf);
+                here.push((i, range, start - mine.start));
+            }
+            pieces.push(here);
+        }
+        let inner = make_optimizer(leaves);
         let reducer = Arc::new(Mutex::new(Reducer {
             comm: comm.clone(),
             dtype,
@@ -221,45 +251,17 @@ impl ShardedGradientOptimizer {
             comm,
             params,
             reducer,
-            shard_params,
+            pieces,
+            shard_len,
             inner,
             hooks,
         };
-        opt.refresh_shard()?;
         Ok(opt)
-    }
-
-    /// This rank's elements of bucket `b`, as a range of the bucket.
-    fn chunk_range(&self, bucket_len: usize) -> Range<usize> {
-        let (world, rank) = (self.comm.world_size(), self.comm.rank());
-        let chunk = bucket_len / world;
-        rank * chunk..(rank + 1) * chunk
-    }
-
-    /// Copies the part of every parameter that falls in this rank's chunks into the
-    /// shard's parameters.
-    fn refresh_shard(&self) -> Result<()> {
-        let reducer = self.reducer.lock().unwrap();
-        for bucket in &reducer.buckets {
-            let mine = self.chunk_range(bucket.len);
-            for &(i, offset) in &bucket.params {
-                let p = &self.params[i];
-                let (start, end) = (offset.max(mine.start), (offset + p.numel()).min(mine.end));
-                if start >= end {
-                    continue;
-                }
-                let flat = p.view(&[p.numel()])?;
-                self.shard_params
-                    .narrow(0, bucket.shard_offset + start - mine.start, end - start)?
-                    .copy_(&flat.narrow(0, start - offset, end - start)?)?;
-            }
-        }
-        Ok(())
     }
 
     /// This rank's shard of the averaged gradients (its chunk of every bucket).
     pub fn shard_len(&self) -> usize {
-        self.shard_params.numel()
+        self.shard_len
     }
 
     /// The optimizer over this rank's shard.
@@ -298,23 +300,26 @@ impl Optimizer for ShardedGradientOptimizer {
             }
             r.ready.iter_mut().for_each(|ready| *ready = false);
         }
-        self.refresh_shard()?;
         self.inner.step()?;
         let world = self.comm.world_size();
         let mut r = self.reducer.lock().unwrap();
         let device = self.comm.device().clone();
-        for bucket in &mut r.buckets {
+        let dtype = r.dtype;
+        for (b, bucket) in r.buckets.iter_mut().enumerate() {
             let chunk = bucket.chunk(world);
-            let gathered = {
-                let _p = Category::Temporary.scope();
-                Tensor::empty(&[bucket.len], self.shard_params.dtype(), &device)?
-            };
-            self.comm
-                .all_gather(
-                    &self.shard_params.narrow(0, bucket.shard_offset, chunk)?,
-                    &gathered,
-                )?
-                .wait()?;
+            let _t = Category::Temporary.scope();
+            // This rank's chunk, from its pieces of the parameters (the padding zero).
+            let mine = Tensor::zeros(&[chunk], dtype, &device)?;
+            for (i, range, at) in &self.pieces[b] {
+                let p = self.params[*i].view(&[self.params[*i].numel()])?;
+                mine.narrow(0, *at, range.len())?.copy_(&p.narrow(
+                    0,
+                    range.start,
+                    range.len(),
+                )?)?;
+            }
+            let gathered = Tensor::empty(&[bucket.len], dtype, &device)?;
+            self.comm.all_gather(&mine, &gathered)?.wait()?;
             for &(i, offset) in &bucket.params {
                 let p = &self.params[i];
                 p.copy_(&gathered.narrow(0, offset, p.numel())?.view(p.shape())?)?;
