@@ -271,68 +271,40 @@ impl Digest {
                 })
             })
             .collect();
-        // Frames are repeated by many allocations: a table of distinct ones.
-        let mut frames: Vec<&str> = Vec::new();
-        let mut frame_index: HashMap<&str, usize> = HashMap::new();
-        let frame_of: Vec<Value> = self
-            .allocations
-            .iter()
-            .map(|a| match a.frame.as_deref() {
-                None => Value::Null,
-                Some(f) => json!(*frame_index.entry(f).or_insert_with(|| {
-                    frames.push(f);
-                    frames.len() - 1
-                })),
-            })
-            .collect();
-        // Whole stacks, each a list of indices into the same table; equal stacks once.
-        let mut stacks: Vec<Vec<usize>> = Vec::new();
-        let mut stack_index: HashMap<Vec<usize>, usize> = HashMap::new();
-        let mut frame_text: HashMap<(&str, &str, u64), usize> = HashMap::new();
-        let mut texts: Vec<String> = Vec::new();
-        let stack_of: Vec<Value> = self
-            .allocations
-            .iter()
+        // Frames, stacks and ops are shared by many allocations: tables of distinct
+        // ones, and an index into them per allocation.
+        let mut frames = Distinct::default();
+        let frame_of: Vec<Value> = (self.allocations.iter())
             .map(|a| {
-                let Some(stack) = &a.stack else {
-                    return Value::Null;
-                };
-                let ids: Vec<usize> = stack
-                    .iter()
-                    .take(MAX_STACK_FRAMES)
-                    .map(|f| {
-                        let key = (f.name.as_str(), f.filename.as_str(), f.line);
-                        *frame_text.entry(key).or_insert_with(|| {
-                            texts.push(match (f.filename.as_str(), f.line) {
-                                ("" | "??", _) => f.name.clone(),
-                                (file, 0) => format!("{} ({file})", f.name),
-                                (file, line) => format!("{} ({file}:{line})", f.name),
-                            });
-                            texts.len() - 1
-                        })
-                    })
-                    .collect();
-                let next = stacks.len();
-                let i = *stack_index.entry(ids.clone()).or_insert(next);
-                if i == next {
-                    stacks.push(ids);
-                }
-                json!(i)
+                a.frame
+                    .as_deref()
+                    .map_or(Value::Null, |f| json!(frames.id(f)))
             })
             .collect();
-        // The ops that saved blocks for backward, each once.
-        let mut ops: Vec<&str> = Vec::new();
-        let mut op_index: HashMap<&str, usize> = HashMap::new();
-        let op_of: Vec<Value> = self
-            .allocations
-            .iter()
-            .map(|a| match a.op.as_deref() {
-                None => Value::Null,
-                Some(o) => json!(*op_index.entry(o).or_insert_with(|| {
-                    ops.push(o);
-                    ops.len() - 1
-                })),
+        // Whole stacks, each a list of indices into a table of frames.
+        let mut stack_frames = Distinct::default();
+        let mut stacks = Distinct::default();
+        let stack_of: Vec<Value> = (self.allocations.iter())
+            .map(|a| {
+                a.stack.as_ref().map_or(Value::Null, |stack| {
+                    let ids: Vec<usize> = (stack.iter().take(MAX_STACK_FRAMES))
+                        .map(|f| stack_frames.id((f.name.as_str(), f.filename.as_str(), f.line)))
+                        .collect();
+                    json!(stacks.id(ids))
+                })
             })
+            .collect();
+        let texts: Vec<String> = (stack_frames.values.iter())
+            .map(|&(name, file, line)| match (file, line) {
+                ("" | "??", _) => name.to_string(),
+                (file, 0) => format!("{name} ({file})"),
+                (file, line) => format!("{name} ({file}:{line})"),
+            })
+            .collect();
+        // The ops that saved blocks for backward.
+        let mut ops = Distinct::default();
+        let op_of: Vec<Value> = (self.allocations.iter())
+            .map(|a| a.op.as_deref().map_or(Value::Null, |o| json!(ops.id(o))))
             .collect();
         let column = |f: &dyn Fn(&Allocation) -> Value| -> Vec<Value> {
             self.allocations.iter().map(f).collect()
@@ -364,9 +336,9 @@ impl Digest {
                 "stack": stack_of,
                 "op": op_of,
             },
-            "ops": ops,
-            "frames": frames,
-            "stacks": stacks,
+            "ops": ops.values,
+            "frames": frames.values,
+            "stacks": stacks.values,
             "stack_frames": texts,
             "segments": {
                 "addr": segment_column(&|g| json!(g.addr)),
@@ -382,6 +354,33 @@ impl Digest {
                 "bytes": m.bytes,
             })).collect::<Vec<_>>(),
         })
+    }
+}
+
+/// Distinct values in the order first seen, each with its index in that order.
+struct Distinct<K> {
+    values: Vec<K>,
+    index: HashMap<K, usize>,
+}
+
+impl<K> Default for Distinct<K> {
+    fn default() -> Self {
+        Distinct {
+            values: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Distinct<K> {
+    /// The index of `k`, added at the end if new.
+    fn id(&mut self, k: K) -> usize {
+        if let Some(&i) = self.index.get(&k) {
+            return i;
+        }
+        self.values.push(k.clone());
+        self.index.insert(k, self.values.len() - 1);
+        self.values.len() - 1
     }
 }
 

@@ -516,17 +516,22 @@ fn zero2_equals_ddp_with_a_share_of_the_gradients_and_of_the_state() {
     }
 }
 
+/// Two parameters of 3 and 1 elements, `a = [1, 2, 3]` and `b = [4]`: 4 elements,
+/// shards of 2 over 2 ranks.
+fn two_leaves(device: &Device) -> (Tensor, Tensor) {
+    let leaf = |v: &[f32]| {
+        Tensor::from_slice(v, &[v.len()], device)
+            .unwrap()
+            .requires_grad_(true)
+    };
+    (leaf(&[1.0, 2.0, 3.0]), leaf(&[4.0]))
+}
+
 #[test]
 fn zero1_consumes_the_gradients_and_names_a_missing_one() {
     let d = sims(40, 2);
     let results = on_ranks(&d, |comm| {
-        let device = comm.device().clone();
-        let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &device)
-            .unwrap()
-            .requires_grad_(true);
-        let b = Tensor::from_slice(&[4.0f32], &[1], &device)
-            .unwrap()
-            .requires_grad_(true);
+        let (a, b) = two_leaves(comm.device());
         let mut zero = ZeroRedundancyOptimizer::new(vec![a.clone(), b.clone()], comm, |p| {
             Box::new(Sgd::new(p, 0.5))
         })
@@ -630,13 +635,7 @@ fn gpt2_with_a_tied_head_equals_single_device_training() {
 fn zero2_keeps_no_full_gradient_and_names_a_missing_one() {
     let d = sims(80, 2);
     let results = on_ranks(&d, |comm| {
-        let device = comm.device().clone();
-        let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &device)
-            .unwrap()
-            .requires_grad_(true);
-        let b = Tensor::from_slice(&[4.0f32], &[1], &device)
-            .unwrap()
-            .requires_grad_(true);
+        let (a, b) = two_leaves(comm.device());
         let mut zero = ShardedGradientOptimizer::new(vec![a.clone(), b.clone()], comm, |p| {
             Box::new(Sgd::new(p, 0.5))
         })

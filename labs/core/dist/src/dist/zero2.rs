@@ -133,7 +133,6 @@ pub struct ShardedGradientOptimizer {
     /// Per bucket: this rank's pieces of its parameters, as (parameter, range of the
     /// parameter's elements, offset in the bucket's chunk).
     pieces: Vec<Vec<(usize, Range<usize>, usize)>>,
-    shard_len: usize,
     inner: Box<dyn Optimizer + Send>,
     hooks: Vec<HookHandle>,
 }
@@ -197,7 +196,7 @@ impl ShardedGradientOptimizer {
         let mut pieces = Vec::with_capacity(buckets.len());
         let mut leaves = Vec::new();
         for bucket in &buckets {
-            let chunk = bucket.len / world;
+            let chunk = bucket.chunk(world);
             let mine = rank * chunk..(rank + 1) * chunk;
             let mut here = Vec::new();
             for &(i, offset) in &bucket.params {
@@ -247,26 +246,19 @@ impl ShardedGradientOptimizer {
                 Ok(())
             })?);
         }
-        let opt = ShardedGradientOptimizer {
+        Ok(ShardedGradientOptimizer {
             comm,
             params,
             reducer,
             pieces,
-            shard_len,
             inner,
             hooks,
-        };
-        Ok(opt)
+        })
     }
 
     /// This rank's shard of the averaged gradients (its chunk of every bucket).
     pub fn shard_len(&self) -> usize {
-        self.shard_len
-    }
-
-    /// The optimizer over this rank's shard.
-    pub fn inner(&self) -> &dyn Optimizer {
-        self.inner.as_ref()
+        self.reducer.lock().unwrap().shard_grads.numel()
     }
 }
 
