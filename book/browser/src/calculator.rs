@@ -27,7 +27,7 @@ pub const MAX_FIT_BATCH: usize = 4096;
 #[serde(deny_unknown_fields)]
 pub struct Request {
     /// `lab-10 train`'s flags (`--model gpt2 --batch 8 --amp bf16 …`; `--nproc N` with
-    /// `--ddp`, `--zero1` or `--zero2` for data parallelism).
+    /// `--ddp`, `--zero1`, `--zero2` or `--zero3` for data parallelism).
     pub flags: String,
     /// The GPU's memory (`--capacity`), e.g. `80GiB`.
     pub capacity: String,

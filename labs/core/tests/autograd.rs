@@ -351,3 +351,94 @@ fn post_accumulate_grad_hooks_run_once_per_pass_with_the_complete_gradient() {
         .register_post_accumulate_grad_hook(|_| Ok(()))
         .is_err());
 }
+
+#[test]
+fn a_hook_on_a_non_leaf_sees_its_gradient_before_the_ops_below_it_run() {
+    use std::sync::{Arc, Mutex};
+    let _serial = serial();
+    let device = test_device();
+    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &device)
+        .unwrap()
+        .requires_grad_(true);
+    let h = x.scale(2.0).unwrap(); // dh/dx = 2
+    let y = h.mul(&h).unwrap(); // dy/dh = 2h
+    let order: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = order.clone();
+    h.register_hook(move |g| {
+        seen.lock()
+            .unwrap()
+            .push(format!("h {:?}", g.to_vec::<f32>().unwrap()));
+        Ok(())
+    })
+    .unwrap();
+    let seen = order.clone();
+    x.register_post_accumulate_grad_hook(move |_| {
+        seen.lock().unwrap().push("x".into());
+        Ok(())
+    })
+    .unwrap();
+    y.sum_all().unwrap().backward().unwrap();
+    // The hook got dL/dh = 2h = [4, 8, 12], before x's gradient existed.
+    assert_eq!(*order.lock().unwrap(), ["h [4.0, 8.0, 12.0]", "x"]);
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f32>().unwrap(),
+        [8.0, 16.0, 24.0]
+    );
+    // A hook's error stops backward, as any error there does.
+    let z = x.scale(3.0).unwrap();
+    z.register_hook(|_| Err(labs_core::Error::InvalidArgument("stop".into())))
+        .unwrap();
+    let err = z.sum_all().unwrap().backward().unwrap_err();
+    assert!(err.to_string().contains("stop"), "{err}");
+    // A leaf has no grad_fn to hang it on.
+    let err = x.register_hook(|_| Ok(())).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("register_post_accumulate_grad_hook"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_freed_storage_gives_its_memory_back_under_its_tensors_and_the_graph() {
+    let _serial = serial();
+    let device = test_device();
+    let allocator = device.allocator().unwrap();
+    let w = {
+        let _p = labs_core::alloc::Category::Parameter.scope();
+        Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], &device).unwrap()
+    }
+    .requires_grad_(true);
+    let x = Tensor::from_slice(&[1.0f32, 1.0], &[1, 2], &device).unwrap();
+    // The product saves the weight (its transposed view) for backward.
+    let y = x.matmul(&w.transpose(0, 1).unwrap()).unwrap();
+    let before = allocator.memory_allocated();
+    w.free_storage().unwrap();
+    assert!(!w.is_storage_allocated());
+    assert_eq!(
+        allocator.memory_allocated(),
+        before - 512,
+        "one 512-byte block back"
+    );
+    // Reading it is refused until it is allocated again.
+    let err = w.category().unwrap_err();
+    assert!(err.to_string().contains("alloc_storage"), "{err}");
+    w.free_storage().unwrap(); // freeing twice is nothing
+    w.alloc_storage().unwrap();
+    assert!(w.is_storage_allocated());
+    assert_eq!(allocator.memory_allocated(), before);
+    assert_eq!(w.category().unwrap(), labs_core::alloc::Category::Parameter);
+    // Filled again (as FSDP's all-gather fills it), backward reads the new values
+    // through the view the product saved.
+    {
+        let _off = no_grad();
+        w.copy_(&Tensor::from_slice(&[5.0f32, 6.0, 7.0, 8.0], &[2, 2], &device).unwrap())
+            .unwrap();
+    }
+    let x = x.requires_grad_(true);
+    let y2 = x.matmul(&w.transpose(0, 1).unwrap()).unwrap();
+    y2.sum_all().unwrap().backward().unwrap();
+    // d(sum x Wᵀ)/dx = the column sums of W: [5 + 7, 6 + 8].
+    assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), [12.0, 14.0]);
+    drop(y);
+}

@@ -29,6 +29,7 @@ fn identity_node(input: Option<Arc<Node>>, sequence_nr: u64) -> Arc<Node> {
         inputs: vec![input.map(Edge::Node)],
         saved: Mutex::new(None),
         packed: None,
+        hooks: Mutex::new(Vec::new()),
     })
 }
 

@@ -165,3 +165,80 @@ fn ranks_started_by_a_launcher_join_one_job() {
         );
     }
 }
+
+/// `train` of a GPT-2 of 12 blocks, width 64, on `device`, with `extra` flags.
+fn train_gpt2(device: &str, extra: &[&str]) -> Value {
+    let out = Command::new(binary())
+        .args([
+            "train", "--device", device, "--model", "gpt2", "--layers", "12",
+        ])
+        .args([
+            "--d-model",
+            "64",
+            "--nhead",
+            "2",
+            "--vocab",
+            "256",
+            "--batch",
+            "2",
+        ])
+        .args([
+            "--seq",
+            "32",
+            "--steps",
+            "3",
+            "--accum",
+            "2",
+            "--optimizer",
+            "adam",
+        ])
+        .args(["--dropout", "0", "--json"])
+        .args(extra)
+        .env_remove("WORLD_SIZE")
+        .output()
+        .unwrap();
+    labs_core::testing::one_json_object(out)
+}
+
+#[test]
+fn zero3_shards_the_parameters_and_trains_as_ddp() {
+    // On every device of the device under test: on GPUs one process per GPU through
+    // NCCL, on the simulator two threads.
+    let d = device();
+    let n = if d.starts_with("cuda") {
+        labs_core::cuda::device_count().unwrap()
+    } else {
+        2
+    };
+    let nproc = n.to_string();
+    let ddp = train_gpt2(&d, &["--nproc", &nproc]);
+    let zero = train_gpt2(&d, &["--nproc", &nproc, "--zero3"]);
+    assert_eq!(zero["data_parallel"], "zero3");
+    assert_eq!(zero["world_size"], n);
+    // The same averaged gradients and the same update: the same losses.
+    let (a, b) = (
+        ddp["losses"].as_array().unwrap(),
+        zero["losses"].as_array().unwrap(),
+    );
+    assert_eq!(a.len(), 3);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+        assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "{a:?} vs {b:?}");
+    }
+    // At the peak a rank holds its shard of every parameter and a few blocks whole,
+    // and its shard of the gradients and of Adam's moments.
+    for name in ["parameter", "gradient", "optimizer_state"] {
+        let (z, p) = (category(&zero, name), category(&ddp, name));
+        assert!(z < p, "{name}: ZeRO-3 {z} against DDP's {p}");
+    }
+    if !d.starts_with("cuda") {
+        // The dry run predicts each rank's peak.
+        let dry = train_gpt2("dry", &["--nproc", &nproc, "--zero3"]);
+        for r in 0..n {
+            assert_eq!(
+                ranks(&dry)[r]["peak_allocated"],
+                ranks(&zero)[r]["peak_allocated"]
+            );
+        }
+    }
+}

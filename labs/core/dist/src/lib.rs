@@ -8,5 +8,5 @@ pub mod dist;
 use labs_alloc::alloc;
 use labs_base::{dtype, error, format, threads};
 use labs_device::device;
-use labs_nn::optim;
+use labs_nn::{nn, optim};
 use labs_tensor::{autograd, tensor};

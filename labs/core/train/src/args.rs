@@ -107,6 +107,10 @@ pub struct TrainArgs {
     /// by bucket during backward, and each rank keeps only its shard of them.
     #[arg(long, conflicts_with = "zero1")]
     pub zero2: bool,
+    /// Data-parallel with ZeRO stage 3 (FSDP): the parameters too are sharded, each
+    /// layer's gathered for its forward and again for its backward, then freed.
+    #[arg(long, conflicts_with_all = ["zero1", "zero2"])]
+    pub zero3: bool,
     /// Draw where the memory goes over the last step, by allocation category (stacked
     /// areas, the cache on top), into this SVG file.
     #[arg(long, value_name = "FILE")]
@@ -125,15 +129,17 @@ pub struct TrainArgs {
 
 impl TrainArgs {
     /// Whether the flags ask for a data-parallel run (`--nproc`, `--ddp`, `--zero1`,
-    /// `--zero2`).
+    /// `--zero2`, `--zero3`).
     pub fn data_parallel(&self) -> bool {
-        self.nproc.is_some() || self.ddp || self.zero1 || self.zero2
+        self.nproc.is_some() || self.ddp || self.zero1 || self.zero2 || self.zero3
     }
 
     /// How the ranks of a data-parallel run share the work: DDP unless a ZeRO stage is
     /// asked for.
     pub fn how(&self) -> DataParallel {
-        if self.zero2 {
+        if self.zero3 {
+            DataParallel::Zero3
+        } else if self.zero2 {
             DataParallel::Zero2
         } else if self.zero1 {
             DataParallel::Zero1

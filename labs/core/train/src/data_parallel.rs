@@ -24,6 +24,7 @@ pub fn name(how: DataParallel) -> &'static str {
         DataParallel::Ddp => "ddp",
         DataParallel::Zero1 => "zero1",
         DataParallel::Zero2 => "zero2",
+        DataParallel::Zero3 => "zero3",
     }
 }
 

@@ -159,6 +159,13 @@ impl TrainModel {
         }
     }
 
+    pub fn module_mut(&mut self) -> &mut dyn Module {
+        match self {
+            TrainModel::Transformer(m) => m,
+            TrainModel::Gpt2(m) => m,
+        }
+    }
+
     /// One forward pass and its loss: `mse_loss(model(src, tgt), target)` or GPT-2's
     /// next-token cross-entropy.
     pub fn loss(&self, batch: &Batch) -> Result<Tensor> {

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use labs_core::autograd::{CopyTimes, OffloadHooks, OffloadOptions, OffloadStats};
 use labs_core::dist::{
-    Communicator, DistributedDataParallel, ShardedGradientOptimizer, ZeroRedundancyOptimizer,
+    Communicator, DistributedDataParallel, FullyShardedDataParallel, ShardedGradientOptimizer,
+    ShardedParameters, ZeroRedundancyOptimizer,
 };
 use labs_core::nn::{sdpa_kernel, SdpaBackend};
 use labs_core::optim::{Adam, AdamW, GradScaler, Optimizer, Sgd};
@@ -38,6 +39,8 @@ pub struct Trainer {
     ddp: Option<Arc<DistributedDataParallel>>,
     /// The configuration the micro-batches are drawn from: this rank's data seed.
     data: TrainConfig,
+    /// ZeRO-3's shards of the parameters, to read them back whole.
+    sharded: Option<ShardedParameters>,
 }
 
 /// How a rank of a data-parallel run shares the work.
@@ -51,6 +54,9 @@ pub enum DataParallel {
     /// ZeRO stage 2: gradients reduce-scattered bucket by bucket during backward and
     /// kept as a shard, the optimizer's state sharded.
     Zero2,
+    /// ZeRO stage 3 (FSDP): the parameters sharded too, each layer's gathered for its
+    /// forward and again for its backward.
+    Zero3,
 }
 
 impl Trainer {
@@ -98,7 +104,7 @@ impl Trainer {
         let mut data = config.clone();
         data.seed = config.seed.wrapping_add(rank as u64);
         device.manual_seed(config.seed);
-        let model = TrainModel::new(config, device).context("building the model")?;
+        let mut model = TrainModel::new(config, device).context("building the model")?;
         // Dropout differs between ranks, as `torch.cuda.manual_seed(seed + rank)`.
         device.manual_seed(data.seed);
         let params = model.module().parameters();
@@ -110,6 +116,7 @@ impl Trainer {
                 OptimizerKind::Sgd => Box::new(Sgd::new(params, lr)),
             }
         };
+        let mut sharded = None;
         let (optimizer, ddp): (Box<dyn Optimizer>, _) = match parallel {
             None => (make(params), None),
             Some((comm, DataParallel::Ddp)) => {
@@ -125,6 +132,11 @@ impl Trainer {
                 Box::new(ShardedGradientOptimizer::new(params, comm, make)?),
                 None,
             ),
+            Some((comm, DataParallel::Zero3)) => {
+                let fsdp = FullyShardedDataParallel::new(model.module_mut(), comm, make)?;
+                sharded = Some(fsdp.sharded_parameters());
+                (Box::new(fsdp), None)
+            }
         };
         // ANCHOR: offload_setup
         let offload = config.offload.then(|| {
@@ -148,7 +160,24 @@ impl Trainer {
             skipped_steps: 0,
             ddp,
             data,
+            sharded,
         })
+    }
+
+    /// Every parameter's values, as new tensors in the module's parameter order; under
+    /// ZeRO-3 gathered from the ranks' shards (a collective: every rank calls it).
+    pub fn full_parameters(&self) -> Result<Vec<Tensor>> {
+        let _off = labs_core::tensor::no_grad();
+        match &self.sharded {
+            Some(s) => Ok(s.full_parameters()?),
+            None => Ok(self
+                .model
+                .module()
+                .parameters()
+                .iter()
+                .map(|p| p.detach().contiguous())
+                .collect::<labs_core::Result<_>>()?),
+        }
     }
 
     /// What the offload hooks did so far, when offloading.

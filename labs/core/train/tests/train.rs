@@ -431,6 +431,8 @@ fn a_lone_dry_rank_reserves_what_rank_0_of_a_whole_group_does() {
         (DataParallel::Zero1, 3),
         (DataParallel::Zero2, 2),
         (DataParallel::Zero2, 3),
+        (DataParallel::Zero3, 2),
+        (DataParallel::Zero3, 3),
     ] {
         for c in [
             TrainConfig {
@@ -463,4 +465,114 @@ fn a_lone_dry_rank_reserves_what_rank_0_of_a_whole_group_does() {
         format!("{err:#}").contains("not a dry-run device"),
         "{err:#}"
     );
+}
+
+/// A rank's parameters after training, whole, and its bytes by category then.
+type Ended = (Vec<f32>, Vec<(&'static str, u64)>);
+
+/// Every rank of `how` on `world` simulated GPUs trains `steps` steps of `c`: what each
+/// ends with.
+fn train_ranks(
+    c: &TrainConfig,
+    world: usize,
+    how: labs_train::DataParallel,
+    steps: usize,
+) -> Vec<Ended> {
+    use std::sync::Arc;
+    let devices: Vec<Device> = (0..world).map(|_| Device::new_sim(1 << 30)).collect();
+    let comms = labs_core::dist::group(&devices).unwrap();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|comm| {
+                s.spawn(move || {
+                    let device = comm.device().clone();
+                    let mut t = Trainer::data_parallel(c, &device, Arc::new(comm), how).unwrap();
+                    for step in 0..steps {
+                        t.step(step).unwrap();
+                    }
+                    let at_rest = device
+                        .allocator()
+                        .unwrap()
+                        .memory_by_category()
+                        .iter()
+                        .map(|(c, s)| (c.name(), s.current))
+                        .collect();
+                    let mut values = Vec::new();
+                    for p in t.full_parameters().unwrap() {
+                        values.extend(p.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap());
+                    }
+                    (values, at_rest)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn bytes(of: &[(&'static str, u64)], name: &str) -> u64 {
+    of.iter().find(|(n, _)| *n == name).unwrap().1
+}
+
+#[test]
+fn zero3_trains_as_ddp_with_a_share_of_every_parameter() {
+    use labs_train::DataParallel;
+    let _s = serial();
+    // The Transformer with SGD: its attention's key biases have gradients of rounding
+    // noise only (softmax ignores a shift of every score), which Adam would scale up to
+    // a step of their own in each run.
+    for (base, world, accum, checkpoint, optimizer) in [
+        (
+            small_gpt2(),
+            2,
+            1,
+            CheckpointMode::None,
+            OptimizerKind::Adam,
+        ),
+        (
+            small_gpt2(),
+            3,
+            2,
+            CheckpointMode::Layers,
+            OptimizerKind::Adam,
+        ),
+        (small(), 2, 2, CheckpointMode::None, OptimizerKind::Sgd),
+    ] {
+        let c = TrainConfig {
+            optimizer,
+            dropout: 0.0,
+            accum,
+            checkpoint,
+            ..base
+        };
+        let what = format!(
+            "{:?} on {world} ranks, accum {accum}, {checkpoint:?}",
+            c.model
+        );
+        let ddp = train_ranks(&c, world, DataParallel::Ddp, 2);
+        let zero = train_ranks(&c, world, DataParallel::Zero3, 2);
+        for rank in 0..world {
+            // The same averaged gradients (summed over the micro-batches in the same
+            // order) and the same element-wise update.
+            assert_close(&what, &zero[rank].0, &ddp[rank].0, 1e-5, 1e-6);
+            assert_eq!(zero[rank].0, zero[0].0, "{what}: the ranks agree");
+            // Between steps a rank keeps its chunk of every unit's parameters and
+            // gradients (each unit padded to a multiple of the world), no more.
+            let elements = ddp[rank].0.len() as u64;
+            let (params, grads) = (
+                bytes(&zero[rank].1, "parameter"),
+                bytes(&zero[rank].1, "gradient"),
+            );
+            let shard = 4 * elements.div_ceil(world as u64);
+            assert!(
+                params >= shard && params <= shard + 4096,
+                "{what}: parameters {params} against a shard of {shard}"
+            );
+            assert!(
+                grads >= shard && grads <= shard + 4096,
+                "{what}: gradients {grads} against a shard of {shard}"
+            );
+            assert!(bytes(&ddp[rank].1, "parameter") >= 4 * elements, "{what}");
+        }
+    }
 }

@@ -40,6 +40,7 @@ mod rendezvous;
 mod wire;
 mod zero;
 mod zero2;
+mod zero3;
 
 pub use bench::{bus_bandwidth_factor, time_collective, BenchOp, CollectiveTiming};
 pub use buckets::{
@@ -59,6 +60,7 @@ pub use rendezvous::{Rendezvous, DEFAULT_TIMEOUT, GREETING_TIMEOUT};
 pub use wire::{MAX_GREETING_BYTES, MAX_MESSAGE_BYTES};
 pub use zero::ZeroRedundancyOptimizer;
 pub use zero2::ShardedGradientOptimizer;
+pub use zero3::{FullyShardedDataParallel, ShardedParameters};
 
 use crate::device::Device;
 use crate::error::{Error, Result};

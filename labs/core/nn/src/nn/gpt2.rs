@@ -18,6 +18,7 @@
 
 use super::attention::scaled_dot_product_attention;
 use super::layer_checkpoint::run_layer;
+use super::layer_hooks::{hooked, Hooks, Unit};
 use super::multihead_attention::packed_heads;
 use super::{join, Dropout, Embedding, LayerCheckpoint, LayerNorm, Linear, Module, Rng};
 use crate::device::Device;
@@ -179,6 +180,8 @@ pub struct Gpt2 {
     /// How each block runs: directly, or in an activation checkpoint.
     pub checkpoint: LayerCheckpoint,
     training: bool,
+    /// Called around each block and the whole forward pass (`set_layer_hooks`).
+    hooks: Hooks,
 }
 
 impl Gpt2 {
@@ -217,6 +220,7 @@ impl Gpt2 {
             ln_f: LayerNorm::new(&[c.d_model], 1e-5, device)?,
             checkpoint: LayerCheckpoint::Off,
             training: true,
+            hooks: None,
         })
     }
 
@@ -260,21 +264,27 @@ impl Module for Gpt2 {
                 self.config.n_positions
             )));
         }
-        let pos: Vec<i64> = (0..t as i64).collect();
-        let pos = Tensor::from_slice(&pos, &[t], idx.device())?;
-        let mut x = self
-            .drop
-            .forward(&self.wte.forward(idx)?.add(&self.wpe.forward(&pos)?)?)?;
-        for block in &self.h {
-            x = if self.checkpoint.is_off() {
-                block.forward(&x)?
-            } else {
-                let block = block.clone();
-                run_layer(&self.checkpoint, &[x], move |xs| block.forward(&xs[0]))?
-            };
-        }
-        let x = self.ln_f.forward(&x)?;
-        x.matmul(&self.wte.weight.transpose(0, 1)?)
+        hooked(&self.hooks, Unit::Root, || {
+            let pos: Vec<i64> = (0..t as i64).collect();
+            let pos = Tensor::from_slice(&pos, &[t], idx.device())?;
+            let mut x = self
+                .drop
+                .forward(&self.wte.forward(idx)?.add(&self.wpe.forward(&pos)?)?)?;
+            for (i, block) in self.h.iter().enumerate() {
+                x = hooked(&self.hooks, Unit::Layer(i), || {
+                    if self.checkpoint.is_off() {
+                        block.forward(&x)
+                    } else {
+                        let block = block.clone();
+                        run_layer(&self.checkpoint, &[x.clone()], move |xs| {
+                            block.forward(&xs[0])
+                        })
+                    }
+                })?;
+            }
+            let x = self.ln_f.forward(&x)?;
+            x.matmul(&self.wte.weight.transpose(0, 1)?)
+        })
     }
 
     fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(String, &Tensor)) {
@@ -298,5 +308,16 @@ impl Module for Gpt2 {
 
     fn training(&self) -> bool {
         self.training
+    }
+
+    fn layer_prefixes(&self) -> Vec<String> {
+        (0..self.h.len())
+            .map(|i| format!("transformer.h.{i}"))
+            .collect()
+    }
+
+    fn set_layer_hooks(&mut self, hooks: Hooks) -> Result<()> {
+        self.hooks = hooks;
+        Ok(())
     }
 }

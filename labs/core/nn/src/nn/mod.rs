@@ -20,6 +20,7 @@ mod embedding;
 mod gpt2;
 mod init;
 mod layer_checkpoint;
+mod layer_hooks;
 mod linear;
 mod multihead_attention;
 mod norm;
@@ -38,6 +39,7 @@ pub use embedding::Embedding;
 pub use gpt2::{Gpt2, Gpt2Config};
 pub use init::Rng;
 pub use layer_checkpoint::LayerCheckpoint;
+pub use layer_hooks::{parameters_by_unit, Hooks, LayerHooks, Unit};
 pub use linear::Linear;
 pub use multihead_attention::{AttentionMasks, MhaLayout, MultiheadAttention};
 pub use norm::LayerNorm;
@@ -115,6 +117,23 @@ pub trait Module {
     /// the error names the key. Nothing is copied unless everything matches.
     fn load_state_dict(&self, state: &[(String, Tensor)]) -> Result<()> {
         state::load_into(&self.named_parameters(), state)
+    }
+
+    /// The prefixes (in [`Module::named_parameters`]' names) of the layers this module
+    /// runs one after another and calls [`LayerHooks`] around, in forward order: none
+    /// for a module that hands no layers out.
+    fn layer_prefixes(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Calls `hooks` around each layer of [`Module::layer_prefixes`] and around the
+    /// whole forward pass from now on (`None`: no more). An error for a module that
+    /// hands no layers out.
+    fn set_layer_hooks(&mut self, hooks: Hooks) -> Result<()> {
+        let _ = hooks;
+        Err(crate::error::Error::InvalidArgument(
+            "set_layer_hooks: this module runs no stack of layers to hook".into(),
+        ))
     }
 }
 

@@ -8,6 +8,7 @@
 //! so its layers differ.
 
 use super::layer_checkpoint::{run_layer, OwnedMasks};
+use super::layer_hooks::{hooked, Hooks, Unit};
 use super::{
     join, AttentionMasks, DecoderMasks, LayerCheckpoint, LayerNorm, Module, Rng, TransformerConfig,
     TransformerDecoderLayer, TransformerEncoderLayer,
@@ -45,6 +46,9 @@ pub struct TransformerEncoder {
     /// How each layer runs: directly, or in an activation checkpoint.
     pub checkpoint: LayerCheckpoint,
     training: bool,
+    /// Called around each layer, as layer `first + i` (set by the [`Transformer`]).
+    hooks: Hooks,
+    first: usize,
 }
 
 impl TransformerEncoder {
@@ -66,21 +70,25 @@ impl TransformerEncoder {
             norm,
             checkpoint: LayerCheckpoint::Off,
             training: true,
+            hooks: None,
+            first: 0,
         })
     }
 
     /// `forward(src, mask, src_key_padding_mask, is_causal)`.
     pub fn forward_with(&self, src: &Tensor, masks: AttentionMasks) -> Result<Tensor> {
         let mut x = src.clone();
-        for layer in &self.layers {
-            x = if self.checkpoint.is_off() {
-                layer.forward_with(&x, masks)?
-            } else {
-                let (layer, masks) = (layer.clone(), OwnedMasks::new(masks));
-                run_layer(&self.checkpoint, &[x], move |xs| {
-                    layer.forward_with(&xs[0], masks.borrow())
-                })?
-            };
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = hooked(&self.hooks, Unit::Layer(self.first + i), || {
+                if self.checkpoint.is_off() {
+                    layer.forward_with(&x, masks)
+                } else {
+                    let (layer, masks) = (layer.clone(), OwnedMasks::new(masks));
+                    run_layer(&self.checkpoint, &[x.clone()], move |xs| {
+                        layer.forward_with(&xs[0], masks.borrow())
+                    })
+                }
+            })?;
         }
         match &self.norm {
             Some(n) => n.forward(&x),
@@ -124,6 +132,9 @@ pub struct TransformerDecoder {
     /// an input of each region, so its gradient flows back to the encoder).
     pub checkpoint: LayerCheckpoint,
     training: bool,
+    /// Called around each layer, as layer `first + i` (set by the [`Transformer`]).
+    hooks: Hooks,
+    first: usize,
 }
 
 impl TransformerDecoder {
@@ -143,6 +154,8 @@ impl TransformerDecoder {
             norm,
             checkpoint: LayerCheckpoint::Off,
             training: true,
+            hooks: None,
+            first: 0,
         })
     }
 
@@ -155,20 +168,22 @@ impl TransformerDecoder {
         masks: DecoderMasks,
     ) -> Result<Tensor> {
         let mut x = tgt.clone();
-        for layer in &self.layers {
-            x = if self.checkpoint.is_off() {
-                layer.forward_with(&x, memory, masks)?
-            } else {
-                let layer = layer.clone();
-                let (tgt, mem) = (OwnedMasks::new(masks.tgt), OwnedMasks::new(masks.memory));
-                run_layer(&self.checkpoint, &[x, memory.clone()], move |xs| {
-                    let masks = DecoderMasks {
-                        tgt: tgt.borrow(),
-                        memory: mem.borrow(),
-                    };
-                    layer.forward_with(&xs[0], &xs[1], masks)
-                })?
-            };
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = hooked(&self.hooks, Unit::Layer(self.first + i), || {
+                if self.checkpoint.is_off() {
+                    layer.forward_with(&x, memory, masks)
+                } else {
+                    let layer = layer.clone();
+                    let (tgt, mem) = (OwnedMasks::new(masks.tgt), OwnedMasks::new(masks.memory));
+                    run_layer(&self.checkpoint, &[x.clone(), memory.clone()], move |xs| {
+                        let masks = DecoderMasks {
+                            tgt: tgt.borrow(),
+                            memory: mem.borrow(),
+                        };
+                        layer.forward_with(&xs[0], &xs[1], masks)
+                    })
+                }
+            })?;
         }
         match &self.norm {
             Some(n) => n.forward(&x),
@@ -306,8 +321,10 @@ impl Transformer {
                 tgt.shape()
             )));
         }
-        let memory = self.encoder.forward_with(src, src_masks)?;
-        self.decoder.forward_with(tgt, &memory, masks)
+        hooked(&self.encoder.hooks, Unit::Root, || {
+            let memory = self.encoder.forward_with(src, src_masks)?;
+            self.decoder.forward_with(tgt, &memory, masks)
+        })
     }
 
     /// Runs every encoder and decoder layer as `mode` says.
@@ -338,5 +355,20 @@ impl Module for Transformer {
 
     fn training(&self) -> bool {
         self.training
+    }
+
+    /// The encoder's layers, then the decoder's.
+    fn layer_prefixes(&self) -> Vec<String> {
+        let encoder = (0..self.encoder.layers.len()).map(|i| format!("encoder.layers.{i}"));
+        let decoder = (0..self.decoder.layers.len()).map(|i| format!("decoder.layers.{i}"));
+        encoder.chain(decoder).collect()
+    }
+
+    /// The root's hooks are called through the encoder's.
+    fn set_layer_hooks(&mut self, hooks: Hooks) -> Result<()> {
+        self.decoder.first = self.encoder.layers.len();
+        self.decoder.hooks = hooks.clone();
+        self.encoder.hooks = hooks;
+        Ok(())
     }
 }

@@ -55,6 +55,38 @@ impl Tensor {
     }
 }
 
+impl Tensor {
+    /// Runs `hook` with this tensor's gradient each time a backward pass computes it,
+    /// before the op that made the tensor passes it on (PyTorch's `Tensor.register_hook`
+    /// on a non-leaf, observing: the hook cannot replace the gradient). What it is for:
+    /// knowing that backward has reached a point of the forward pass, as FSDP gathers a
+    /// layer's parameters once its output's gradient exists. A leaf's gradient has
+    /// [`Tensor::register_post_accumulate_grad_hook`].
+    pub fn register_hook(
+        &self,
+        hook: impl Fn(&Tensor) -> Result<()> + Send + Sync + 'static,
+    ) -> Result<()> {
+        let Some(node) = self.grad_fn() else {
+            return Err(Error::InvalidArgument(
+                "register_hook: only a tensor an op recorded (with a grad_fn) has one here; \
+                 on a leaf use register_post_accumulate_grad_hook"
+                    .into(),
+            ));
+        };
+        node.hooks.lock().unwrap().push(Arc::new(hook));
+        Ok(())
+    }
+}
+
+/// Runs the hooks on `node`'s output gradient, `grad`.
+pub(super) fn run_tensor_hooks(node: &Node, grad: &Tensor) -> Result<()> {
+    let hooks = node.hooks.lock().unwrap().clone();
+    for hook in hooks {
+        hook(grad)?;
+    }
+    Ok(())
+}
+
 /// How many gradients each hooked leaf will receive from the nodes of one pass.
 pub(super) fn expected_contributions(order: &[Arc<Node>]) -> HashMap<*const GradCell, usize> {
     let mut counts = HashMap::new();

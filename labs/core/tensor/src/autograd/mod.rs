@@ -106,6 +106,7 @@ impl Tensor {
             let Some(grad) = pending.remove(&Arc::as_ptr(node)) else {
                 continue; // no gradient reached it (an input that needs none)
             };
+            grad_hooks::run_tensor_hooks(node, &grad)?;
             let saved = saved_tensors(node, retain_graph)?;
             ahead.advance(&order, &next_packed, position)?;
             let grads = match node.op {

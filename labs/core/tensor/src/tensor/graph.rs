@@ -232,7 +232,15 @@ pub struct Node {
     pub saved: Mutex<Option<Vec<Tensor>>>,
     /// The saved tensors as the installed saved-tensor hooks packed them, if any were.
     pub packed: Option<PackedSaved>,
+    /// Hooks on the gradient of this node's output (`Tensor::register_hook` on a
+    /// non-leaf), run in registration order when backward reaches the node, before its
+    /// derivative.
+    pub hooks: Mutex<Vec<GradHook>>,
 }
+
+/// A hook on a non-leaf tensor's gradient (PyTorch's `Tensor.register_hook`, observing
+/// only): it gets the gradient as backward computed it.
+pub type GradHook = Arc<dyn Fn(&Tensor) -> crate::error::Result<()> + Send + Sync>;
 
 /// Drops a graph without recursing once per node: a chain of a million ops (a deep
 /// model, a long loop) would otherwise overflow the stack of the thread that drops its
@@ -428,6 +436,7 @@ impl Tensor {
             inputs: inputs.iter().map(|t| t.edge()).collect(),
             saved: Mutex::new(Some(saved)),
             packed,
+            hooks: Mutex::new(Vec::new()),
         };
         out.grad = Some(Grad::Output(Arc::new(node)));
         out

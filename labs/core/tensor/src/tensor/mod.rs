@@ -30,6 +30,7 @@ mod reduce;
 mod saved_hooks;
 mod softmax;
 mod stats;
+mod storage;
 mod views;
 
 /// What a tensor's memory is counted as ([`Tensor::category`]; a scope makes new
@@ -50,8 +51,8 @@ pub use autocast::{
 pub use broadcast::broadcast_shapes;
 pub use collective::run_collective;
 pub use graph::{
-    enable_grad, is_grad_enabled, no_grad, Edge, GradCell, GradOp, GradSlot, NoGradGuard, Node,
-    PostAccumulateGradHook,
+    enable_grad, is_grad_enabled, no_grad, Edge, GradCell, GradHook, GradOp, GradSlot, NoGradGuard,
+    Node, PostAccumulateGradHook,
 };
 pub use host_reads::host_reads;
 pub use layout::Layout;
@@ -68,6 +69,7 @@ use std::sync::{Arc, Weak};
 use crate::alloc::Allocation;
 use crate::device::{copy_between, CopyPath, CopyVia, Device, DevicePtr};
 use crate::error::{Error, Result};
+use storage::Storage;
 
 /// A weak name for a tensor's storage ([`Tensor::storage_key`]). Held, it keeps the
 /// storage's record (not its memory) from being reused, so two keys are equal exactly
@@ -92,27 +94,6 @@ impl std::hash::Hash for StorageKey {
 impl std::fmt::Debug for StorageKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "StorageKey({:p})", self.0.as_ptr())
-    }
-}
-
-/// A block of the device's caching allocator, returned to the cache when the last
-/// tensor using it goes away.
-struct Storage {
-    device: Device,
-    block: Allocation,
-}
-
-impl Drop for Storage {
-    fn drop(&mut self) {
-        let freed = self.device.allocator().and_then(|a| a.free(self.block));
-        if let Err(e) = freed {
-            // Drop cannot return an error; this is a bookkeeping bug worth seeing.
-            eprintln!(
-                "warning: freeing {:#x} on {}: {e}",
-                self.block.ptr(),
-                self.device
-            );
-        }
     }
 }
 
@@ -145,10 +126,7 @@ impl Tensor {
             .allocator()?
             .malloc_as(bytes, &device.default_stream()?, category)?;
         Ok(Tensor {
-            storage: Arc::new(Storage {
-                device: device.clone(),
-                block,
-            }),
+            storage: Arc::new(Storage::new(device, block)),
             layout: Layout::contiguous(shape, 0),
             dtype,
             grad: None,
@@ -158,28 +136,31 @@ impl Tensor {
 
     /// What the tensor's storage is counted as in the allocator's statistics.
     pub fn category(&self) -> Result<Category> {
-        self.device().allocator()?.category(&self.storage.block)
+        self.device().allocator()?.category(&self.storage.held()?)
     }
 
     /// Counts the tensor's storage (shared by its views) as `category` from now on.
     pub fn set_category(&self, category: Category) -> Result<()> {
         self.device()
             .allocator()?
-            .set_category(&self.storage.block, category)
+            .set_category(&self.storage.held()?, category)
     }
 
     /// Autograd saved this tensor for `op`'s backward: its storage is an activation
     /// now (unless it is a parameter or an input), saved by `op` in the memory history.
     pub(crate) fn mark_saved(&self, op: &GradOp) {
         if let Ok(allocator) = self.device().allocator() {
-            // Only a stale handle fails, and a live tensor's is not.
-            let _ = allocator.mark_saved(&self.storage.block, || op.name());
+            // Only a stale handle fails, and a live tensor's is not; a freed storage
+            // (a sharded parameter's) is no activation.
+            if let Ok(block) = self.storage.held() {
+                let _ = allocator.mark_saved(&block, || op.name());
+            }
         }
     }
 
     /// Another layout over the same storage (the views' constructor).
     fn with_layout(&self, layout: Layout) -> Tensor {
-        debug_assert!(layout.end() * self.dtype.size() <= self.storage.block.size() as usize);
+        debug_assert!(layout.end() * self.dtype.size() <= self.storage.nbytes as usize);
         Tensor {
             storage: self.storage.clone(),
             layout,
@@ -267,13 +248,22 @@ impl Tensor {
     }
     /// The device address of the first element (the storage's start plus the view's
     /// offset).
+    ///
+    /// # Panics
+    ///
+    /// When the storage was freed ([`Tensor::free_storage`]) and not allocated again:
+    /// reading or writing it would touch memory the cache may have handed out.
     pub fn ptr(&self) -> DevicePtr {
-        self.storage.block.ptr() + (self.layout.offset() * self.dtype.size()) as u64
+        self.storage.block().ptr() + (self.layout.offset() * self.dtype.size()) as u64
     }
 
     /// The allocation behind the tensor (shared by all its views).
+    ///
+    /// # Panics
+    ///
+    /// As [`Tensor::ptr`], when the storage is freed.
     pub fn allocation(&self) -> Allocation {
-        self.storage.block
+        self.storage.block()
     }
 
     /// Tells the allocator that work on `stream` uses this tensor, so that its memory is
@@ -281,7 +271,7 @@ impl Tensor {
     pub fn record_stream(&self, stream: &crate::device::Stream) -> Result<()> {
         self.device()
             .allocator()?
-            .record_stream(&self.storage.block, stream)
+            .record_stream(&self.storage.held()?, stream)
     }
 
     /// Do two tensors share storage (as `a.untyped_storage().data_ptr()` would tell)?
@@ -325,7 +315,7 @@ impl Tensor {
     /// The bytes of the storage behind this tensor, all of it: what freeing it gives
     /// back (the size asked of the allocator, as `untyped_storage().nbytes()`).
     pub fn storage_nbytes(&self) -> u64 {
-        self.storage.block.requested()
+        self.storage.nbytes
     }
 
     // ANCHOR: tensor_to
