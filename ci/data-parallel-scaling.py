@@ -10,8 +10,8 @@ of each rank.
       --pytorch one.json ddp.json fsdp.json
 
 After the one-GPU file come any number of runs on N GPUs, a row each, named by how the
-ranks shared the work (DDP, ZeRO-1, ZeRO-2; PyTorch's FSDP with SHARD_GRAD_OP for
-`--zero2`).
+ranks shared the work (DDP, ZeRO-1, ZeRO-2, ZeRO-3; PyTorch's FSDP with SHARD_GRAD_OP
+for `--zero2`, FSDP2's fully_shard for `--zero3`).
 
 A file may hold other lines around the JSON object (a launcher's notes): the first line
 that parses as an object is the report."""
@@ -51,8 +51,11 @@ def peaks(r):
 def how(r, pytorch):
     """How the ranks of a run shared the work, as the table names it."""
     if pytorch:
+        if r["config"].get("zero3"):
+            return "FSDP2 fully_shard"
         return "FSDP SHARD_GRAD_OP" if r["config"].get("zero2") else "DDP"
-    return {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2"}.get(r.get("data_parallel"), "DDP")
+    names = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
+    return names.get(r.get("data_parallel"), "DDP")
 
 
 def rows(name, one, manys, pytorch=False):

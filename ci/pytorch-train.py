@@ -49,7 +49,11 @@ and data seeded `seed + rank`, `--accum` with no_sync() on all but the last micr
 rank 0 prints, with every rank's peaks and step time under "ranks". With `--zero2` the
 model is in FullyShardedDataParallel(sharding_strategy=SHARD_GRAD_OP) instead: gradients
 and optimizer state sharded across the ranks (ZeRO stage 2; the parameters are gathered
-for forward and kept until backward ends), the twin of `lab-10 train --zero2`."""
+for forward and kept until backward ends), the twin of `lab-10 train --zero2`. With
+`--zero3` every layer (GPT-2's blocks, the Transformer's encoder and decoder layers) and
+then the model are wrapped in FSDP2's fully_shard: parameters sharded too, each layer's
+gathered for its forward and again for its backward (ZeRO stage 3), gradients
+reduce-scattered every micro-batch, the twin of `lab-10 train --zero3`."""
 
 import argparse
 import contextlib
@@ -148,6 +152,9 @@ def parser():
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--zero2", action="store_true",
                    help="under torchrun: FSDP with SHARD_GRAD_OP (ZeRO stage 2) instead of DDP")
+    p.add_argument("--zero3", action="store_true",
+                   help="under torchrun: FSDP2's fully_shard on every layer and the model "
+                        "(ZeRO stage 3) instead of DDP")
     p.add_argument("--snapshot", metavar="FILE",
                    help="record the allocator's history from before the model is built "
                         "(torch.cuda.memory._record_memory_history, Python stacks) and "
@@ -209,7 +216,8 @@ def parse_config(argv, world_size=1):
                offload_share=a.offload_share,
                attention=a.attention, amp=a.amp, optimizer=a.optimizer, lr=a.lr,
                seed=a.seed, warmup=a.warmup, device=a.device, json=a.json,
-               snapshot=a.snapshot, alloc_conf=a.conf, zero2=a.zero2)
+               snapshot=a.snapshot, alloc_conf=a.conf, zero2=a.zero2,
+               zero3=a.zero3)
     return cfg
 
 
@@ -497,7 +505,16 @@ def sdpa_calls(profile):
 
 
 def nbytes(tensors):
-    return sum(t.numel() * t.element_size() for t in tensors)
+    """The bytes on this rank: a sharded tensor's (FSDP2's DTensor) local shard."""
+    local = (t.to_local() if hasattr(t, "to_local") else t for t in tensors)
+    return sum(t.numel() * t.element_size() for t in local)
+
+
+def model_layers(model):
+    """The layers fully_shard wraps one by one, in forward order: lab-10's units."""
+    if isinstance(model, GPT2):
+        return list(model.transformer.h)
+    return list(model.encoder.layers) + list(model.decoder.layers)
 
 
 def optimizer_state_bytes(optimizer):
@@ -570,7 +587,16 @@ class Run:
         torch.manual_seed(cfg["seed"])  # the same initial weights on every rank
         self.model, self.params = build_model(cfg, device)
         self.ddp = None
-        if world_size > 1 and cfg["zero2"]:
+        # FSDP2 wraps the model in place: no wrapper to call, no no_sync.
+        self.fully_sharded = world_size > 1 and cfg["zero3"]
+        if self.fully_sharded:
+            # ANCHOR: fully_shard
+            from torch.distributed.fsdp import fully_shard
+            for layer in model_layers(self.model):
+                fully_shard(layer)
+            fully_shard(self.model)
+            # ANCHOR_END: fully_shard
+        elif world_size > 1 and cfg["zero2"]:
             # ANCHOR: fsdp_wrap
             from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
             self.ddp = FullyShardedDataParallel(
@@ -695,9 +721,13 @@ class Run:
             "end (one per cuBLAS handle and stream: the main thread's and the autograd "
             "engine's), part of peak_allocated",
         ]
-        if self.ddp is not None:
+        if self.ddp is not None or self.fully_sharded:
             notes.append("data parallel: peaks, step_ms and losses are rank 0's (every "
                          "rank's peaks in ranks); other includes DDP's gradient buckets")
+        if self.fully_sharded:
+            notes.append("fully_shard: parameter, gradient and optimizer_state are this "
+                         "rank's shards (DTensor.to_local()); other includes the layers "
+                         "gathered at the peak")
         return {
             "model": cfg["model"],
             "config": config_fields(cfg),
