@@ -7,7 +7,7 @@
 //! activation category (and the GPU's, with `--device cuda`).
 //!
 //! `train --nproc N` trains data-parallel, one rank per device (DDP, or ZeRO-1 with
-//! `--zero1`, ZeRO-2 with `--zero2`): on GPUs this program relaunches itself as N processes through
+//! `--zero1`, ZeRO-2 with `--zero2`, ZeRO-3 with `--zero3`): on GPUs this program relaunches itself as N processes through
 //! `dist::launch` (a process that finds `WORLD_SIZE` set is one rank of such a job, as
 //! under `torchrun`); on simulated or dry-run GPUs the ranks are threads.
 

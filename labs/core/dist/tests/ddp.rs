@@ -404,11 +404,13 @@ enum Stage {
 }
 
 /// What a rank of [`adam_steps`] ends with: its parameters, and the bytes of its
-/// optimizer state and of its gradients after the last step.
+/// optimizer state and of its gradients after the last step (its `zero_grad`), and of
+/// its gradients just before that step.
 struct Ended {
     params: Values,
     state: u64,
     gradients: u64,
+    gradients_before_step: u64,
 }
 
 /// Three steps of Adam on `devices`, from rank 0's parameters, each step `micro`
@@ -432,6 +434,11 @@ fn adam_steps(devices: &[Device], stage: Stage, micro: usize) -> Vec<Ended> {
                 Box::new(ShardedGradientOptimizer::new(params.clone(), comm, adam).unwrap())
             }
         };
+        let gradient_bytes = || {
+            let by = device.allocator().unwrap().memory_by_category();
+            by[Category::Gradient.index()].1.current
+        };
+        let mut gradients_before_step = 0;
         for step in 0..3 {
             for m in 0..micro {
                 let seed = 77 + 10 * step + 100 * m as u64 + rank as u64;
@@ -448,6 +455,7 @@ fn adam_steps(devices: &[Device], stage: Stage, micro: usize) -> Vec<Ended> {
                     ddp.finish().unwrap();
                 }
             }
+            gradients_before_step = gradient_bytes();
             opt.step().unwrap();
             opt.zero_grad(true).unwrap();
         }
@@ -456,6 +464,7 @@ fn adam_steps(devices: &[Device], stage: Stage, micro: usize) -> Vec<Ended> {
             params: params_of(&params),
             state: by[Category::OptimizerState.index()].1.current,
             gradients: by[Category::Gradient.index()].1.current,
+            gradients_before_step,
         }
     })
 }
@@ -497,10 +506,12 @@ fn zero2_equals_ddp_with_a_share_of_the_gradients_and_of_the_state() {
             // order, and the same element-wise update.
             assert_each_close(&what, &zero[rank].params, &ddp[rank].params, 1e-6);
             assert_eq!(zero[rank].params, zero[0].params, "{what}: replicas agree");
-            // DDP keeps a bucket per gradient between steps; ZeRO-2 the rank's chunk of
-            // every bucket (each padded to a multiple of the world), no more.
-            let (ddp_grads, zero_grads) = (ddp[rank].gradients, zero[rank].gradients);
+            // DDP keeps a bucket per gradient between steps; ZeRO-2 holds the rank's
+            // chunk of every bucket (each padded to a multiple of the world) from
+            // backward to the step, no more, and nothing after zero_grad.
+            let (ddp_grads, zero_grads) = (ddp[rank].gradients, zero[rank].gradients_before_step);
             assert!(ddp_grads >= (4 * elements) as u64, "{what}: {ddp_grads}");
+            assert_eq!(zero[rank].gradients, 0, "{what}: after zero_grad");
             let shard = 4 * elements.div_ceil(world) as u64;
             assert!(zero_grads >= shard, "{what}: {zero_grads} < {shard}");
             assert!(

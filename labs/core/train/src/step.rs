@@ -117,6 +117,7 @@ impl Trainer {
             }
         };
         let mut sharded = None;
+        // ANCHOR: data_parallel_choice
         let (optimizer, ddp): (Box<dyn Optimizer>, _) = match parallel {
             None => (make(params), None),
             Some((comm, DataParallel::Ddp)) => {
@@ -138,6 +139,7 @@ impl Trainer {
                 (Box::new(fsdp), None)
             }
         };
+        // ANCHOR_END: data_parallel_choice
         // ANCHOR: offload_setup
         let offload = config.offload.then(|| {
             Arc::new(OffloadHooks::new(OffloadOptions {

@@ -20,8 +20,12 @@
 //!    all-gathered into a buffer made for it and copied into the parameters, and the
 //!    buffers freed.
 //!
-//! Memory per rank: the parameters, 1/N of the gradients and of the optimizer state,
-//! and at most a bucket or two in flight.
+//! `zero_grad(set_to_none)` drops the shard of gradients; the next backward's first
+//! reduce-scatter makes a new one.
+//!
+//! Memory per rank: the parameters, 1/N of the gradients (from the first bucket of
+//! backward to `zero_grad`) and of the optimizer state, and at most a bucket or two in
+//! flight.
 
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -46,7 +50,8 @@ struct Bucket {
     shard_offset: usize,
     buffer: Option<Tensor>,
     pending: usize,
-    /// Whether this step's shard already holds a micro-batch's chunk (later ones add).
+    /// Whether the shard already holds a micro-batch's chunk since the last `zero_grad`
+    /// (later ones add).
     reduced: bool,
 }
 
@@ -67,8 +72,15 @@ struct Reducer {
     ready: Vec<bool>,
     /// The first bucket not reduced yet in this backward pass.
     next_bucket: usize,
-    /// This rank's shard of the averaged gradients.
-    shard_grads: Tensor,
+    /// This rank's shard of the averaged gradients: made by the first reduce-scatter
+    /// after `zero_grad(set_to_none)`, dropped by the next (no gradient memory lives
+    /// through forward, as after PyTorch's `zero_grad`).
+    shard_grads: Option<Tensor>,
+    /// Its length.
+    shard_len: usize,
+    /// The optimizer's leaves (this rank's pieces of the parameters), each with where
+    /// its gradient lies in the shard: (leaf, offset, length).
+    leaves: Vec<(Tensor, usize, usize)>,
 }
 
 impl Reducer {
@@ -98,7 +110,22 @@ impl Reducer {
                 .take()
                 .expect("a complete bucket has its buffer");
             let chunk = bucket.chunk(world);
-            let mine = self.shard_grads.narrow(0, bucket.shard_offset, chunk)?;
+            let shard_grads = match &self.shard_grads {
+                Some(g) => g.clone(),
+                None => {
+                    let g = {
+                        let _g = Category::Gradient.scope();
+                        Tensor::zeros(&[self.shard_len], self.dtype, &device)?
+                    };
+                    for (leaf, offset, len) in &self.leaves {
+                        *leaf.grad_slot().expect("a leaf").lock().unwrap() =
+                            Some(g.narrow(0, *offset, *len)?);
+                    }
+                    self.shard_grads = Some(g.clone());
+                    g
+                }
+            };
+            let mine = shard_grads.narrow(0, bucket.shard_offset, chunk)?;
             if bucket.reduced {
                 let part = {
                     let _g = Category::Gradient.scope();
@@ -183,11 +210,6 @@ impl ShardedGradientOptimizer {
             });
             shard_len += len / world;
         }
-        let device = comm.device().clone();
-        let shard_grads = {
-            let _g = Category::Gradient.scope();
-            Tensor::zeros(&[shard_len], dtype, &device)?
-        };
         // This rank's pieces of the parameters: where its chunk of each bucket meets
         // each parameter of the bucket. The optimizer steps views of the parameters
         // themselves (detached: leaves of their own), each with its slice of the shard
@@ -195,6 +217,7 @@ impl ShardedGradientOptimizer {
         let rank = comm.rank();
         let mut pieces = Vec::with_capacity(buckets.len());
         let mut leaves = Vec::new();
+        let mut grad_places = Vec::new();
         for bucket in &buckets {
             let chunk = bucket.chunk(world);
             let mine = rank * chunk..(rank + 1) * chunk;
@@ -211,9 +234,11 @@ impl ShardedGradientOptimizer {
                     .view(&[p.numel()])?
                     .narrow(0, range.start, range.len())?
                     .requires_grad_(true);
-                let grad =
-                    shard_grads.narrow(0, bucket.shard_offset + start - mine.start, range.len())?;
-                *leaf.grad_slot().expect("requires grad").lock().unwrap() = Some(grad);
+                grad_places.push((
+                    leaf.clone(),
+                    bucket.shard_offset + start - mine.start,
+                    range.len(),
+                ));
                 leaves.push(leaf);
                 here.push((i, range, start - mine.start));
             }
@@ -227,7 +252,9 @@ impl ShardedGradientOptimizer {
             slots,
             ready: vec![false; params.len()],
             next_bucket: 0,
-            shard_grads,
+            shard_grads: None,
+            shard_len,
+            leaves: grad_places,
         }));
         let mut hooks = Vec::with_capacity(params.len());
         for (i, p) in params.iter().enumerate() {
@@ -258,7 +285,7 @@ impl ShardedGradientOptimizer {
 
     /// This rank's shard of the averaged gradients (its chunk of every bucket).
     pub fn shard_len(&self) -> usize {
-        self.reducer.lock().unwrap().shard_grads.numel()
+        self.reducer.lock().unwrap().shard_len
     }
 }
 
@@ -281,16 +308,15 @@ impl Optimizer for ShardedGradientOptimizer {
     fn step(&mut self) -> Result<()> {
         let _off = no_grad();
         {
-            let mut r = self.reducer.lock().unwrap();
+            let r = self.reducer.lock().unwrap();
             if let Some(i) = r.ready.iter().position(|ready| !ready) {
                 return Err(Error::InvalidArgument(format!(
                     "ZeRO-2 (rank {}): parameter #{i} of shape {:?} received no gradient \
-                     since the last step; every parameter needs one",
+                     since the last zero_grad; every parameter needs one",
                     self.comm.rank(),
                     self.params[i].shape()
                 )));
             }
-            r.ready.iter_mut().for_each(|ready| *ready = false);
         }
         self.inner.step()?;
         let world = self.comm.world_size();
@@ -317,9 +343,27 @@ impl Optimizer for ShardedGradientOptimizer {
                 p.copy_(&gathered.narrow(0, offset, p.numel())?.view(p.shape())?)?;
                 p.clear_grad();
             }
-            bucket.reduced = false;
         }
-        r.shard_grads.zero_()?;
+        Ok(())
+    }
+
+    /// Drops this rank's shard of the gradients (`set_to_none`, PyTorch's default: the
+    /// next backward's first reduce-scatter makes a new one), or zeroes it.
+    fn zero_grad(&self, set_to_none: bool) -> Result<()> {
+        let mut r = self.reducer.lock().unwrap();
+        r.ready.iter_mut().for_each(|ready| *ready = false);
+        r.buckets.iter_mut().for_each(|b| b.reduced = false);
+        if set_to_none {
+            r.shard_grads = None;
+            for (leaf, _, _) in &r.leaves {
+                *leaf.grad_slot().expect("a leaf").lock().unwrap() = None;
+            }
+        } else if let Some(g) = &r.shard_grads {
+            g.zero_()?;
+        }
+        for p in &self.params {
+            p.clear_grad();
+        }
         Ok(())
     }
 }

@@ -27,6 +27,8 @@
 //!
 //! The optimizer steps the flat shard of parameters with its shard of gradients, one
 //! leaf; nothing is gathered by the step: the next forward gathers the new values.
+//! `zero_grad(set_to_none)` drops the shard of gradients, as FSDP's does: the first
+//! reduce-scatter of the next backward makes a new one.
 //!
 //! Memory per rank: 1/N of the parameters, gradients and optimizer state, plus the
 //! whole parameters of the root and of at most two layers (the running one and the one
@@ -63,8 +65,8 @@ struct ShardUnit {
     grads: Option<Tensor>,
     /// Parameters whose gradient has not arrived in this backward pass.
     waiting: usize,
-    /// Whether the shard of gradients holds a micro-batch's chunk since the last step
-    /// (later micro-batches add theirs).
+    /// Whether the shard of gradients holds a micro-batch's chunk since the last
+    /// `zero_grad` (later micro-batches add theirs).
     reduced: bool,
 }
 
@@ -76,8 +78,12 @@ struct Shards {
     units: Vec<ShardUnit>,
     /// This rank's chunks of every unit's parameters, end to end.
     shard_params: Tensor,
-    /// And of their averaged gradients.
-    shard_grads: Tensor,
+    /// The inner optimizer's leaf over `shard_params`, whose `.grad` is `shard_grads`.
+    leaf: Tensor,
+    /// This rank's chunks of the averaged gradients: made by the first reduce-scatter
+    /// after `zero_grad(set_to_none)`, dropped by the next (PyTorch's FSDP makes and
+    /// drops its sharded gradients so; no gradient memory lives through forward).
+    shard_grads: Option<Tensor>,
     /// Per parameter (in the module's `named_parameters` order): its unit and its place
     /// in the unit's `params`.
     slots: Vec<(usize, usize)>,
@@ -113,6 +119,7 @@ impl Shards {
         Ok(())
     }
 
+    // ANCHOR: gather
     /// Unit `u`'s parameters whole in their storage: the all-gather waited for (started
     /// here if it was not under way) and copied out.
     fn gather(&mut self, u: usize) -> Result<()> {
@@ -131,6 +138,8 @@ impl Shards {
         unit.gathered = true;
         Ok(())
     }
+
+    // ANCHOR_END: gather
 
     /// Frees unit `u`'s parameters' storage (their values live on in the shards).
     fn reshard(&mut self, u: usize) -> Result<()> {
@@ -165,8 +174,20 @@ impl Shards {
         let grads = unit.grads.take().expect("made above");
         unit.waiting = unit.params.len();
         let chunk = self.chunk(u);
+        let shard_grads = match &self.shard_grads {
+            Some(g) => g.clone(),
+            None => {
+                let g = {
+                    let _g = Category::Gradient.scope();
+                    Tensor::zeros(&[self.shard_params.numel()], self.dtype, &device)?
+                };
+                *self.leaf.grad_slot().expect("a leaf").lock().unwrap() = Some(g.clone());
+                self.shard_grads = Some(g.clone());
+                g
+            }
+        };
         let unit = &mut self.units[u];
-        let mine = self.shard_grads.narrow(0, unit.shard_offset, chunk)?;
+        let mine = shard_grads.narrow(0, unit.shard_offset, chunk)?;
         if unit.reduced {
             let part = {
                 let _g = Category::Gradient.scope();
@@ -212,6 +233,7 @@ impl Shards {
     }
 }
 
+// ANCHOR: schedule
 /// The hooks the model calls: the schedule of the module docs. Once the optimizer is
 /// dropped they do nothing (and the parameters stay where they were: freed).
 struct Schedule(Weak<Mutex<Shards>>);
@@ -264,6 +286,8 @@ impl LayerHooks for Schedule {
         })
     }
 }
+
+// ANCHOR_END: schedule
 
 /// ZeRO stage 3 over a model's layers, stepping this rank's shard with an inner
 /// optimizer; `Optimizer::params` are the module's parameters (their storage freed
@@ -341,10 +365,6 @@ impl FullyShardedDataParallel {
             let _p = Category::Parameter.scope();
             Tensor::zeros(&[shard_len], dtype, &device)?
         };
-        let shard_grads = {
-            let _g = Category::Gradient.scope();
-            Tensor::zeros(&[shard_len], dtype, &device)?
-        };
         {
             // This rank's chunk of each unit, from the (broadcast) parameters.
             let _off = no_grad();
@@ -369,14 +389,14 @@ impl FullyShardedDataParallel {
             }
         }
         let leaf = shard_params.detach().requires_grad_(true);
-        *leaf.grad_slot().expect("requires grad").lock().unwrap() = Some(shard_grads.clone());
-        let inner = make_optimizer(vec![leaf]);
+        let inner = make_optimizer(vec![leaf.clone()]);
         let mut shards = Shards {
             comm,
             dtype,
             units,
             shard_params,
-            shard_grads,
+            leaf,
+            shard_grads: None,
             slots,
         };
         for u in 0..shards.units.len() {
@@ -436,7 +456,7 @@ impl Optimizer for FullyShardedDataParallel {
     }
 
     /// Steps this rank's shard. Every unit must have had its gradients reduce-scattered
-    /// since the last step.
+    /// since the last `zero_grad`.
     fn step(&mut self) -> Result<()> {
         let _off = no_grad();
         {
@@ -444,15 +464,31 @@ impl Optimizer for FullyShardedDataParallel {
             if let Some(unit) = s.units.iter().find(|u| !u.reduced && u.len > 0) {
                 return Err(Error::InvalidArgument(format!(
                     "FullyShardedDataParallel (rank {}): {} received no gradients since the \
-                     last step (or not all of them); every parameter needs one",
+                     last zero_grad (or not all of them); every parameter needs one",
                     s.comm.rank(),
                     unit.name
                 )));
             }
         }
-        self.inner.step()?;
+        self.inner.step()
+    }
+
+    /// Drops this rank's shard of the gradients (`set_to_none`, PyTorch's default: the
+    /// memory goes back to the cache until the next backward reduce-scatters into a new
+    /// one), or zeroes it; the module's parameters hold no gradient between backward
+    /// passes either way.
+    fn zero_grad(&self, set_to_none: bool) -> Result<()> {
         let mut s = self.shards.lock().unwrap();
         s.units.iter_mut().for_each(|u| u.reduced = false);
-        s.shard_grads.zero_()
+        if set_to_none {
+            s.shard_grads = None;
+            *s.leaf.grad_slot().expect("a leaf").lock().unwrap() = None;
+        } else if let Some(g) = &s.shard_grads {
+            g.zero_()?;
+        }
+        for p in &self.params {
+            p.clear_grad();
+        }
+        Ok(())
     }
 }

@@ -77,6 +77,7 @@ impl Drop for Storage {
     }
 }
 
+// ANCHOR: free_storage
 impl Tensor {
     /// Gives the storage's block back to the cache while this tensor, its views and
     /// whatever holds them (a module, an optimizer, the autograd graph's saved tensors)
@@ -113,6 +114,8 @@ impl Tensor {
         *held = Held::Block(block);
         Ok(())
     }
+
+    // ANCHOR_END: free_storage
 
     /// Whether the storage holds a block (`untyped_storage().size() > 0` for a storage
     /// that is not empty): false between [`Tensor::free_storage`] and
