@@ -501,3 +501,77 @@ fn growth_stops_short_of_infinity_and_two_optimizers_share_one_update() {
     assert_eq!(b.to_vec::<f32>().unwrap(), vec![1.0]);
     assert_eq!(scaler.get_scale().unwrap(), 4.0);
 }
+
+#[test]
+fn a_recomputation_in_backward_drops_its_casts_when_its_region_ends() {
+    use labs_tensor::autograd::checkpoint;
+    use std::sync::{Arc, Mutex};
+    let _s = serial();
+    let d = test_device();
+    let mut rng = Rng::seeded(11);
+    let layers: Vec<Arc<Linear>> = (0..2)
+        .map(|_| Arc::new(Linear::new(64, 64, false, &mut rng, &d).unwrap()))
+        .collect();
+    let x = Tensor::from_slice(&ramp(8 * 64, 0.1), &[8, 64], &d)
+        .unwrap()
+        .requires_grad_(true);
+    let loss = {
+        let _region = autocast(DType::BF16).unwrap();
+        let mut h = x.clone();
+        for layer in &layers {
+            let layer = layer.clone();
+            // The region re-enters autocast for its recomputation, as the models'
+            // checkpointed layers do (and torch.utils.checkpoint).
+            h = checkpoint(
+                move |xs| {
+                    let _region = autocast(DType::BF16)?;
+                    layer.forward(&xs[0])
+                },
+                &[h],
+            )
+            .unwrap();
+        }
+        h.to_dtype(DType::F32).unwrap().sum_all().unwrap()
+    };
+    // Each layer's weight gradient arrives once its recomputed region has run and
+    // ended: by then its cast is gone from the cache, as when PyTorch's backward
+    // recomputes (on a thread of its own, where the region is the outermost).
+    let seen: Arc<Mutex<Vec<(usize, u64)>>> = Arc::default();
+    let before = cache_bytes(&d);
+    for layer in &layers {
+        let (seen, d) = (seen.clone(), d.clone());
+        layer
+            .weight
+            .register_post_accumulate_grad_hook(move |_| {
+                seen.lock()
+                    .unwrap()
+                    .push((autocast_cache_len(), cache_bytes(&d)));
+                Ok(())
+            })
+            .unwrap();
+    }
+    loss.backward().unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2);
+    for &(len, bytes) in seen.iter() {
+        assert_eq!(len, 0, "a recomputed region's casts outlive it");
+        assert!(
+            bytes <= before,
+            "cast copies held in backward: {bytes} > {before}"
+        );
+    }
+    // And a region open around backward keeps its own cache.
+    let _outer = autocast(DType::BF16).unwrap();
+    let w = &layers[0].weight;
+    let _ = layers[0].forward(&x).unwrap();
+    let cached = autocast_cache_len();
+    assert!(cached >= 1, "the weight's cast");
+    let y = x.mul(&x).unwrap().sum_all().unwrap();
+    y.backward().unwrap();
+    assert_eq!(
+        autocast_cache_len(),
+        cached,
+        "backward restores the region's cache"
+    );
+    assert!(w.grad().is_some());
+}

@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use crate::alloc::Category;
 use crate::error::{Error, Result};
-use crate::tensor::{autocast_disabled, no_grad, Edge, GradCell, GradOp, GradSlot, Node, Tensor};
+use crate::tensor::{engine_autocast, no_grad, Edge, GradCell, GradOp, GradSlot, Node, Tensor};
 use slices::{Contribution, PartBuffers};
 
 impl Tensor {
@@ -60,8 +60,10 @@ impl Tensor {
         }
         let _off = no_grad();
         // Derivatives run in the dtypes the forward pass chose, as PyTorch's backward
-        // does: a region around `backward` must not recast the gradients.
-        let _no_autocast = autocast_disabled();
+        // does on its own threads: no region is open there (one around `backward` must
+        // not recast the gradients), so a checkpoint's recomputation opens the
+        // outermost one, whose casts are dropped when it ends.
+        let _no_autocast = engine_autocast();
         let grad = match grad {
             Some(g) if g.shape() == self.shape() => g,
             Some(g) => {

@@ -26,6 +26,8 @@
 //! ops of one forward pass is cast once; the cache's memory is counted as
 //! [`Category::AutocastCache`]. The graph keeps a cached copy alive after the region
 //! when an op saved it for backward, and it stays in that category until then.
+//! Backward runs as on PyTorch's backward threads, with no region open: a checkpointed
+//! layer recomputed there opens the outermost region, whose casts go when it ends.
 
 use std::cell::{Cell, RefCell};
 
@@ -133,6 +135,35 @@ thread_local! {
     /// `(source, dtype, cast)`: the source is kept alive, so its storage cannot be
     /// reused by another tensor that would then hit in the cache.
     static CACHE: RefCell<Vec<(Tensor, DType, Tensor)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The autocast state of a fresh thread, as PyTorch's backward threads have it: no
+/// region open and an empty cache, until dropped, when the thread's own are restored.
+/// Backward runs under it, so that a checkpoint's recomputation opens the outermost
+/// region and its casts go when it ends, not when backward does.
+pub(crate) struct EngineAutocast {
+    dtype: Option<DType>,
+    nesting: usize,
+    cache: Vec<(Tensor, DType, Tensor)>,
+}
+
+/// Enters [`EngineAutocast`].
+pub(crate) fn engine_autocast() -> EngineAutocast {
+    EngineAutocast {
+        dtype: DTYPE.with(|d| d.replace(None)),
+        nesting: NESTING.with(|n| n.replace(0)),
+        cache: CACHE.with(|c| std::mem::take(&mut *c.borrow_mut())),
+    }
+}
+
+impl Drop for EngineAutocast {
+    fn drop(&mut self) {
+        clear_autocast_cache();
+        DTYPE.with(|d| d.set(self.dtype));
+        NESTING.with(|n| n.set(self.nesting));
+        let cache = std::mem::take(&mut self.cache);
+        CACHE.with(|c| *c.borrow_mut() = cache);
+    }
 }
 
 /// An open region; closing it (dropping the guard) restores the enclosing one.

@@ -43,11 +43,11 @@ pub use attention_path::{
     attention_path, path_for, set_attention_chunk_bytes, set_attention_path, AttentionPath,
     DEFAULT_CHUNK_BYTES,
 };
-pub(crate) use autocast::autocast_args;
 pub use autocast::{
     autocast, autocast_cache_len, autocast_disabled, autocast_dtype, cast_policy,
     clear_autocast_cache, ops_with, AutocastGuard, AutocastOp, CastPolicy,
 };
+pub(crate) use autocast::{autocast_args, engine_autocast};
 pub use broadcast::broadcast_shapes;
 pub use collective::run_collective;
 pub use graph::{
