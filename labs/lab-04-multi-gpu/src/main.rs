@@ -95,9 +95,26 @@ enum Dt {
 
 #[derive(clap::Args, Clone, PartialEq, Eq)]
 struct LaunchArgs {
-    /// Ranks (processes) to start.
+    /// Ranks (processes) to start on this machine.
     #[arg(long)]
     nproc: usize,
+    /// Machines in the job, each running this launcher with its own --node-rank (and
+    /// LABS_JOB_TOKEN set to one value on all of them).
+    #[arg(long, default_value_t = 1)]
+    nnodes: usize,
+    /// This machine's place among the --nnodes: its ranks are node-rank x nproc onward.
+    #[arg(long, default_value_t = 0, requires = "master_addr")]
+    node_rank: usize,
+    /// The address of node 0, where rank 0 listens (with --nnodes above 1).
+    #[arg(long, value_name = "ADDR")]
+    master_addr: Option<String>,
+    /// The port rank 0 listens on (with --nnodes above 1).
+    #[arg(long, value_name = "PORT", default_value_t = 29500)]
+    master_port: u16,
+    /// Seconds the ranks wait for each other, at the rendezvous and in each collective
+    /// on simulated GPUs (LABS_DIST_TIMEOUT for them; 60 by default).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    timeout: Option<u64>,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<String>,
@@ -168,7 +185,36 @@ fn pair(devices: &[Device]) -> Option<(&Device, &Device)> {
 /// `lab-04 launch`: the ranks' output forwarded, rank 0's status returned.
 fn launch(l: &LaunchArgs) -> anyhow::Result<()> {
     let (program, rest) = l.command.split_first().context("launch: no command")?;
-    let status = labs_core::dist::launch(l.nproc, program, rest)?;
+    let status = if l.nnodes == 1 && l.master_addr.is_none() {
+        labs_core::dist::launch(l.nproc, program, rest)?
+    } else {
+        let Some(master_addr) = l.master_addr.clone() else {
+            anyhow::bail!(
+                "launch: --nnodes {}: give --master-addr, node 0's address, on every node",
+                l.nnodes
+            );
+        };
+        let timeout = l.timeout.map(std::time::Duration::from_secs);
+        let nodes = labs_core::dist::Nodes {
+            nnodes: l.nnodes,
+            node_rank: l.node_rank,
+            master_addr,
+            master_port: l.master_port,
+            job_token: std::env::var(labs_core::dist::ENV_JOB_TOKEN).unwrap_or_default(),
+            timeout,
+        };
+        labs_core::dist::launch_nodes_with(l.nproc, &nodes, program, rest, |line| {
+            use std::io::Write;
+            let _ = match line.stream {
+                labs_core::dist::OutputStream::Stdout => {
+                    writeln!(std::io::stdout().lock(), "{line}")
+                }
+                labs_core::dist::OutputStream::Stderr => {
+                    writeln!(std::io::stderr().lock(), "{line}")
+                }
+            };
+        })?
+    };
     if !status.success() {
         anyhow::bail!("rank 0 of {program} ended with {status}");
     }

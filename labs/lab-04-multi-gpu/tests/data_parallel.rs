@@ -236,3 +236,70 @@ fn launch_stops_its_ranks_when_its_output_is_closed() {
         "{stderr}"
     );
 }
+
+/// `lab-04 launch --nnodes 2`, one launcher per "machine" on loopback: the ranks are
+/// numbered across the nodes and see one job; what is missing is named.
+#[test]
+fn launch_spans_nodes_with_one_token() {
+    let port = labs_core::dist::free_loopback_port().unwrap().to_string();
+    let node = |rank: &str| {
+        Command::new(binary())
+            .args([
+                "launch",
+                "--nproc",
+                "2",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                rank,
+            ])
+            .args(["--master-addr", "127.0.0.1", "--master-port", &port])
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "echo rank $RANK of $WORLD_SIZE local $LOCAL_RANK node $GROUP_RANK",
+            ])
+            .env("LABS_JOB_TOKEN", "one-token")
+            .output()
+            .unwrap()
+    };
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| node("0"));
+        let b = s.spawn(|| node("1"));
+        (stdout(a.join().unwrap()), stdout(b.join().unwrap()))
+    });
+    for (text, n) in [(a, 0), (b, 1)] {
+        for local in 0..2 {
+            let rank = 2 * n + local;
+            assert!(
+                text.contains(&format!(
+                    "[rank {rank}] rank {rank} of 4 local {local} node {n}"
+                )),
+                "{text}"
+            );
+        }
+    }
+    // Without a token, or without node 0's address, nothing starts.
+    let out = Command::new(binary())
+        .args([
+            "launch",
+            "--nproc",
+            "1",
+            "--nnodes",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+        ])
+        .args(["--", "true"])
+        .env_remove("LABS_JOB_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("LABS_JOB_TOKEN"), "{err}");
+    let out = run(&["launch", "--nproc", "1", "--nnodes", "2", "--", "true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--master-addr"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}

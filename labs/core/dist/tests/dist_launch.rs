@@ -228,15 +228,19 @@ fn launcher_stops_the_others_when_a_rank_fails() {
     assert!(dist::launch_with(0, "sh", &[], |_| {}).is_err());
 }
 
-/// Launched by the test below (the environment says so): one rank of a job, on the
+/// Launched by a test below (the environment says so): one rank of a job, on the
 /// device under test's kind.
 fn launched_rank() {
-    let env = DistEnv::from_env().unwrap();
-    let device = if test_device().is_cuda() {
-        Device::get(DeviceId::Cuda(env.local_rank)).unwrap()
+    let local = DistEnv::from_env().unwrap().local_rank;
+    launched_rank_on(if test_device().is_cuda() {
+        Device::get(DeviceId::Cuda(local)).unwrap()
     } else {
-        sim(env.local_rank)
-    };
+        sim(local)
+    });
+}
+
+/// One rank of a launched job on `device`: an all-reduce of `rank + 1`, printed.
+fn launched_rank_on(device: Device) {
     let c = dist::init_process_group_with(ProcessGroupOptions {
         device: Some(device),
         ..Default::default()
@@ -285,4 +289,105 @@ fn launcher_runs_a_process_group() {
 fn sim(i: usize) -> Device {
     labs_device::device::set_sim_device_count(8).unwrap();
     Device::get(DeviceId::Sim(i)).unwrap()
+}
+
+/// Node `node_rank` of a job of two nodes of two ranks each on loopback, each rank
+/// this test binary running `test` (which, launched, is a rank on a simulated GPU: two
+/// "machines" on one host cannot each have their own GPUs 0 and 1): its lines, and how
+/// it ended.
+fn node(
+    test: &str,
+    node_rank: usize,
+    port: u16,
+    timeout: Duration,
+) -> (
+    Vec<dist::OutputLine>,
+    Result<std::process::ExitStatus, Error>,
+) {
+    let exe = std::env::current_exe().unwrap();
+    let args: Vec<String> = [test, "--exact", "--nocapture", "--test-threads=1"]
+        .map(String::from)
+        .to_vec();
+    let nodes = dist::Nodes {
+        nnodes: 2,
+        node_rank,
+        master_addr: "127.0.0.1".into(),
+        master_port: port,
+        job_token: "two-nodes-on-loopback".into(),
+        timeout: Some(timeout),
+    };
+    let mut lines = Vec::new();
+    let status =
+        dist::launch_nodes_with(2, &nodes, exe.to_str().unwrap(), &args, |l| lines.push(l));
+    (lines, status)
+}
+
+#[test]
+fn two_launchers_make_one_job_across_nodes() {
+    const NAME: &str = "two_launchers_make_one_job_across_nodes";
+    if std::env::var_os("MASTER_PORT").is_some() {
+        let local = DistEnv::from_env().unwrap().local_rank;
+        return launched_rank_on(sim(local));
+    }
+    let port = free_port();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| node(NAME, 0, port, Duration::from_secs(30)));
+        let b = s.spawn(|| node(NAME, 1, port, Duration::from_secs(30)));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    for (node_rank, (lines, status)) in [(0, a), (1, b)] {
+        assert!(status.is_ok(), "node {node_rank}: {status:?}\n{lines:#?}");
+        // Ranks 2n and 2n + 1 of 4; each sees 1 + 2 + 3 + 4.
+        for rank in [2 * node_rank, 2 * node_rank + 1] {
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l.rank == rank && l.text.contains("all_reduce gave 10")),
+                "node {node_rank}, rank {rank}: {lines:#?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_node_that_never_comes_fails_the_other_within_the_timeout() {
+    const NAME: &str = "a_node_that_never_comes_fails_the_other_within_the_timeout";
+    if std::env::var_os("MASTER_PORT").is_some() {
+        let local = DistEnv::from_env().unwrap().local_rank;
+        return launched_rank_on(sim(local));
+    }
+    let start = Instant::now();
+    let (lines, status) = node(NAME, 0, free_port(), Duration::from_secs(2));
+    let err = distributed_message(status.unwrap_err());
+    assert!(err.contains("(node 0)"), "{err}");
+    // Rank 0 names the ranks of the missing node.
+    let text: Vec<&str> = lines.iter().map(|l| l.text.as_str()).collect();
+    assert!(
+        text.iter()
+            .any(|t| t.contains("ranks never connected") && t.contains("2, 3")),
+        "{text:#?}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    // Nothing starts without a token, a node rank inside the job, or a port.
+    let bad = |f: &dyn Fn(&mut dist::Nodes)| {
+        let mut n = dist::Nodes {
+            nnodes: 2,
+            node_rank: 0,
+            master_addr: "127.0.0.1".into(),
+            master_port: 29500,
+            job_token: "t".into(),
+            timeout: None,
+        };
+        f(&mut n);
+        dist::launch_nodes_with(1, &n, "true", &[], |_| {})
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(bad(&|n| n.job_token.clear()).contains("LABS_JOB_TOKEN"));
+    assert!(bad(&|n| n.node_rank = 2).contains("--node-rank 2"));
+    assert!(bad(&|n| n.master_port = 0).contains("--master-port 0"));
 }

@@ -10,7 +10,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::time::Duration;
 
-use super::env::{new_job_token, ENV_JOB_TOKEN};
+use super::env::{new_job_token, DistEnv, ENV_JOB_TOKEN, MAX_WORLD_SIZE};
+use super::process_group::ENV_DIST_TIMEOUT;
 use crate::error::{Error, Result};
 
 /// The most ranks one launch starts (processes on this machine).
@@ -197,39 +198,170 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
-// ANCHOR: launch_with
+/// Where this machine's ranks sit in a job over several machines, as `torchrun
+/// --nnodes --node-rank --master-addr --master-port` places them: node `node_rank`
+/// of `nnodes` starts ranks `node_rank · nproc` to `(node_rank + 1) · nproc − 1`, and
+/// every rank meets at `master_addr:master_port`, where rank 0 (on node 0) listens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Nodes {
+    pub nnodes: usize,
+    pub node_rank: usize,
+    pub master_addr: String,
+    pub master_port: u16,
+    /// The job's token, the same on every node (the command line takes it from
+    /// `LABS_JOB_TOKEN`): each machine's launcher must admit the others' ranks, so none
+    /// can draw one of its own.
+    pub job_token: String,
+    /// How long the ranks wait for each other (`LABS_DIST_TIMEOUT`, handed to them);
+    /// `None` leaves it to their environment.
+    pub timeout: Option<Duration>,
+}
+
+/// One launch: the ranks this machine starts and the job they join.
+struct Job {
+    nproc: usize,
+    first_rank: usize,
+    world_size: usize,
+    master_addr: String,
+    master_port: u16,
+    token: String,
+    /// `Some(node rank)` in a job over several machines.
+    node: Option<usize>,
+    /// `LABS_DIST_TIMEOUT` for the ranks, if given.
+    timeout: Option<Duration>,
+}
+
 /// [`launch`], handing each line of output to `on_line` instead of printing it.
 pub fn launch_with(
     nproc: usize,
     program: &str,
     args: &[String],
-    mut on_line: impl FnMut(OutputLine),
+    on_line: impl FnMut(OutputLine),
 ) -> Result<ExitStatus> {
+    check_nproc(nproc)?;
+    let job = Job {
+        nproc,
+        first_rank: 0,
+        world_size: nproc,
+        master_addr: "127.0.0.1".into(),
+        master_port: free_loopback_port()?,
+        token: new_job_token(),
+        node: None,
+        timeout: None,
+    };
+    run_job(&job, program, args, on_line)
+}
+
+fn check_nproc(nproc: usize) -> Result<()> {
     if nproc == 0 || nproc > MAX_LOCAL_RANKS {
         return Err(Error::InvalidArgument(format!(
             "launch: nproc={nproc} is out of range: 1 to {MAX_LOCAL_RANKS} ranks on one machine"
         )));
     }
-    let port = free_loopback_port()?;
-    let token = new_job_token();
+    Ok(())
+}
+
+// ANCHOR: launch_nodes_with
+/// This machine's part of a job over `nodes.nnodes` machines: `nproc` ranks, numbered
+/// after the nodes before it, joining the rendezvous at the master's address. Every
+/// node runs the same command with its own `node_rank` and the same token. A node that
+/// never comes, or dies, fails the others: the rendezvous times out naming the ranks
+/// that never connected (`nodes.timeout`, else `LABS_DIST_TIMEOUT` seconds, else 60),
+/// and a rank whose peer vanished ends with an error that stops the rest of its node.
+pub fn launch_nodes_with(
+    nproc: usize,
+    nodes: &Nodes,
+    program: &str,
+    args: &[String],
+    on_line: impl FnMut(OutputLine),
+) -> Result<ExitStatus> {
+    check_nproc(nproc)?;
+    let Nodes {
+        nnodes,
+        node_rank,
+        ref master_addr,
+        master_port,
+        ref job_token,
+        timeout,
+    } = *nodes;
+    if nnodes == 0 || node_rank >= nnodes {
+        return Err(Error::InvalidArgument(format!(
+            "launch: --node-rank {node_rank} of --nnodes {nnodes}: a node's rank is 0 to \
+             nnodes - 1"
+        )));
+    }
+    let world_size = nproc
+        .checked_mul(nnodes)
+        .filter(|&w| w <= MAX_WORLD_SIZE)
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "launch: {nnodes} nodes of {nproc} ranks exceed {MAX_WORLD_SIZE} ranks"
+            ))
+        })?;
+    if master_port == 0 {
+        return Err(Error::InvalidArgument(
+            "launch: --master-port 0: every node must be told the one port rank 0 listens on"
+                .into(),
+        ));
+    }
+    let token = job_token.clone();
+    if token.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "launch: --nnodes {nnodes}: set {ENV_JOB_TOKEN} to one value on every node (e.g. \
+             `export {ENV_JOB_TOKEN}=$(openssl rand -hex 16)` on one and copy it), so that \
+             rank 0 admits the ranks of the other machines and nothing else"
+        )));
+    }
+    // The token and the address checked as each rank will check them, before any starts.
+    DistEnv::new(0, world_size, master_addr, master_port, Some(token.clone()))?;
+    let job = Job {
+        nproc,
+        first_rank: node_rank * nproc,
+        world_size,
+        master_addr: master_addr.clone(),
+        master_port,
+        token,
+        node: Some(node_rank),
+        timeout,
+    };
+    run_job(&job, program, args, on_line)
+}
+// ANCHOR_END: launch_nodes_with
+
+// ANCHOR: run_job
+/// Starts the job's ranks on this machine and waits for them: see [`launch`].
+fn run_job(
+    job: &Job,
+    program: &str,
+    args: &[String],
+    mut on_line: impl FnMut(OutputLine),
+) -> Result<ExitStatus> {
+    let nproc = job.nproc;
     let (lines, received) = channel();
     let mut ranks = Ranks(Vec::with_capacity(nproc));
     let children = &mut ranks.0;
-    for rank in 0..nproc {
-        let spawned = Command::new(program)
+    for local in 0..nproc {
+        let rank = job.first_rank + local;
+        let mut command = Command::new(program);
+        command
             .args(args)
             .env("RANK", rank.to_string())
-            .env("LOCAL_RANK", rank.to_string())
-            .env("WORLD_SIZE", nproc.to_string())
+            .env("LOCAL_RANK", local.to_string())
+            .env("WORLD_SIZE", job.world_size.to_string())
             .env("LOCAL_WORLD_SIZE", nproc.to_string())
-            .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", port.to_string())
-            .env(ENV_JOB_TOKEN, &token)
+            .env("MASTER_ADDR", &job.master_addr)
+            .env("MASTER_PORT", job.master_port.to_string())
+            .env(ENV_JOB_TOKEN, &job.token)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn();
-        let mut child = spawned.map_err(|e| {
+            .stderr(Stdio::piped());
+        if let Some(node) = job.node {
+            command.env("GROUP_RANK", node.to_string());
+        }
+        if let Some(t) = job.timeout {
+            command.env(ENV_DIST_TIMEOUT, t.as_secs_f64().to_string());
+        }
+        let mut child = command.spawn().map_err(|e| {
             Error::Distributed(format!(
                 "launch: cannot start rank {rank} ({program}): {e}; the ranks started were \
                  stopped"
@@ -261,15 +393,15 @@ pub fn launch_with(
             Ok(line) => on_line(line),
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
         }
-        for rank in 0..nproc {
-            let Some(child) = children[rank].as_mut() else {
+        for local in 0..nproc {
+            let Some(child) = children[local].as_mut() else {
                 continue;
             };
             if let Ok(Some(status)) = child.try_wait() {
-                statuses[rank] = Some(status);
-                children[rank] = None;
+                statuses[local] = Some(status);
+                children[local] = None;
                 if !status.success() && failure.is_none() {
-                    failure = Some((rank, status));
+                    failure = Some((job.first_rank + local, status));
                 }
             }
         }
@@ -282,13 +414,20 @@ pub fn launch_with(
     }
     match failure {
         None => Ok(statuses[0].expect("every rank has ended")),
-        Some((rank, status)) => Err(Error::Distributed(format!(
-            "rank {rank} of {nproc} {}; the other ranks were stopped",
-            describe(status)
-        ))),
+        Some((rank, status)) => Err(Error::Distributed(match job.node {
+            None => format!(
+                "rank {rank} of {nproc} {}; the other ranks were stopped",
+                describe(status)
+            ),
+            Some(node) => format!(
+                "rank {rank} of {} (node {node}) {}; the other ranks of this node were stopped",
+                job.world_size,
+                describe(status)
+            ),
+        })),
     }
 }
-// ANCHOR_END: launch_with
+// ANCHOR_END: run_job
 
 /// Kills the ranks still running and reaps them.
 fn stop(children: &mut [Option<Child>]) {

@@ -51,11 +51,13 @@ pub use ddp::{DdpEvent, DdpOptions, DistributedDataParallel, NoSync};
 pub use env::{new_job_token, DistEnv, ENV_JOB_TOKEN, MAX_TOKEN_BYTES, MAX_WORLD_SIZE};
 pub use in_process::{dry_lone_rank, sim_group, sim_group_with_timeout};
 pub use launch::{
-    free_loopback_port, launch, launch_with, launch_writing, OutputLine, OutputStream,
-    MAX_LOCAL_RANKS,
+    free_loopback_port, launch, launch_nodes_with, launch_with, launch_writing, Nodes, OutputLine,
+    OutputStream, MAX_LOCAL_RANKS,
 };
 pub use nccl::nccl_group;
-pub use process_group::{init_process_group, init_process_group_with, ProcessGroupOptions};
+pub use process_group::{
+    init_process_group, init_process_group_with, ProcessGroupOptions, ENV_DIST_TIMEOUT,
+};
 pub use rendezvous::{Rendezvous, DEFAULT_TIMEOUT, GREETING_TIMEOUT};
 pub use wire::{MAX_GREETING_BYTES, MAX_MESSAGE_BYTES};
 pub use zero::ZeroRedundancyOptimizer;

@@ -90,13 +90,35 @@ pub struct ProcessGroupOptions {
     pub env: Option<DistEnv>,
 }
 
+/// Seconds the rendezvous (and each collective on the simulator) waits for the other
+/// ranks, when set: a job over several machines sets it on every one.
+pub const ENV_DIST_TIMEOUT: &str = "LABS_DIST_TIMEOUT";
+
 impl Default for ProcessGroupOptions {
+    /// The timeout is `LABS_DIST_TIMEOUT` seconds where that is a positive number, else
+    /// [`DEFAULT_TIMEOUT`].
     fn default() -> Self {
+        let timeout = env_timeout().ok().flatten().unwrap_or(DEFAULT_TIMEOUT);
         ProcessGroupOptions {
-            timeout: DEFAULT_TIMEOUT,
+            timeout,
             device: None,
             env: None,
         }
+    }
+}
+
+/// `LABS_DIST_TIMEOUT`, if set: a positive number of seconds, else an error naming it.
+fn env_timeout() -> Result<Option<Duration>> {
+    let Ok(text) = std::env::var(ENV_DIST_TIMEOUT) else {
+        return Ok(None);
+    };
+    match text.trim().parse::<f64>() {
+        Ok(t) if t.is_finite() && t > 0.0 && t <= 86_400.0 => Ok(Some(Duration::from_secs_f64(t))),
+        _ => Err(Error::InvalidArgument(format!(
+            "{ENV_DIST_TIMEOUT}={} is not a timeout: give seconds, more than 0 and at most \
+             86400",
+            crate::format::quote(&text)
+        ))),
     }
 }
 
@@ -110,6 +132,7 @@ pub fn init_process_group() -> Result<Communicator> {
 /// [`init_process_group`] with options: NCCL on GPUs (rank 0's unique id sent by the
 /// rendezvous), the rendezvous's own connections on simulated GPUs.
 pub fn init_process_group_with(options: ProcessGroupOptions) -> Result<Communicator> {
+    env_timeout()?;
     let env = match options.env {
         Some(env) => env,
         None => DistEnv::from_env()?,
