@@ -17,22 +17,15 @@ A file may hold other lines around the JSON object (a launcher's notes): the fir
 that parses as an object is the report."""
 
 import argparse
-import json
 import sys
+
+import json_report
 
 MIB = 1 << 20
 
 
 def report(path):
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    return json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-    sys.exit(f"data-parallel-scaling.py: {path} holds no JSON report")
+    return json_report.report(path, "data-parallel-scaling.py")
 
 
 def throughput(r):

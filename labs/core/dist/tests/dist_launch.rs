@@ -291,6 +291,16 @@ fn sim(i: usize) -> Device {
     Device::get(DeviceId::Sim(i)).unwrap()
 }
 
+/// Launched by [`node`] (the environment says so): runs one rank on a simulated GPU and
+/// says so; otherwise false, for the test to go on as the launcher.
+fn ran_as_a_simulated_rank() -> bool {
+    if std::env::var_os("MASTER_PORT").is_none() {
+        return false;
+    }
+    launched_rank_on(sim(DistEnv::from_env().unwrap().local_rank));
+    true
+}
+
 /// Node `node_rank` of a job of two nodes of two ranks each on loopback, each rank
 /// this test binary running `test` (which, launched, is a rank on a simulated GPU: two
 /// "machines" on one host cannot each have their own GPUs 0 and 1): its lines, and how
@@ -325,9 +335,8 @@ fn node(
 #[test]
 fn two_launchers_make_one_job_across_nodes() {
     const NAME: &str = "two_launchers_make_one_job_across_nodes";
-    if std::env::var_os("MASTER_PORT").is_some() {
-        let local = DistEnv::from_env().unwrap().local_rank;
-        return launched_rank_on(sim(local));
+    if ran_as_a_simulated_rank() {
+        return;
     }
     let port = free_port();
     let (a, b) = std::thread::scope(|s| {
@@ -352,9 +361,8 @@ fn two_launchers_make_one_job_across_nodes() {
 #[test]
 fn a_node_that_never_comes_fails_the_other_within_the_timeout() {
     const NAME: &str = "a_node_that_never_comes_fails_the_other_within_the_timeout";
-    if std::env::var_os("MASTER_PORT").is_some() {
-        let local = DistEnv::from_env().unwrap().local_rank;
-        return launched_rank_on(sim(local));
+    if ran_as_a_simulated_rank() {
+        return;
     }
     let start = Instant::now();
     let (lines, status) = node(NAME, 0, free_port(), Duration::from_secs(2));
