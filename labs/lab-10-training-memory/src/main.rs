@@ -232,7 +232,7 @@ fn run(cli: Cli) -> Result<()> {
     .collect();
     check_outputs(&outputs, &[])?;
     let device = if launched {
-        launched_device(&cli.device, cli.dry_run)?
+        launched_device(&cli.device, cli.dry_run, capacity(cli.capacity.as_deref())?)?
     } else {
         open(&cli.device, cli.dry_run, capacity(cli.capacity.as_deref())?)?
     };
@@ -514,9 +514,14 @@ fn relaunch(nproc: usize) -> Result<()> {
 
 /// A launched rank's device: the one of the kind `--device` names (else `LABS_DEVICE`,
 /// else a GPU if there is one) at `LOCAL_RANK`, as `torchrun`'s processes take
-/// `cuda:LOCAL_RANK`. No other device is opened (a GPU context on `cuda:0` in every
+/// `cuda:LOCAL_RANK`; a simulated or dry-run one of `capacity`, when given, as the
+/// in-process ranks have. No other device is opened (a GPU context on `cuda:0` in every
 /// rank would cost rank 0's GPU memory).
-fn launched_device(flag: &labs_core::cli::DeviceFlag, dry_run: bool) -> Result<Device> {
+fn launched_device(
+    flag: &labs_core::cli::DeviceFlag,
+    dry_run: bool,
+    capacity: Option<u64>,
+) -> Result<Device> {
     let local = labs_core::dist::DistEnv::from_env()?.local_rank;
     let named = flag
         .name
@@ -537,6 +542,14 @@ fn launched_device(flag: &labs_core::cli::DeviceFlag, dry_run: bool) -> Result<D
         DeviceId::Dry(_) => DeviceId::Dry(local),
         DeviceId::Cpu => bail!("a launched rank needs a GPU, simulated or real, not the cpu"),
     };
+    match (id, capacity) {
+        (DeviceId::Sim(_), Some(c)) => return Ok(Device::new_sim(c)),
+        (DeviceId::Dry(_), Some(c)) => return Ok(Device::new_dry(c)),
+        (DeviceId::Cuda(_), Some(_)) => {
+            eprintln!("note: --capacity applies to the sim and dry devices only; ignored on {id}")
+        }
+        _ => {}
+    }
     if !matches!(id, DeviceId::Cuda(_)) {
         let count = labs_core::device::device_count(id.kind())?;
         labs_core::device::set_sim_device_count(count.max(local + 1))?;

@@ -242,3 +242,45 @@ fn zero3_shards_the_parameters_and_trains_as_ddp() {
         }
     }
 }
+
+#[test]
+fn launched_ranks_on_simulated_gpus_take_the_capacity_given() {
+    // Each rank a process, as under torchrun, on a simulated GPU of 64 MiB: the batch does
+    // not fit, and the report says so with that capacity.
+    let mut args: Vec<String> = ["--capacity", "64MiB", "train", "--device", "sim", "--json"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(
+        [
+            "--model",
+            "gpt2",
+            "--d-model",
+            "64",
+            "--nhead",
+            "2",
+            "--layers",
+            "2",
+            "--vocab",
+            "256",
+            "--batch",
+            "64",
+            "--seq",
+            "128",
+            "--steps",
+            "2",
+        ]
+        .map(String::from),
+    );
+    let mut rank0 = Vec::new();
+    let status = labs_core::dist::launch_with(2, &binary().to_string_lossy(), &args, |line| {
+        if line.rank == 0 && line.stream == labs_core::dist::OutputStream::Stdout {
+            rank0.push(line.text);
+        }
+    });
+    // Out of memory is the run's failure, as on one device, after its report.
+    assert!(status.is_err(), "{rank0:?}");
+    let v: Value = serde_json::from_str(rank0.first().expect("rank 0's report")).unwrap();
+    let oom = v["oom"].as_str().unwrap();
+    assert!(oom.contains("total capacity of 64.00 MiB"), "{oom}");
+}
