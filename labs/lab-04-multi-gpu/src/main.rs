@@ -113,7 +113,7 @@ struct LaunchArgs {
     master_port: u16,
     /// Seconds the ranks wait for each other, at the rendezvous and in each collective
     /// on simulated GPUs (LABS_DIST_TIMEOUT for them; 60 by default).
-    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    #[arg(long, value_name = "SECONDS", requires = "master_addr", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     timeout: Option<u64>,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
@@ -203,17 +203,7 @@ fn launch(l: &LaunchArgs) -> anyhow::Result<()> {
             job_token: std::env::var(labs_core::dist::ENV_JOB_TOKEN).unwrap_or_default(),
             timeout,
         };
-        labs_core::dist::launch_nodes_with(l.nproc, &nodes, program, rest, |line| {
-            use std::io::Write;
-            let _ = match line.stream {
-                labs_core::dist::OutputStream::Stdout => {
-                    writeln!(std::io::stdout().lock(), "{line}")
-                }
-                labs_core::dist::OutputStream::Stderr => {
-                    writeln!(std::io::stderr().lock(), "{line}")
-                }
-            };
-        })?
+        labs_core::dist::launch_nodes(l.nproc, &nodes, program, rest)?
     };
     if !status.success() {
         anyhow::bail!("rank 0 of {program} ended with {status}");

@@ -43,11 +43,29 @@ impl std::fmt::Display for OutputLine {
 /// succeeded; the first rank to fail stops the others and is the error. When our own
 /// output is closed (`… | head -1`), the ranks are stopped and that is the error.
 pub fn launch(nproc: usize, program: &str, args: &[String]) -> Result<ExitStatus> {
+    launch_writing(nproc, program, args, print)
+}
+
+/// [`launch`] for this machine's part of a job over several ([`launch_nodes_with`]).
+pub fn launch_nodes(
+    nproc: usize,
+    nodes: &Nodes,
+    program: &str,
+    args: &[String],
+) -> Result<ExitStatus> {
+    writing(
+        |on_line| launch_nodes_with(nproc, nodes, program, args, on_line),
+        print,
+    )
+}
+
+/// Writes a rank's line to our stdout or stderr, as the rank printed it.
+fn print(line: &OutputLine) -> std::io::Result<()> {
     use std::io::Write;
-    launch_writing(nproc, program, args, |line| match line.stream {
+    match line.stream {
         OutputStream::Stdout => writeln!(std::io::stdout().lock(), "{line}"),
         OutputStream::Stderr => writeln!(std::io::stderr().lock(), "{line}"),
-    })
+    }
 }
 
 /// [`launch`], each line written by `write`: a write that fails (our output closed)
@@ -57,15 +75,24 @@ pub fn launch_writing(
     nproc: usize,
     program: &str,
     args: &[String],
+    write: impl FnMut(&OutputLine) -> std::io::Result<()>,
+) -> Result<ExitStatus> {
+    writing(|on_line| launch_with(nproc, program, args, on_line), write)
+}
+
+/// Runs a launch (`run`, given what to do with each line), each line written by `write`,
+/// as [`launch_writing`] says.
+fn writing(
+    run: impl FnOnce(&mut dyn FnMut(OutputLine)) -> Result<ExitStatus>,
     mut write: impl FnMut(&OutputLine) -> std::io::Result<()>,
 ) -> Result<ExitStatus> {
     /// A write of the ranks' output that failed: it ends the launch.
     struct OutputClosed(OutputStream, std::io::Error);
     let _ignored = BrokenPipeIgnored::new();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        launch_with(nproc, program, args, |line| {
+        run(&mut |line| {
             if let Err(e) = write(&line) {
-                // Unwinds through launch_with, whose guard stops the ranks.
+                // Unwinds through the launch, whose guard stops the ranks.
                 std::panic::resume_unwind(Box::new(OutputClosed(line.stream, e)));
             }
         })

@@ -32,6 +32,7 @@ mod buckets;
 mod communicator;
 mod ddp;
 mod env;
+mod grad_shard;
 mod in_process;
 mod launch;
 mod nccl;
@@ -51,8 +52,8 @@ pub use ddp::{DdpEvent, DdpOptions, DistributedDataParallel, NoSync};
 pub use env::{new_job_token, DistEnv, ENV_JOB_TOKEN, MAX_TOKEN_BYTES, MAX_WORLD_SIZE};
 pub use in_process::{dry_lone_rank, sim_group, sim_group_with_timeout};
 pub use launch::{
-    free_loopback_port, launch, launch_nodes_with, launch_with, launch_writing, Nodes, OutputLine,
-    OutputStream, MAX_LOCAL_RANKS,
+    free_loopback_port, launch, launch_nodes, launch_nodes_with, launch_with, launch_writing,
+    Nodes, OutputLine, OutputStream, MAX_LOCAL_RANKS,
 };
 pub use nccl::nccl_group;
 pub use process_group::{

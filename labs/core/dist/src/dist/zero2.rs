@@ -32,7 +32,8 @@ use std::sync::{Arc, Mutex};
 
 use super::buckets::{assign_buckets, cap_bytes, BucketInput};
 use super::buckets::{DEFAULT_BUCKET_CAP_MB, DEFAULT_FIRST_BUCKET_BYTES_CAP};
-use super::communicator::{Communicator, ReduceOp};
+use super::communicator::Communicator;
+use super::grad_shard::GradientShard;
 use super::zero::check_and_broadcast;
 use crate::alloc::Category;
 use crate::autograd::HookHandle;
@@ -72,15 +73,9 @@ struct Reducer {
     ready: Vec<bool>,
     /// The first bucket not reduced yet in this backward pass.
     next_bucket: usize,
-    /// This rank's shard of the averaged gradients: made by the first reduce-scatter
-    /// after `zero_grad(set_to_none)`, dropped by the next (no gradient memory lives
-    /// through forward, as after PyTorch's `zero_grad`).
-    shard_grads: Option<Tensor>,
-    /// Its length.
-    shard_len: usize,
-    /// The optimizer's leaves (this rank's pieces of the parameters), each with where
-    /// its gradient lies in the shard: (leaf, offset, length).
-    leaves: Vec<(Tensor, usize, usize)>,
+    /// This rank's shard of the averaged gradients, the gradients of the optimizer's
+    /// leaves (this rank's pieces of the parameters).
+    shard_grads: GradientShard,
 }
 
 impl Reducer {
@@ -88,7 +83,6 @@ impl Reducer {
     /// complete bucket that is next in order.
     fn mark_ready(&mut self, i: usize, grad: &Tensor) -> Result<()> {
         let (b, offset) = self.slots[i];
-        let world = self.comm.world_size();
         let device = self.comm.device().clone();
         let bucket = &mut self.buckets[b];
         if bucket.buffer.is_none() {
@@ -109,37 +103,12 @@ impl Reducer {
                 .buffer
                 .take()
                 .expect("a complete bucket has its buffer");
-            let chunk = bucket.chunk(world);
-            let shard_grads = match &self.shard_grads {
-                Some(g) => g.clone(),
-                None => {
-                    let g = {
-                        let _g = Category::Gradient.scope();
-                        Tensor::zeros(&[self.shard_len], self.dtype, &device)?
-                    };
-                    for (leaf, offset, len) in &self.leaves {
-                        *leaf.grad_slot().expect("a leaf").lock().unwrap() =
-                            Some(g.narrow(0, *offset, *len)?);
-                    }
-                    self.shard_grads = Some(g.clone());
-                    g
-                }
-            };
-            let mine = shard_grads.narrow(0, bucket.shard_offset, chunk)?;
-            if bucket.reduced {
-                let part = {
-                    let _g = Category::Gradient.scope();
-                    Tensor::zeros(&[chunk], self.dtype, &device)?
-                };
-                self.comm
-                    .reduce_scatter(&buffer, &part, ReduceOp::Avg)?
-                    .wait()?;
-                mine.copy_(&mine.add(&part)?)?;
-            } else {
-                self.comm
-                    .reduce_scatter(&buffer, &mine, ReduceOp::Avg)?
-                    .wait()?;
-            }
+            self.shard_grads.reduce_scatter(
+                &self.comm,
+                &buffer,
+                bucket.shard_offset,
+                bucket.reduced,
+            )?;
             bucket.reduced = true;
             bucket.pending = bucket.params.len();
             self.next_bucket += 1;
@@ -252,9 +221,7 @@ impl ShardedGradientOptimizer {
             slots,
             ready: vec![false; params.len()],
             next_bucket: 0,
-            shard_grads: None,
-            shard_len,
-            leaves: grad_places,
+            shard_grads: GradientShard::new(dtype, shard_len, grad_places),
         }));
         let mut hooks = Vec::with_capacity(params.len());
         for (i, p) in params.iter().enumerate() {
@@ -285,7 +252,7 @@ impl ShardedGradientOptimizer {
 
     /// This rank's shard of the averaged gradients (its chunk of every bucket).
     pub fn shard_len(&self) -> usize {
-        self.reducer.lock().unwrap().shard_len
+        self.reducer.lock().unwrap().shard_grads.len()
     }
 }
 
@@ -353,14 +320,7 @@ impl Optimizer for ShardedGradientOptimizer {
         let mut r = self.reducer.lock().unwrap();
         r.ready.iter_mut().for_each(|ready| *ready = false);
         r.buckets.iter_mut().for_each(|b| b.reduced = false);
-        if set_to_none {
-            r.shard_grads = None;
-            for (leaf, _, _) in &r.leaves {
-                *leaf.grad_slot().expect("a leaf").lock().unwrap() = None;
-            }
-        } else if let Some(g) = &r.shard_grads {
-            g.zero_()?;
-        }
+        r.shard_grads.zero_grad(set_to_none)?;
         for p in &self.params {
             p.clear_grad();
         }

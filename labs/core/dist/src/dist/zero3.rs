@@ -36,7 +36,8 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
-use super::communicator::{Communicator, ReduceOp, Work};
+use super::communicator::{Communicator, Work};
+use super::grad_shard::GradientShard;
 use super::zero::check_and_broadcast;
 use crate::alloc::Category;
 use crate::autograd::HookHandle;
@@ -78,12 +79,8 @@ struct Shards {
     units: Vec<ShardUnit>,
     /// This rank's chunks of every unit's parameters, end to end.
     shard_params: Tensor,
-    /// The inner optimizer's leaf over `shard_params`, whose `.grad` is `shard_grads`.
-    leaf: Tensor,
-    /// This rank's chunks of the averaged gradients: made by the first reduce-scatter
-    /// after `zero_grad(set_to_none)`, dropped by the next (PyTorch's FSDP makes and
-    /// drops its sharded gradients so; no gradient memory lives through forward).
-    shard_grads: Option<Tensor>,
+    /// And of their averaged gradients, the gradient of the inner optimizer's leaf.
+    shard_grads: GradientShard,
     /// Per parameter (in the module's `named_parameters` order): its unit and its place
     /// in the unit's `params`.
     slots: Vec<(usize, usize)>,
@@ -173,36 +170,10 @@ impl Shards {
         }
         let grads = unit.grads.take().expect("made above");
         unit.waiting = unit.params.len();
-        let chunk = self.chunk(u);
-        let shard_grads = match &self.shard_grads {
-            Some(g) => g.clone(),
-            None => {
-                let g = {
-                    let _g = Category::Gradient.scope();
-                    Tensor::zeros(&[self.shard_params.numel()], self.dtype, &device)?
-                };
-                *self.leaf.grad_slot().expect("a leaf").lock().unwrap() = Some(g.clone());
-                self.shard_grads = Some(g.clone());
-                g
-            }
-        };
-        let unit = &mut self.units[u];
-        let mine = shard_grads.narrow(0, unit.shard_offset, chunk)?;
-        if unit.reduced {
-            let part = {
-                let _g = Category::Gradient.scope();
-                Tensor::zeros(&[chunk], self.dtype, &device)?
-            };
-            self.comm
-                .reduce_scatter(&grads, &part, ReduceOp::Avg)?
-                .wait()?;
-            mine.copy_(&mine.add(&part)?)?;
-        } else {
-            self.comm
-                .reduce_scatter(&grads, &mine, ReduceOp::Avg)?
-                .wait()?;
-        }
+        let (offset, add) = (unit.shard_offset, unit.reduced);
         unit.reduced = true;
+        self.shard_grads
+            .reduce_scatter(&self.comm, &grads, offset, add)?;
         drop(grads);
         self.reshard(u)
     }
@@ -395,8 +366,7 @@ impl FullyShardedDataParallel {
             dtype,
             units,
             shard_params,
-            leaf,
-            shard_grads: None,
+            shard_grads: GradientShard::new(dtype, shard_len, vec![(leaf, 0, shard_len)]),
             slots,
         };
         for u in 0..shards.units.len() {
@@ -480,12 +450,7 @@ impl Optimizer for FullyShardedDataParallel {
     fn zero_grad(&self, set_to_none: bool) -> Result<()> {
         let mut s = self.shards.lock().unwrap();
         s.units.iter_mut().for_each(|u| u.reduced = false);
-        if set_to_none {
-            s.shard_grads = None;
-            *s.leaf.grad_slot().expect("a leaf").lock().unwrap() = None;
-        } else if let Some(g) = &s.shard_grads {
-            g.zero_()?;
-        }
+        s.shard_grads.zero_grad(set_to_none)?;
         for p in &self.params {
             p.clear_grad();
         }
