@@ -266,6 +266,46 @@ fn collective_is_ordered_between_producer_and_consumer() {
 }
 // ANCHOR_END: ordering_test
 
+/// A tensor freed while its collective is in flight keeps its block until the default
+/// stream waits for the collective, and gives it back then: at a point of the program,
+/// whatever the collective's timing, so that two runs of one program reserve alike.
+#[test]
+fn a_collectives_tensors_are_held_until_it_is_waited_for() {
+    let comms = group_under_test();
+    on_ranks(comms, |c| {
+        let d = c.device();
+        let stream = d.default_stream().unwrap();
+        let busy = Tensor::zeros(&[1024], DType::F32, d).unwrap();
+        let spin =
+            labs_core::timing::calibrate_spin(&busy, &stream, Duration::from_millis(20)).unwrap();
+        // 4 MiB: a block of its own in the large pool.
+        let n = 1 << 20;
+        for round in 0..3 {
+            busy.spin_on(spin, &stream).unwrap();
+            let sent = Tensor::full(&[n], 1.0, d).unwrap();
+            let place = sent.ptr();
+            let work = c.all_reduce(&sent, ReduceOp::Sum).unwrap();
+            drop(sent);
+            let meanwhile = Tensor::zeros(&[n], DType::F32, d).unwrap();
+            assert_ne!(
+                meanwhile.ptr(),
+                place,
+                "round {round}: reused while in flight"
+            );
+            work.wait().unwrap();
+            drop(meanwhile);
+            let after = Tensor::zeros(&[n], DType::F32, d).unwrap();
+            // Both blocks are free now; best fit takes either, so ask for both.
+            let second = Tensor::zeros(&[n], DType::F32, d).unwrap();
+            assert!(
+                after.ptr() == place || second.ptr() == place,
+                "round {round}: the block was not given back at wait"
+            );
+            stream.synchronize().unwrap();
+        }
+    });
+}
+
 fn distributed_message(e: Error) -> String {
     match e {
         Error::Distributed(m) => m,

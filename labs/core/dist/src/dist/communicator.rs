@@ -4,6 +4,7 @@
 //! stream.
 
 use std::fmt;
+use std::sync::Mutex;
 
 pub use crate::device::ReduceOp;
 use crate::device::{CollectiveKind, Device, Event, Stream, Transport};
@@ -15,19 +16,34 @@ use crate::tensor::{run_collective, Tensor};
 #[must_use = "a collective's Work must be waited on (`wait`) before its result is used"]
 pub struct Work {
     device: Device,
+    stream: Stream,
     done: Event,
+    /// The collective's tensors, held until the default stream has waited for it (as
+    /// PyTorch's `TORCH_NCCL_AVOID_RECORD_STREAMS`): freed by their owner meanwhile,
+    /// their blocks go back to the cache at `wait`, a point of the program, rather than
+    /// whenever the allocator next finds the stream's event passed, which depends on
+    /// timing and would make two runs of one program reserve differently.
+    held: Mutex<Vec<Tensor>>,
 }
 
 impl Work {
     /// Makes the default stream wait for the collective: work enqueued there afterwards
     /// sees its result. The host does not wait (as with NCCL in PyTorch).
     pub fn wait(&self) -> Result<()> {
-        self.device.default_stream()?.wait(&self.done)
+        self.device.default_stream()?.wait(&self.done)?;
+        self.release();
+        Ok(())
     }
 
     /// Blocks the host until the collective has finished.
     pub fn synchronize(&self) -> Result<()> {
-        self.done.synchronize()
+        self.done.synchronize()?;
+        self.release();
+        Ok(())
+    }
+
+    fn release(&self) {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
     /// Whether the collective has finished (`is_completed`).
@@ -38,6 +54,20 @@ impl Work {
     /// The event recorded after the collective on its stream.
     pub fn event(&self) -> &Event {
         &self.done
+    }
+}
+
+impl Drop for Work {
+    /// Dropped before `wait`: the tensors' blocks are reused only after the
+    /// collective's stream has passed this point (`record_stream`).
+    fn drop(&mut self) {
+        let held = std::mem::take(self.held.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for t in held {
+            // A tensor whose storage was freed meanwhile has no block left to guard.
+            if t.is_storage_allocated() {
+                let _ = t.record_stream(&self.stream);
+            }
+        }
     }
 }
 
@@ -175,7 +205,7 @@ impl Communicator {
 
     // ANCHOR: enqueue
     /// Orders the collective after the default stream's work, runs it on the chosen
-    /// stream, tells the allocator that stream uses the tensors, and marks its end.
+    /// stream, marks its end, and holds the tensors until the default stream waits.
     fn enqueue(
         &self,
         kind: CollectiveKind,
@@ -191,15 +221,18 @@ impl Communicator {
             stream.wait(&ready)?;
         }
         run_collective(&*self.transport, kind, send, recv, count, stream)?;
-        for t in [send, recv] {
-            // Freed early, their blocks are reused only after this stream's work.
-            t.record_stream(stream)?;
-        }
         let done = self.device.new_event()?;
         stream.record(&done)?;
+        let held = if stream.handle() == producer.handle() {
+            Vec::new()
+        } else {
+            vec![send.clone(), recv.clone()]
+        };
         Ok(Work {
             device: self.device.clone(),
+            stream: stream.clone(),
             done,
+            held: Mutex::new(held),
         })
     }
     // ANCHOR_END: enqueue

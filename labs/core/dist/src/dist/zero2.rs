@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 
 use super::buckets::{assign_buckets, cap_bytes, BucketInput};
 use super::buckets::{DEFAULT_BUCKET_CAP_MB, DEFAULT_FIRST_BUCKET_BYTES_CAP};
-use super::communicator::Communicator;
+use super::communicator::{Communicator, Work};
 use super::grad_shard::GradientShard;
 use super::zero::check_and_broadcast;
 use crate::alloc::Category;
@@ -114,7 +114,9 @@ impl Reducer {
             self.next_bucket += 1;
         }
         if self.next_bucket == self.buckets.len() {
+            // The end of backward: the shard is whole, and no bucket waits past it.
             self.next_bucket = 0;
+            self.shard_grads.finish()?;
         }
         Ok(())
     }
@@ -134,6 +136,17 @@ pub struct ShardedGradientOptimizer {
 }
 
 impl ShardedGradientOptimizer {
+    /// Copies a bucket's gathered parameters back into the parameters, `(parameter,
+    /// offset in the bucket)`, and drops their gradients.
+    fn unpack(&self, params: &[(usize, usize)], gathered: &Tensor) -> Result<()> {
+        for &(i, offset) in params {
+            let p = &self.params[i];
+            p.copy_(&gathered.narrow(0, offset, p.numel())?.view(p.shape())?)?;
+            p.clear_grad();
+        }
+        Ok(())
+    }
+
     /// Broadcasts rank 0's parameters, buckets and hooks every parameter, and builds
     /// the inner optimizer over this rank's pieces of the parameters (views of them,
     /// each with its slice of the shard of the gradients): `make_optimizer(pieces)`.
@@ -285,12 +298,16 @@ impl Optimizer for ShardedGradientOptimizer {
                 )));
             }
         }
+        self.reducer.lock().unwrap().shard_grads.finish()?;
         self.inner.step()?;
         let world = self.comm.world_size();
-        let mut r = self.reducer.lock().unwrap();
+        let r = self.reducer.lock().unwrap();
         let device = self.comm.device().clone();
         let dtype = r.dtype;
-        for (b, bucket) in r.buckets.iter_mut().enumerate() {
+        // Bucket b's all-gather runs while bucket b + 1 is packed; its parameters are
+        // copied out once that one has started.
+        let mut previous: Option<(usize, Tensor, Work)> = None;
+        for (b, bucket) in r.buckets.iter().enumerate() {
             let chunk = bucket.chunk(world);
             let _t = Category::Temporary.scope();
             // This rank's chunk, from its pieces of the parameters (the padding zero).
@@ -304,12 +321,15 @@ impl Optimizer for ShardedGradientOptimizer {
                 )?)?;
             }
             let gathered = Tensor::empty(&[bucket.len], dtype, &device)?;
-            self.comm.all_gather(&mine, &gathered)?.wait()?;
-            for &(i, offset) in &bucket.params {
-                let p = &self.params[i];
-                p.copy_(&gathered.narrow(0, offset, p.numel())?.view(p.shape())?)?;
-                p.clear_grad();
+            let work = self.comm.all_gather(&mine, &gathered)?;
+            if let Some((done, gathered, work)) = previous.replace((b, gathered, work)) {
+                work.wait()?;
+                self.unpack(&r.buckets[done].params, &gathered)?;
             }
+        }
+        if let Some((done, gathered, work)) = previous {
+            work.wait()?;
+            self.unpack(&r.buckets[done].params, &gathered)?;
         }
         Ok(())
     }

@@ -81,6 +81,9 @@ struct Shards {
     shard_params: Tensor,
     /// And of their averaged gradients, the gradient of the inner optimizer's leaf.
     shard_grads: GradientShard,
+    /// Units reduce-scattered in this backward pass: once every unit with parameters
+    /// is, the pass's reduce-scatters are waited for.
+    reduced_in_pass: usize,
     /// Per parameter (in the module's `named_parameters` order): its unit and its place
     /// in the unit's `params`.
     slots: Vec<(usize, usize)>,
@@ -175,6 +178,12 @@ impl Shards {
         self.shard_grads
             .reduce_scatter(&self.comm, &grads, offset, add)?;
         drop(grads);
+        self.reduced_in_pass += 1;
+        if self.reduced_in_pass == self.units.iter().filter(|u| !u.params.is_empty()).count() {
+            // The end of backward: the shard is whole, and no bucket waits past it.
+            self.reduced_in_pass = 0;
+            self.shard_grads.finish()?;
+        }
         self.reshard(u)
     }
 
@@ -367,6 +376,7 @@ impl FullyShardedDataParallel {
             units,
             shard_params,
             shard_grads: GradientShard::new(dtype, shard_len, vec![(leaf, 0, shard_len)]),
+            reduced_in_pass: 0,
             slots,
         };
         for u in 0..shards.units.len() {
@@ -430,7 +440,8 @@ impl Optimizer for FullyShardedDataParallel {
     fn step(&mut self) -> Result<()> {
         let _off = no_grad();
         {
-            let s = self.shards.lock().unwrap();
+            let mut s = self.shards.lock().unwrap();
+            s.shard_grads.finish()?;
             if let Some(unit) = s.units.iter().find(|u| !u.reduced && u.len > 0) {
                 return Err(Error::InvalidArgument(format!(
                     "FullyShardedDataParallel (rank {}): {} received no gradients since the \
@@ -450,6 +461,7 @@ impl Optimizer for FullyShardedDataParallel {
     fn zero_grad(&self, set_to_none: bool) -> Result<()> {
         let mut s = self.shards.lock().unwrap();
         s.units.iter_mut().for_each(|u| u.reduced = false);
+        s.reduced_in_pass = 0;
         s.shard_grads.zero_grad(set_to_none)?;
         for p in &self.params {
             p.clear_grad();
