@@ -7,6 +7,7 @@ use clap::{Args, Parser};
 
 use super::config::{
     AmpMode, AttentionMode, CheckpointMode, ModelKind, OptimizerKind, TrainConfig,
+    CLASSIFIER_CHUNK_ROWS,
 };
 use super::step::DataParallel;
 
@@ -68,6 +69,14 @@ pub struct TrainArgs {
     /// The attention kernel: naive (math) or fused.
     #[arg(long, value_enum, default_value = "fused")]
     pub attention: AttentionMode,
+    /// GPT-2's LM head and its cross-entropy as one fused op over chunks of positions
+    /// (Liger-Kernel's and llm.c's classifier): never the whole logits.
+    #[arg(long)]
+    pub fused_classifier: bool,
+    /// With --fused-classifier, the positions per chunk (default 2048): fewer hold less
+    /// memory and take longer.
+    #[arg(long, requires = "fused_classifier", value_name = "ROWS", value_parser = parse_rows)]
+    pub classifier_chunk: Option<usize>,
     /// Mixed precision: none, bf16, or f16 (with a gradient scaler).
     #[arg(long, value_enum, default_value = "none")]
     pub amp: AmpMode,
@@ -176,6 +185,9 @@ impl TrainArgs {
                 .offload_in_flight
                 .map_or(d.offload_in_flight, |b| b as usize),
             attention: self.attention,
+            fused_classifier: self
+                .fused_classifier
+                .then(|| self.classifier_chunk.unwrap_or(CLASSIFIER_CHUNK_ROWS)),
             amp: self.amp,
             optimizer: self.optimizer,
             lr: self.lr,
@@ -221,4 +233,13 @@ fn parse_share(s: &str) -> std::result::Result<f64, String> {
         ));
     }
     Ok(v)
+}
+
+/// A count of rows of at least 1, for `--classifier-chunk`.
+fn parse_rows(s: &str) -> std::result::Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("0 rows: give at least 1".to_string()),
+        Ok(v) => Ok(v),
+        Err(_) => Err(format!("{s:?} is not a number of rows (such as 1024)")),
+    }
 }

@@ -87,6 +87,12 @@ pub struct TrainConfig {
     /// copies on the compute stream).
     pub offload_in_flight: usize,
     pub attention: AttentionMode,
+    /// `--fused-classifier` (gpt2): `Some(rows)` computes the LM head and its
+    /// cross-entropy as one `linear_cross_entropy` over chunks of that many positions
+    /// (`--classifier-chunk`), never holding the whole logits; `None`: the logits, then
+    /// `cross_entropy`. Left out of the JSON when off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fused_classifier: Option<usize>,
     pub amp: AmpMode,
     pub optimizer: OptimizerKind,
     pub lr: f64,
@@ -106,6 +112,11 @@ pub struct TrainConfig {
 /// compute at the same allocated peak (the offload rows of `lab-10`'s tables show it);
 /// the dry run shows no peak it raises.
 pub const OFFLOAD_IN_FLIGHT_BYTES: usize = 32 << 20;
+
+/// The positions per chunk of `--fused-classifier` unless `--classifier-chunk` says: a
+/// quarter of a batch of 8 x 1024. Smaller chunks hold less, but the softmax kernels
+/// (a warp per row) then have too few rows to keep the GPU busy: the step takes longer.
+pub const CLASSIFIER_CHUNK_ROWS: usize = 2048;
 
 impl TrainConfig {
     /// `nn.Transformer`'s defaults: d_model 512, 8 heads, 6 + 6 layers, feed-forward
@@ -130,6 +141,7 @@ impl TrainConfig {
             offload_in_flight: OFFLOAD_IN_FLIGHT_BYTES,
             timeline: false,
             attention: AttentionMode::Fused,
+            fused_classifier: None,
             amp: AmpMode::None,
             optimizer: OptimizerKind::Adam,
             lr: 1e-3,
@@ -200,6 +212,13 @@ impl TrainConfig {
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             bail!("--lr {} must be a positive number", self.lr);
+        }
+        match self.fused_classifier {
+            Some(_) if self.model != ModelKind::Gpt2 => {
+                bail!("--fused-classifier applies to --model gpt2 (the transformer has no classifier)")
+            }
+            Some(0) => bail!("--classifier-chunk must be at least 1"),
+            _ => {}
         }
         if self.model == ModelKind::Gpt2 && Some(self.ffn) != self.d_model.checked_mul(4) {
             bail!(

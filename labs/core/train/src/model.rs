@@ -147,6 +147,7 @@ impl TrainModel {
                 };
                 let mut m = Gpt2::new(config, &mut rng, device)?;
                 m.checkpoint = mode;
+                m.fused_classifier = c.fused_classifier;
                 TrainModel::Gpt2(m)
             }
         })

@@ -204,6 +204,10 @@ impl TrainReport {
             ),
             (c.amp != AmpMode::None, format!("amp {}", amp_name(c.amp))),
             (true, format!("{:?} attention", c.attention).to_lowercase()),
+            (
+                c.fused_classifier.is_some(),
+                classifier_label(c).unwrap_or_default(),
+            ),
         ] {
             if on {
                 title.push_str(", ");
@@ -250,19 +254,21 @@ impl TrainReport {
                 c.batch, c.seq, c.accum, c.steps
             ),
         ]);
-        t.row([
-            "techniques".to_string(),
-            format!(
-                "checkpoint {:?}, offload {}, attention {:?}, amp {}, {:?} lr {}",
-                c.checkpoint,
-                share_label(c).unwrap_or_else(|| c.offload.to_string()),
-                c.attention,
-                amp_name(c.amp),
-                c.optimizer,
-                c.lr
-            )
-            .to_lowercase(),
-        ]);
+        let mut techniques = format!(
+            "checkpoint {:?}, offload {}, attention {:?}, amp {}, {:?} lr {}",
+            c.checkpoint,
+            share_label(c).unwrap_or_else(|| c.offload.to_string()),
+            c.attention,
+            amp_name(c.amp),
+            c.optimizer,
+            c.lr
+        )
+        .to_lowercase();
+        if let Some(label) = classifier_label(c) {
+            techniques.push_str(", ");
+            techniques.push_str(&label);
+        }
+        t.row(["techniques".to_string(), techniques]);
         t.row(["peak allocated".to_string(), bytes(self.peak_allocated)]);
         t.row(["peak reserved".to_string(), bytes(self.peak_reserved)]);
         t.row([
@@ -374,6 +380,12 @@ impl TrainReport {
 /// `--offload-share` as a percentage, when offloading less than everything.
 fn share_label(c: &TrainConfig) -> Option<String> {
     (c.offload && c.offload_share < 1.0).then(|| format!("{:.0}%", 100.0 * c.offload_share))
+}
+
+/// `--fused-classifier` and its chunk, when on.
+fn classifier_label(c: &TrainConfig) -> Option<String> {
+    c.fused_classifier
+        .map(|rows| format!("fused classifier ({rows} rows a chunk)"))
 }
 
 /// The allocator of a report, in the words of a lab's header (`cli::allocator_line`).

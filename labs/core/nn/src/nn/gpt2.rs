@@ -10,6 +10,11 @@
 //! logits = ln_f(x) wteᵀ
 //! ```
 //!
+//! [`Gpt2::loss`] computes the head and its cross-entropy either as written (the
+//! logits of every position, then `cross_entropy`) or, with
+//! [`Gpt2::fused_classifier`] set, as one `linear_cross_entropy` over chunks of
+//! positions, which never holds the whole logits.
+//!
 //! Parameters (`transformer.wte.weight`, `transformer.h.0.attn.c_attn.weight`, ...,
 //! `transformer.ln_f.bias`) use `nn.Linear`'s `[out, in]` layout; GPT-2 small
 //! (`Gpt2Config::gpt2()`) has 124,439,808 of them. Initial values as GPT-2's: weights
@@ -179,6 +184,10 @@ pub struct Gpt2 {
     ln_f: LayerNorm,
     /// How each block runs: directly, or in an activation checkpoint.
     pub checkpoint: LayerCheckpoint,
+    /// `Some(rows)`: [`Gpt2::loss`] computes the head and its loss as one
+    /// `linear_cross_entropy` over chunks of that many positions; `None` (the default):
+    /// the logits, then `cross_entropy`.
+    pub fused_classifier: Option<usize>,
     training: bool,
     /// Called around each block and the whole forward pass (`set_layer_hooks`).
     hooks: Hooks,
@@ -219,6 +228,7 @@ impl Gpt2 {
             h,
             ln_f: LayerNorm::new(&[c.d_model], 1e-5, device)?,
             checkpoint: LayerCheckpoint::Off,
+            fused_classifier: None,
             training: true,
             hooks: None,
         })
@@ -241,16 +251,29 @@ impl Gpt2 {
                 b: idx.shape().to_vec(),
             });
         }
-        let logits = self.forward(idx)?;
         let n = idx.numel();
-        logits
-            .reshape(&[n, self.config.vocab])?
-            .cross_entropy(&targets.reshape(&[n])?, IGNORE_INDEX)
+        let targets = targets.reshape(&[n])?;
+        let Some(chunk_rows) = self.fused_classifier else {
+            return self
+                .forward(idx)?
+                .reshape(&[n, self.config.vocab])?
+                .cross_entropy(&targets, IGNORE_INDEX);
+        };
+        // The head inside the forward pass's hooks, as the logits are.
+        self.run(idx, |x| {
+            x.reshape(&[n, self.config.d_model])?.linear_cross_entropy(
+                &self.wte.weight,
+                None,
+                &targets,
+                IGNORE_INDEX,
+                chunk_rows,
+            )
+        })
     }
-}
 
-impl Module for Gpt2 {
-    fn forward(&self, idx: &Tensor) -> Result<Tensor> {
+    /// The blocks over `idx` and the final LayerNorm, then `head` of the result, all
+    /// inside the hooks around the whole forward pass.
+    fn run(&self, idx: &Tensor, head: impl FnOnce(Tensor) -> Result<Tensor>) -> Result<Tensor> {
         let [_, t] = idx.shape() else {
             return Err(Error::InvalidArgument(format!(
                 "Gpt2: idx must be int64 token ids [batch, seq], got {:?}",
@@ -282,9 +305,14 @@ impl Module for Gpt2 {
                     }
                 })?;
             }
-            let x = self.ln_f.forward(&x)?;
-            x.matmul(&self.wte.weight.transpose(0, 1)?)
+            head(self.ln_f.forward(&x)?)
         })
+    }
+}
+
+impl Module for Gpt2 {
+    fn forward(&self, idx: &Tensor) -> Result<Tensor> {
+        self.run(idx, |x| x.matmul(&self.wte.weight.transpose(0, 1)?))
     }
 
     fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(String, &Tensor)) {

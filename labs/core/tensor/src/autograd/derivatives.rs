@@ -122,6 +122,9 @@ pub(super) fn input_grads(op: &GradOp, grad: &Tensor, saved: &[Tensor]) -> Resul
             )?;
             vec![dq, dk, dv]
         }
+        GradOp::LinearCrossEntropy { needs } => {
+            Tensor::linear_cross_entropy_backward(grad, saved, *needs)?
+        }
         GradOp::Softmax { .. }
         | GradOp::LayerNorm { .. }
         | GradOp::Dropout { .. }

@@ -116,6 +116,13 @@ pub enum GradOp {
         ignore_index: i64,
         classes: usize,
     },
+    /// `linear_cross_entropy` (mean) over `[rows, in]` inputs; inputs: x, the weight,
+    /// the bias if any; `needs` says which of the three get a gradient. Saved: the
+    /// count of rows counted (at least 1), then the unscaled gradients of the inputs
+    /// that need one, computed in forward.
+    LinearCrossEntropy {
+        needs: [bool; 3],
+    },
     /// `mse_loss` (mean) of an input and a target of one shape and dtype; saved: the
     /// two (their difference is recomputed in backward, as PyTorch's).
     MseLoss {
@@ -170,6 +177,7 @@ impl GradOp {
             GradOp::Embedding { .. } => "EmbeddingBackward".into(),
             GradOp::Cat { .. } => "CatBackward".into(),
             GradOp::NllLoss { .. } => "NllLossBackward".into(),
+            GradOp::LinearCrossEntropy { .. } => "LinearCrossEntropyBackward".into(),
             GradOp::MseLoss { .. } => "MseLossBackward".into(),
             GradOp::MaxDim { .. } => "MaxBackward".into(),
             GradOp::Var { .. } => "VarBackward".into(),

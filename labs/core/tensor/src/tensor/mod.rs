@@ -19,6 +19,7 @@ mod host_reads;
 mod index;
 mod inplace;
 mod layout;
+mod linear_cross_entropy;
 mod loss;
 mod matmul;
 mod mixed;
