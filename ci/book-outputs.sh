@@ -394,8 +394,9 @@ multi)
   whole lab-04/collectives-gpu "lab-04 --device cuda collectives --pytorch pytorch-collectives.json"
   whole lab-04/ddp-gpu "lab-04 --device cuda ddp"
   whole lab-04/outside-gpu "lab-04 --device cuda outside"
-  script lab-04/scaling-gpu "python3 {ci}/data-parallel-scaling.py --ours lab-10-gpt2-b8-1gpu.json lab-10-gpt2-b8-ddp.json lab-10-gpt2-b8-zero1.json lab-10-gpt2-b8-zero2.json lab-10-gpt2-b8-zero3.json --pytorch pytorch-gpt2-b8-1gpu.json pytorch-gpt2-b8-ddp.json pytorch-gpt2-b8-zero2.json pytorch-gpt2-b8-zero3.json"
-  script lab-04/ladder-gpu "python3 {ci}/zero-ladder.py --ours lab-10-xl-ddp.json lab-10-xl-zero1.json lab-10-xl-zero2.json lab-10-xl-zero3.json --dry lab-10-xl-ddp-dry.json lab-10-xl-zero1-dry.json lab-10-xl-zero2-dry.json lab-10-xl-zero3-dry.json --pytorch pytorch-xl-ddp.json pytorch-xl-zero2.json pytorch-xl-zero3.json"
+  script lab-04/scaling-gpu "python3 {ci}/data-parallel-scaling.py --ours lab-10-gpt2-b8-1gpu.json lab-10-gpt2-b8-ddp.json lab-10-gpt2-b8-zero1.json lab-10-gpt2-b8-zero2.json lab-10-gpt2-b8-zero3.json --pytorch pytorch-gpt2-b8-1gpu.json pytorch-gpt2-b8-ddp.json pytorch-gpt2-b8-zero1.json pytorch-gpt2-b8-zero2.json pytorch-gpt2-b8-zero3.json"
+  script lab-04/ladder-gpu "python3 {ci}/zero-ladder.py --ours lab-10-xl-ddp.json lab-10-xl-zero1.json lab-10-xl-zero2.json lab-10-xl-zero3.json --dry lab-10-xl-ddp-dry.json lab-10-xl-zero1-dry.json lab-10-xl-zero2-dry.json lab-10-xl-zero3-dry.json --pytorch pytorch-xl-ddp.json pytorch-xl-zero1.json pytorch-xl-zero2.json pytorch-xl-zero3.json"
+  script lab-04/medium-gpu "python3 {ci}/fit-table.py lab-10-medium-ddp.json lab-10-medium-zero3.json lab-10-medium-zero3-dry.json pytorch-medium-ddp.json pytorch-medium-zero3.json"
   # Each rung's memory over a step on rank 0, drawn by lab-10 --timeline.
   mkdir -p book/src/figures/lab-04
   for rung in ddp zero1 zero2 zero3; do

@@ -10,8 +10,8 @@ of each rank.
       --pytorch one.json ddp.json fsdp.json
 
 After the one-GPU file come any number of runs on N GPUs, a row each, named by how the
-ranks shared the work (DDP, ZeRO-1, ZeRO-2, ZeRO-3; PyTorch's FSDP with SHARD_GRAD_OP
-for `--zero2`, FSDP2's fully_shard for `--zero3`).
+ranks shared the work (DDP, ZeRO-1, ZeRO-2, ZeRO-3; PyTorch's ZeroRedundancyOptimizer
+for `--zero1`, FSDP with SHARD_GRAD_OP for `--zero2`, FSDP2's fully_shard for `--zero3`).
 
 A file may hold other lines around the JSON object (a launcher's notes): the first line
 that parses as an object is the report."""
@@ -46,7 +46,9 @@ def how(r, pytorch):
     if pytorch:
         if r["config"].get("zero3"):
             return "FSDP2 fully_shard"
-        return "FSDP SHARD_GRAD_OP" if r["config"].get("zero2") else "DDP"
+        if r["config"].get("zero2"):
+            return "FSDP SHARD_GRAD_OP"
+        return "DDP + ZeroRedundancyOptimizer" if r["config"].get("zero1") else "DDP"
     names = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
     return names.get(r.get("data_parallel"), "DDP")
 

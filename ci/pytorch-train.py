@@ -46,7 +46,10 @@ dumps PyTorch's snapshot pickle at the end (or at an out-of-memory error), which
 Launched by torchrun (WORLD_SIZE > 1) it trains data-parallel: one process per GPU, the
 model in DistributedDataParallel(bucket_cap_mb=25), the same initial weights everywhere
 and data seeded `seed + rank`, `--accum` with no_sync() on all but the last micro-batch;
-rank 0 prints, with every rank's peaks and step time under "ranks". With `--zero2` the
+rank 0 prints, with every rank's peaks and step time under "ranks". With `--zero1` the
+optimizer is torch.distributed.optim.ZeroRedundancyOptimizer around the chosen one (each
+rank steps the state of its share of the parameters and broadcasts them: ZeRO stage 1),
+the twin of `lab-10 train --zero1`. With `--zero2` the
 model is in FullyShardedDataParallel(sharding_strategy=SHARD_GRAD_OP) instead: gradients
 and optimizer state sharded across the ranks (ZeRO stage 2; the parameters are gathered
 for forward and kept until backward ends), the twin of `lab-10 train --zero2`. With
@@ -119,6 +122,16 @@ def non_negative_int(text):
     return value
 
 
+def size_bytes(text):
+    """A size such as 79GiB, 512MiB or 1000000 (bytes)."""
+    units = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30,
+             "KB": 10**3, "MB": 10**6, "GB": 10**9}
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2) not in units or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 79GiB")
+    return int(float(m.group(1)) * units[m.group(2)])
+
+
 def parser():
     p = argparse.ArgumentParser(
         description="PyTorch's twin of `lab-10 train`: one training run, its peak memory "
@@ -150,6 +163,9 @@ def parser():
     p.add_argument("--warmup", type=non_negative_int, default=1,
                    help="steps left out of step_ms")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--zero1", action="store_true",
+                   help="under torchrun: DDP with ZeroRedundancyOptimizer (ZeRO stage 1: "
+                        "optimizer state sharded)")
     p.add_argument("--zero2", action="store_true",
                    help="under torchrun: FSDP with SHARD_GRAD_OP (ZeRO stage 2) instead of DDP")
     p.add_argument("--zero3", action="store_true",
@@ -166,7 +182,9 @@ def parser():
                    help="PYTORCH_CUDA_ALLOC_CONF for this process, set before CUDA starts "
                         "(default: the environment's, else PyTorch's defaults)")
     p.add_argument("--dry-run", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--capacity", help=argparse.SUPPRESS)
+    p.add_argument("--capacity", metavar="SIZE", type=size_bytes,
+                   help="the most the allocator may reserve, e.g. 79GiB "
+                        "(torch.cuda.set_per_process_memory_fraction(SIZE / total))")
     return p
 
 
@@ -178,9 +196,6 @@ def parse_config(argv, world_size=1):
     if a.dry_run:
         p.error("--dry-run: PyTorch has no device that allocates without computing; the "
                 "prediction is the labs' own (`lab-10 train --dry-run`)")
-    if a.capacity is not None:
-        p.error("--capacity: PyTorch cannot pretend a GPU has another size; it sets the "
-                "labs' simulated GPU (`lab-10 train --device dry --capacity SIZE`)")
     if a.device in ("sim", "dry"):
         p.error(f"--device {a.device} is the labs' simulated GPU; PyTorch has no such "
                 "device: use cuda or cuda:N")
@@ -216,14 +231,15 @@ def parse_config(argv, world_size=1):
                offload_share=a.offload_share,
                attention=a.attention, amp=a.amp, optimizer=a.optimizer, lr=a.lr,
                seed=a.seed, warmup=a.warmup, device=a.device, json=a.json,
-               snapshot=a.snapshot, alloc_conf=a.conf, zero2=a.zero2,
-               zero3=a.zero3)
+               snapshot=a.snapshot, alloc_conf=a.conf, zero1=a.zero1, zero2=a.zero2,
+               zero3=a.zero3, capacity=a.capacity)
     return cfg
 
 
 def config_fields(cfg):
     """The configuration as reports give it: the run's settings, not where output goes."""
-    return {k: v for k, v in cfg.items() if k not in ("json", "snapshot", "alloc_conf")}
+    return {k: v for k, v in cfg.items()
+            if k not in ("json", "snapshot", "alloc_conf", "capacity")}
 
 
 # Entries of the memory history kept for --snapshot, as `lab-10 train --snapshot` keeps:
@@ -460,8 +476,14 @@ def build_model(cfg, device):
     return model, params
 
 
-def build_optimizer(cfg, model):
+def build_optimizer(cfg, model, sharded=False):
     kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+    if sharded:
+        # ANCHOR: zero_redundancy
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        return ZeroRedundancyOptimizer(model.parameters(),
+                                       optimizer_class=kinds[cfg["optimizer"]], lr=cfg["lr"])
+        # ANCHOR_END: zero_redundancy
     return kinds[cfg["optimizer"]](model.parameters(), lr=cfg["lr"])
 
 
@@ -518,6 +540,9 @@ def model_layers(model):
 
 
 def optimizer_state_bytes(optimizer):
+    # ZeroRedundancyOptimizer's own state is rank 0's view after a consolidation; this
+    # rank's shard is its local optimizer's.
+    optimizer = getattr(optimizer, "optim", optimizer)
     """The optimizer's state tensors on the GPU (Adam's `step` counters stay on the
     host unless fused or capturable)."""
     return nbytes(v for state in optimizer.state.values() for v in state.values()
@@ -609,7 +634,8 @@ class Run:
                                                bucket_cap_mb=25)
             # ANCHOR_END: ddp_wrap
         # Over the wrapper's parameters: FSDP's are its flat shards.
-        self.optimizer = build_optimizer(cfg, self.model if self.ddp is None else self.ddp)
+        self.optimizer = build_optimizer(cfg, self.model if self.ddp is None else self.ddp,
+                                         sharded=world_size > 1 and cfg["zero1"])
         self.scaler = torch.amp.GradScaler("cuda") if cfg["amp"] == "f16" else None
         generator = torch.Generator(device=device)
         generator.manual_seed(cfg["seed"] + rank)
@@ -829,6 +855,11 @@ def main(argv=None):
             device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
     cfg["device"] = str(device)
+    if cfg["capacity"] is not None:
+        total = torch.cuda.get_device_properties(device).total_memory
+        if cfg["capacity"] > total:
+            sys.exit(f"pytorch-train.py: --capacity: {device} has {total} bytes in all")
+        torch.cuda.set_per_process_memory_fraction(cfg["capacity"] / total, device)
     run = None
     start_snapshot(cfg)
     try:

@@ -123,7 +123,7 @@ fi
 # `{gpus}` for the number of GPUs, and a last word `>FILE` also writes the command's
 # standard output to FILE in the logs folder (a JSON a later line reads).
 run_commands() {
-  local want=$1 line bin args out log
+  local want=$1 line bin args out log expect status
   while read -r line; do
     case "$line" in ''|'#'*) continue ;; esac
     if [ -n "$want" ]; then
@@ -131,6 +131,13 @@ run_commands() {
       line=${line#"$want "}
     else
       [[ "$line" == "multi: "* ]] && continue
+    fi
+    # "! COMMAND": the command must run out of memory (a demonstration); it passes when it
+    # exits non-zero with "out of memory" in its output, and fails otherwise.
+    expect=0
+    if [[ "$line" == "! "* ]]; then
+      expect=1
+      line=${line#"! "}
     fi
     bin=${line%% *}
     args=${line#"$bin"}
@@ -163,13 +170,23 @@ run_commands() {
     echo "== $line"
     # From the logs folder, so that files a command writes by relative path come back
     # with the logs and print as relative paths.
+    status=0
     # shellcheck disable=SC2086
-    if (cd "$logs" && if [ -n "$out" ]; then "$bin" $args >"$out"; else "$bin" $args; fi) >"$log" 2>&1; then
-      cat "$log"
-      [ -n "$out" ] && cat "$logs/$out"
+    (cd "$logs" && if [ -n "$out" ]; then "$bin" $args >"$out"; else "$bin" $args; fi) >"$log" 2>&1 || status=$?
+    cat "$log"
+    [ -n "$out" ] && [ -f "$logs/$out" ] && cat "$logs/$out"
+    if [ "$expect" = 1 ]; then
+      if [ "$status" != 0 ] && cat "$log" ${out:+"$logs/$out"} 2>/dev/null | grep -qi 'out of memory'; then
+        echo "(ran out of memory as expected: exit status $status)"
+        status=0
+      else
+        echo "(expected to run out of memory: exit status $status)"
+        status=1
+      fi
+    fi
+    if [ "$status" = 0 ]; then
       passed=$((passed + 1))
     else
-      cat "$log"
       failed=$((failed + 1))
       failures+=("$line")
     fi

@@ -1,12 +1,12 @@
 """The ZeRO ladder, measured: the memory per GPU of each rung of data parallelism set
 against the ZeRO paper's formulas. Reads the JSON of `lab-10 train --nproc N` with DDP,
 `--zero1`, `--zero2` and `--zero3` (and, in the same order, their dry runs), and of
-ci/pytorch-train.py under torchrun with DDP, `--zero2` and `--zero3`, all of one model
+ci/pytorch-train.py under torchrun with DDP, `--zero1`, `--zero2` and `--zero3`, all of one model
 and batch, and prints a markdown table.
 
   python3 ci/zero-ladder.py --ours ddp.json zero1.json zero2.json zero3.json \
       --dry ddp-dry.json zero1-dry.json zero2-dry.json zero3-dry.json \
-      --pytorch ddp.json fsdp.json fsdp2.json
+      --pytorch ddp.json zero-redundancy.json fsdp.json fsdp2.json
 
 The formulas count the model's state only, for Ψ parameters in float32 trained with
 Adam: 4Ψ bytes of parameters, 4Ψ of gradients and 8Ψ of moments, 16Ψ per GPU under DDP;
@@ -27,7 +27,7 @@ MIB = 1 << 20
 
 RUNGS = [
     ("DDP", "nothing", lambda n: 16, "DDP"),
-    ("ZeRO-1", "optimizer state", lambda n: 8 + 8 / n, None),
+    ("ZeRO-1", "optimizer state", lambda n: 8 + 8 / n, "ZeroRedundancyOptimizer"),
     ("ZeRO-2", "+ gradients", lambda n: 4 + 12 / n, "FSDP SHARD_GRAD_OP"),
     ("ZeRO-3", "+ parameters", lambda n: 16 / n, "FSDP2 fully_shard"),
 ]
@@ -51,12 +51,13 @@ def main():
     p.add_argument("--ours", nargs=4, metavar="FILE", required=True,
                    help="DDP, ZeRO-1, ZeRO-2, ZeRO-3")
     p.add_argument("--dry", nargs=4, metavar="FILE", help="their dry runs, in that order")
-    p.add_argument("--pytorch", nargs=3, metavar="FILE",
-                   help="DDP, FSDP SHARD_GRAD_OP (--zero2), FSDP2 fully_shard (--zero3)")
+    p.add_argument("--pytorch", nargs=4, metavar="FILE",
+                   help="DDP, DDP with ZeroRedundancyOptimizer (--zero1), FSDP SHARD_GRAD_OP "
+                        "(--zero2), FSDP2 fully_shard (--zero3)")
     a = p.parse_args()
     ours = [report(x) for x in a.ours]
     dry = [report(x) for x in a.dry] if a.dry else [None] * 4
-    theirs = dict(zip(["DDP", "FSDP SHARD_GRAD_OP", "FSDP2 fully_shard"],
+    theirs = dict(zip(["DDP", "ZeroRedundancyOptimizer", "FSDP SHARD_GRAD_OP", "FSDP2 fully_shard"],
                       [report(x) for x in a.pytorch])) if a.pytorch else {}
     psi = ours[0]["params"]
     n = ours[0].get("world_size", 1)

@@ -30,7 +30,8 @@ struct Cli {
     #[command(flatten)]
     device: labs_core::cli::DeviceFlag,
     /// The size of the simulated or dry-run device, e.g. 24GiB (default:
-    /// LABS_SIM_CAPACITY, else 16GiB).
+    /// LABS_SIM_CAPACITY, else 16GiB); on a GPU, the most its allocator may reserve
+    /// (PyTorch's set_per_process_memory_fraction).
     #[arg(long, global = true, value_name = "SIZE")]
     capacity: Option<String>,
     /// The same as --device dry: every allocation of the run, no kernels, so the
@@ -545,16 +546,49 @@ fn launched_device(
     match (id, capacity) {
         (DeviceId::Sim(_), Some(c)) => return Ok(Device::new_sim(c)),
         (DeviceId::Dry(_), Some(c)) => return Ok(Device::new_dry(c)),
-        (DeviceId::Cuda(_), Some(_)) => {
-            eprintln!("note: --capacity applies to the sim and dry devices only; ignored on {id}")
-        }
         _ => {}
     }
     if !matches!(id, DeviceId::Cuda(_)) {
         let count = labs_core::device::device_count(id.kind())?;
         labs_core::device::set_sim_device_count(count.max(local + 1))?;
     }
-    Device::get(id).with_context(|| format!("opening {id} for rank {local}"))
+    let device = Device::get(id).with_context(|| format!("opening {id} for rank {local}"))?;
+    if let Some(c) = gpu_capacity(capacity) {
+        limit_gpu(&device, c)?;
+    }
+    Ok(device)
+}
+
+/// The capacity that applies to a GPU: the flag's, never `LABS_SIM_CAPACITY` (the
+/// simulated devices' size, which a GPU run may inherit from its environment).
+fn gpu_capacity(capacity: Option<u64>) -> Option<u64> {
+    capacity.filter(|_| std::env::args().any(|a| a == "--capacity" || a.starts_with("--capacity=")))
+}
+
+/// `--capacity` on a GPU: the allocator reserves at most that much, PyTorch's
+/// `set_per_process_memory_fraction(capacity / total)`, so that a larger GPU runs out of
+/// memory where a smaller one would (memory outside the allocator is not counted, as in
+/// PyTorch).
+fn limit_gpu(device: &Device, capacity: u64) -> Result<()> {
+    let total = device.properties()?.total_memory;
+    if capacity > total {
+        bail!(
+            "--capacity: {device} has {} in all, less than the {} asked for",
+            labs_core::format::bytes(total),
+            labs_core::format::bytes(capacity)
+        );
+    }
+    let fraction = capacity as f64 / total as f64;
+    device
+        .allocator()?
+        .set_memory_fraction(fraction)
+        .context("--capacity")?;
+    eprintln!(
+        "note: --capacity on {device}: the allocator may reserve {} ({fraction:.4} of its {})",
+        labs_core::format::bytes(capacity),
+        labs_core::format::bytes(total)
+    );
+    Ok(())
 }
 
 /// The devices of `nproc` in-process ranks like `device` (simulated or dry-run):
@@ -639,10 +673,10 @@ fn open(flag: &labs_core::cli::DeviceFlag, dry_run: bool, capacity: Option<u64>)
     Ok(match (device.id(), capacity) {
         (DeviceId::Sim(_), Some(c)) => Device::new_sim(c),
         (DeviceId::Dry(_), Some(c)) => Device::new_dry(c),
-        (_, Some(_)) => {
-            eprintln!(
-                "note: --capacity applies to the sim and dry devices only; ignored on {device}"
-            );
+        (_, Some(c)) => {
+            if let Some(c) = gpu_capacity(Some(c)) {
+                limit_gpu(&device, c)?;
+            }
             device
         }
         (_, None) => device,

@@ -251,6 +251,36 @@ fn running_out_of_memory_prints_the_json_and_fails() {
     assert!(v["num_ooms"].as_u64().unwrap() >= 1);
 }
 
+/// `--capacity` on the device under test: a simulated GPU of that size, or a GPU whose
+/// allocator may reserve that much (PyTorch's memory fraction); the same run fits
+/// without it.
+#[test]
+fn capacity_limits_the_device_under_test() {
+    let run = |extra: &[&str]| {
+        Command::new(binary())
+            .args(extra)
+            .args(["train", "--device", &device(), "--json"])
+            .args(small(2))
+            .args(["--batch", "16", "--seq", "128"])
+            .output()
+            .unwrap()
+    };
+    let fits = run(&[]);
+    assert!(
+        fits.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fits.stderr)
+    );
+    let limited = run(&["--capacity", "6MiB"]);
+    let e = refused(limited.clone());
+    assert!(e.contains("out of memory"), "{e}");
+    // Where the model itself does not fit, the run ends before its report.
+    if !limited.stdout.is_empty() {
+        let v: serde_json::Value = serde_json::from_slice(&limited.stdout).unwrap();
+        assert!(v["peak_reserved"].as_u64().unwrap() <= 6 << 20, "{v}");
+    }
+}
+
 #[test]
 fn the_timeline_of_the_last_step_is_drawn_by_category() {
     let path = std::env::temp_dir().join(format!("lab10-timeline-{}.svg", std::process::id()));
@@ -385,4 +415,88 @@ fn conf_selects_the_allocator_and_the_output_says_which() {
         err.contains("--conf: unknown option `max_split_mb`") && err.lines().count() == 1,
         "{err}"
     );
+}
+
+/// `--fused-classifier` (and `--classifier-chunk`) on a dry run of a GPT-2: the report
+/// carries the chunk, the peak is lower, and the JSON of a run without it has no such
+/// field.
+#[test]
+fn the_fused_classifier_is_a_flag_of_gpt2_runs() {
+    let dry = |extra: &[&str]| -> Output {
+        Command::new(binary())
+            .args([
+                "train",
+                "--dry-run",
+                "--capacity",
+                "24GiB",
+                "--model",
+                "gpt2",
+            ])
+            .args([
+                "--d-model",
+                "64",
+                "--nhead",
+                "2",
+                "--layers",
+                "2",
+                "--seq",
+                "64",
+            ])
+            .args(["--batch", "4", "--vocab", "8192"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let json = |extra: &[&str]| {
+        let mut args = vec!["--json"];
+        args.extend_from_slice(extra);
+        labs_core::testing::one_json_object(dry(&args))
+    };
+    let plain = json(&[]);
+    assert!(plain["config"].get("fused_classifier").is_none(), "{plain}");
+    let fused = json(&["--fused-classifier", "--classifier-chunk", "64"]);
+    assert_eq!(fused["config"]["fused_classifier"], 64, "{fused}");
+    let default_chunk = json(&["--fused-classifier"]);
+    assert_eq!(
+        default_chunk["config"]["fused_classifier"],
+        labs_train::config::CLASSIFIER_CHUNK_ROWS
+    );
+    // 256 positions' float32 logits over 8192 classes are 8 MiB.
+    let peak = |v: &serde_json::Value| v["peak_allocated"].as_u64().unwrap();
+    assert!(
+        peak(&plain) >= peak(&fused) + (256 - 64) * 8192 * 4,
+        "{} vs {}",
+        peak(&plain),
+        peak(&fused)
+    );
+    let out = dry(&["--fused-classifier", "--classifier-chunk", "64"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("fused classifier (64 rows a chunk)"),
+        "{text}"
+    );
+
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--fused-classifier", "--classifier-chunk", "0"],
+            "0 rows: give at least 1",
+        ),
+        (
+            &["--fused-classifier", "--classifier-chunk", "many"],
+            "not a number of rows",
+        ),
+        (&["--classifier-chunk", "64"], "--fused-classifier"),
+    ];
+    for (args, message) in cases {
+        let e = refused(dry(args));
+        assert!(e.contains(message), "{args:?}: {e}");
+    }
+    // The transformer has no classifier: one line that says so.
+    let e = refused(train(&["--fused-classifier"]));
+    assert!(
+        e.contains("--fused-classifier applies to --model gpt2"),
+        "{e}"
+    );
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
 }
