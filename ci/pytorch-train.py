@@ -604,6 +604,33 @@ class ShareOffload(torch.autograd.graph.saved_tensors_hooks):
         return tensor if device is None else tensor.to(device, non_blocking=True)
 
 
+# Dense peaks of the GPUs the labs know, FLOP/s: (name contains, bf16/f16, float32
+# without TF32), as labs/core/train/src/flops.rs has them.
+PEAK_FLOPS = [("H100 PCIe", 756.5e12, 51.2e12), ("H100", 989.4e12, 66.9e12),
+              ("H200", 989.4e12, 66.9e12), ("A100", 312.0e12, 19.5e12)]
+
+
+def model_flops_per_step(cfg, params):
+    """The model's FLOPs in one optimizer step of a rank, as lab-10's report counts them:
+    6 per parameter of a matrix product per token (GPT-2's position table left out) and
+    12 d_model seq per token for each attention (GPT-2: one per block; the Transformer:
+    three per layer)."""
+    tokens = cfg["batch"] * cfg["seq"] * cfg["accum"]
+    if cfg["model"] == "gpt2":
+        attentions, looked_up = cfg["layers"], cfg["n_positions"] * cfg["d_model"]
+    else:
+        attentions, looked_up = 3 * cfg["layers"], 0
+    return (6 * max(params - looked_up, 0)
+            + 12 * attentions * cfg["d_model"] * cfg["seq"]) * tokens
+
+
+def peak_flops(device_name, amp):
+    for name, half, single in PEAK_FLOPS:
+        if name in device_name:
+            return single if amp == "none" else half
+    return None
+
+
 class Run:
     """One training run's state and what it measured so far."""
 
@@ -754,6 +781,8 @@ class Run:
             notes.append("fully_shard: parameter, gradient and optimizer_state are this "
                          "rank's shards (DTensor.to_local()); other includes the layers "
                          "gathered at the peak")
+        flops = model_flops_per_step(cfg, self.params)
+        peak = peak_flops(torch.cuda.get_device_name(self.device), cfg["amp"])
         return {
             "model": cfg["model"],
             "config": config_fields(cfg),
@@ -765,6 +794,10 @@ class Run:
             "peak_allocated": peak_allocated,
             "peak_reserved": torch.cuda.max_memory_reserved(self.device),
             "step_ms": median(self.times[cfg["warmup"]:]),
+            "model_flops_per_step": flops,
+            "peak_flops": peak,
+            "mfu": (None if peak is None or median(self.times[cfg["warmup"]:]) is None
+                    else flops / (median(self.times[cfg["warmup"]:]) / 1e3) / peak),
             "step_ms_all": self.times,
             "driver_calls_per_step": self.driver_calls,
             "steady_driver_calls_per_step": max(self.driver_calls[3:], default=None),

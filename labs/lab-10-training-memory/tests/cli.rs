@@ -45,6 +45,9 @@ const FIELDS: &[&str] = &[
     "world_size",
     "data_parallel",
     "samples_per_s",
+    "model_flops_per_step",
+    "peak_flops",
+    "mfu",
     "ranks",
     "gemm_workspace_bytes",
     "driver_calls_per_step",
@@ -100,6 +103,16 @@ fn the_json_has_every_field() {
     assert!(v["offload"]["offloaded_bytes"].is_u64());
     assert!(v["step_ms"].as_f64().unwrap() > 0.0);
     assert!(v["oom"].is_null());
+    // The model's FLOPs always; the utilisation where the GPU's peak is known (a GPU of
+    // the table), a fraction of it.
+    assert!(v["model_flops_per_step"].as_f64().unwrap() > 0.0, "{v}");
+    match v["peak_flops"].as_f64() {
+        Some(peak) => {
+            let mfu = v["mfu"].as_f64().unwrap();
+            assert!(peak > 1e12 && mfu > 0.0 && mfu < 1.0, "{v}");
+        }
+        None => assert!(v["mfu"].is_null(), "{v}"),
+    }
     let peak = v["peak_allocated"].as_u64().unwrap();
     let split: u64 = (v["by_category"].as_object().unwrap().values())
         .map(|b| b.as_u64().unwrap())

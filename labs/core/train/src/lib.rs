@@ -16,6 +16,7 @@
 pub mod args;
 pub mod config;
 pub mod data_parallel;
+pub mod flops;
 pub mod measure;
 pub mod model;
 pub mod report;
@@ -135,6 +136,10 @@ pub(crate) fn run_trainer(
     // Every rank trains on its own micro-batches: the job's samples per step.
     let samples = (world_size * config.batch * config.accum) as f64;
     report.samples_per_s = report.step_ms.map(|ms| samples / (ms / 1e3));
+    report.mfu = report
+        .step_ms
+        .zip(report.peak_flops)
+        .map(|(ms, peak)| flops::mfu(report.model_flops_per_step, ms, peak));
     if !device.is_dry() {
         report.losses = Some(losses.into_iter().map(|l| l.unwrap_or(f64::NAN)).collect());
     }

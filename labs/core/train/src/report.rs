@@ -125,6 +125,15 @@ pub struct TrainReport {
     /// The job's throughput: samples (sequences) of every rank per second of rank 0's
     /// median step; null when `step_ms` is.
     pub samples_per_s: Option<f64>,
+    /// The model's FLOPs in one optimizer step of a rank (6 per parameter per token,
+    /// and the attention's products: [`crate::flops`]).
+    pub model_flops_per_step: f64,
+    /// The GPU's dense peak for the run's matrix products, FLOP/s, where the table of
+    /// [`crate::flops::peak_flops`] knows the GPU, else null.
+    pub peak_flops: Option<f64>,
+    /// Model FLOP utilisation: the FLOPs of a step over its median time and the peak;
+    /// null without either.
+    pub mfu: Option<f64>,
     /// Every rank's peaks and median step in a data-parallel run, else null.
     pub ranks: Option<Vec<RankFigures>>,
     /// The allocator's driver calls that took, gave back or mapped memory in each
@@ -173,6 +182,12 @@ impl TrainReport {
             world_size: 1,
             data_parallel: None,
             samples_per_s: None,
+            model_flops_per_step: crate::flops::model_flops_per_step(config, params),
+            peak_flops: device
+                .properties()
+                .ok()
+                .and_then(|p| crate::flops::peak_flops(&p.name, config.amp)),
+            mfu: None,
             ranks: None,
             driver_calls_per_step: Vec::new(),
             steady_driver_calls_per_step: None,
@@ -347,6 +362,17 @@ impl TrainReport {
         }
         if let Some(s) = self.samples_per_s {
             t.row(["throughput".to_string(), format!("{s:.1} samples/s")]);
+        }
+        if let (Some(mfu), Some(peak)) = (self.mfu, self.peak_flops) {
+            t.row([
+                "model FLOP utilisation".to_string(),
+                format!(
+                    "{:.1}% of {:.1} TFLOP/s ({:.2} TFLOP a step)",
+                    100.0 * mfu,
+                    peak / 1e12,
+                    self.model_flops_per_step / 1e12
+                ),
+            ]);
         }
         let mut ranks = String::new();
         if let Some(every) = &self.ranks {
