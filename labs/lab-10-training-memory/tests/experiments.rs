@@ -21,17 +21,40 @@ fn device() -> String {
 /// The fixture: train-compare's lines for the tiny tutorial model (PyTorch's side of
 /// `tutorial-none`, an out-of-memory `tutorial-accum4`, a `tutorial-offload` of another
 /// batch). Built into the test, which may run where the checkout is not.
-fn fixture() -> PathBuf {
-    let path = scratch("fixture").join("pytorch-tiny.jsonl");
-    std::fs::write(&path, include_str!("data/pytorch-tiny.jsonl")).unwrap();
-    path
+fn fixture() -> Scratch {
+    let dir = scratch("fixture");
+    std::fs::write(
+        dir.join("pytorch-tiny.jsonl"),
+        include_str!("data/pytorch-tiny.jsonl"),
+    )
+    .unwrap();
+    dir
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("lab10-{name}-{}", std::process::id()));
+/// A fresh folder of its own (tests run at once share the process), removed when
+/// dropped.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = PathBuf;
+    fn deref(&self) -> &PathBuf {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("lab10-{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 fn experiments(device: &str, extra: &[&str]) -> Output {
@@ -129,14 +152,18 @@ fn the_sections_come_in_order_with_pictures_and_no_pytorch_columns() {
         }
         assert_eq!(n, 17, "{predicted}");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&*dir).unwrap();
 }
 
 #[test]
 fn pytorch_s_columns_come_from_train_compare_s_lines_and_check_lists_the_misses() {
     let out = experiments(
         "sim",
-        &["--pytorch", fixture().to_str().unwrap(), "--check"],
+        &[
+            "--pytorch",
+            fixture().join("pytorch-tiny.jsonl").to_str().unwrap(),
+            "--check",
+        ],
     );
     assert!(!out.status.success(), "--check passed against the fixture");
     let text = String::from_utf8(out.stdout).unwrap();
@@ -198,7 +225,7 @@ fn check_is_met_against_figures_equal_to_ours_and_slower() {
     let text = stdout_of(&out);
     assert!(text.contains("targets: all met"), "{text}");
     assert!(row(&text, HEADINGS[1], "none").contains("1.00"), "{text}");
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&*dir).unwrap();
 }
 
 #[test]
@@ -217,7 +244,8 @@ fn bad_pytorch_input_is_refused_before_anything_runs() {
     );
     refused(&["--pytorch", "no-such-script.py"], "no such file");
     refused(&["--pytorch", "no-such.jsonl"], "no-such.jsonl");
-    let bad = scratch("bad").join("bad.jsonl");
+    let bad_dir = scratch("bad");
+    let bad = bad_dir.join("bad.jsonl");
     std::fs::write(&bad, "{\"config\": \"tutorial-none\"}\n").unwrap();
     refused(&["--pytorch", bad.to_str().unwrap()], "\"side\"");
     refused(&["--dry-run"], "--dry-run applies to train");

@@ -357,11 +357,33 @@ mod tests {
             .unwrap()
     }
 
-    /// A stand-in for ci/pytorch-train.py: a Python script with `body`.
-    fn script(name: &str, body: &str) -> PyTorchSource {
+    /// A stand-in for ci/pytorch-train.py: a Python script with `body`, removed when
+    /// the test is done with it.
+    struct Script {
+        source: PyTorchSource,
+        path: std::path::PathBuf,
+    }
+
+    impl std::ops::Deref for Script {
+        type Target = PyTorchSource;
+        fn deref(&self) -> &PyTorchSource {
+            &self.source
+        }
+    }
+
+    impl Drop for Script {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    fn script(name: &str, body: &str) -> Script {
         let path = std::env::temp_dir().join(format!("lab10-{name}-{}.py", std::process::id()));
         std::fs::write(&path, body).unwrap();
-        PyTorchSource::open(&path, "python3").unwrap()
+        Script {
+            source: PyTorchSource::open(&path, "python3").unwrap(),
+            path,
+        }
     }
 
     fn config_json(c: &TrainConfig) -> String {
