@@ -263,6 +263,7 @@ impl Drop for Allocator {
     /// would turn that bug into corruption.
     fn drop(&mut self) {
         let st = self.state.get_mut();
+        st.release_all_pools();
         let result = st
             .process_events(true)
             .and_then(|_| st.release_cached(&*self.backend));

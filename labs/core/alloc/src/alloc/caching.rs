@@ -20,6 +20,7 @@ use super::category::Category;
 use super::config::Config;
 use super::deferred::Deferred;
 use super::history::History;
+use super::mempool::PrivatePool;
 use super::pages::PageMap;
 use super::parked::Parked;
 use super::pool::{
@@ -65,6 +66,15 @@ pub(super) struct State {
     /// (`malloc`; replays name streams by handle only): unmapping idle memory then
     /// waits for its stream alone rather than the whole device.
     pub stream_objects: Vec<Option<Stream>>,
+    /// Per stream index ("lane"): the private pool it allocates to, 0 for the default
+    /// pool (`mempool.rs`).
+    pub lane_pools: Vec<u64>,
+    /// The private pools, by id - 1 (`mempool.rs`).
+    pub pools: Vec<PrivatePool>,
+    /// The threads allocating to a private pool now, as (thread, pool id), innermost last.
+    pub routes: Vec<(std::thread::ThreadId, u64)>,
+    /// Released pools that still hold segments: their frees give segments back.
+    pub draining: u32,
     /// The memory history, while recorded (`record_memory_history`).
     pub history: Option<Box<History>>,
     /// Bytes per category after each event, while recorded
@@ -94,6 +104,10 @@ impl State {
             stats: Stats::default(),
             streams: Vec::new(),
             stream_objects: Vec::new(),
+            lane_pools: Vec::new(),
+            pools: Vec::new(),
+            routes: Vec::new(),
+            draining: 0,
             history: None,
             timeline: None,
         }
@@ -109,6 +123,7 @@ impl State {
                 check_stream_count(self.streams.len())?;
                 self.streams.push(stream);
                 self.stream_objects.push(None);
+                self.lane_pools.push(0);
                 self.streams.len() - 1
             }
         };
@@ -177,7 +192,10 @@ impl State {
             return Err(self.out_of_memory_report(be, size));
         };
         let pool = pool_of(rounded);
-        let key = self.key_of(stream, object, pool)?;
+        let mut key = self.key_of(stream, object, pool)?;
+        if !self.routes.is_empty() {
+            key = self.route(key, object)?;
+        }
         // ANCHOR: parked_hit
         let parked = match pool {
             Pool::Small => self.parked.take(&self.blocks, key, rounded),
@@ -354,6 +372,9 @@ impl State {
             (base, size, Vec::new())
         };
         self.stats.segments.add(key.pool, 1);
+        if !self.pools.is_empty() {
+            self.count_segment(key);
+        }
         let seg = Segment {
             key,
             base,
@@ -435,6 +456,14 @@ impl State {
     }
 
     pub fn free(&mut self, be: &dyn MemoryBackend, block: Allocation) -> Result<()> {
+        if self.draining != 0 {
+            return self.free_draining(be, block);
+        }
+        self.free_cached(be, block)
+    }
+
+    /// A free that keeps the block's memory in the cache.
+    pub(super) fn free_cached(&mut self, be: &dyn MemoryBackend, block: Allocation) -> Result<()> {
         let freed = self.free_block(be, block);
         self.sample_timeline();
         freed?;
@@ -519,7 +548,7 @@ impl State {
     }
 
     #[inline]
-    fn unlist_free(&mut self, key: PoolKey, id: u32) {
+    pub(super) fn unlist_free(&mut self, key: PoolKey, id: u32) {
         let place = self.place_of(id);
         let b = &self.blocks[id];
         self.free.remove(key, b.size, place, id);
@@ -539,50 +568,6 @@ impl State {
             self.blocks[after].prev = id;
         }
         self.blocks.remove(next);
-    }
-
-    /// Gives back whole free segments and idle pages; returns the bytes released.
-    pub fn release_cached(&mut self, be: &dyn MemoryBackend) -> Result<u64> {
-        self.unpark_all();
-        let before = self.stats.reserved.current;
-        for s in 0..self.segments.len() {
-            if !self.segments[s].alive {
-                continue;
-            }
-            if self.segments[s].expandable {
-                self.unmap_idle(be, s as u32)?;
-            }
-            let seg = &self.segments[s];
-            let first = &self.blocks[seg.first];
-            if first.state != BlockState::Free || first.size != seg.size {
-                continue;
-            }
-            let (key, base, size, first_id, stream, expandable) = (
-                seg.key,
-                seg.base,
-                seg.size,
-                seg.first,
-                seg.stream,
-                seg.expandable,
-            );
-            self.unlist_free(key, first_id);
-            if expandable {
-                (self.stats.driver.segment_free).time(|| be.vm_release(base, size as usize))?;
-            } else {
-                (self.stats.driver.segment_free).time(|| be.raw_free(base))?;
-                self.note(TraceAction::SegmentFree, base, size, stream);
-                self.stats.device_frees += 1;
-                self.stats.reserved.sub(key.pool, size);
-            }
-            self.blocks.remove(first_id);
-            self.stats.segments.sub(key.pool, 1);
-            let seg = &mut self.segments[s];
-            seg.alive = false;
-            seg.pages = Vec::new();
-            self.vacant_segments.push(s as u32);
-        }
-        self.sample_timeline();
-        Ok(before - self.stats.reserved.current)
     }
 
     /// Samples the bytes per category, when the timeline is being recorded.

@@ -216,7 +216,7 @@ impl State {
                 }
             }
         }
-        Ok(())
+        self.check_pools()
     }
 }
 

@@ -29,7 +29,8 @@ pub enum BlockState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct PoolKey {
     /// The stream's index among the streams the allocator has seen (so that it is small
-    /// whatever the driver's stream handles look like).
+    /// whatever the driver's stream handles look like). A private pool's blocks on a
+    /// stream have an index of their own, a lane (`mempool.rs`).
     pub stream: u32,
     pub pool: Pool,
 }
@@ -301,5 +302,9 @@ impl FreeSet {
     }
     pub fn len(&self) -> usize {
         self.0.len()
+    }
+    /// Every entry, as (pool bits, size, slot): for the invariants.
+    pub fn entries(&self) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
+        (self.0.iter()).map(|(&k, &id)| ((k >> (2 * FIELD)) as u64, size_addr(k).0, id))
     }
 }

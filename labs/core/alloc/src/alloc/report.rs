@@ -22,6 +22,8 @@ pub struct SegmentInfo {
     pub size: u64,
     pub stream: u64,
     pub pool: Pool,
+    /// The memory pool it belongs to (PyTorch's `segment_pool_id`).
+    pub pool_id: super::MemPoolId,
     pub expandable: bool,
     /// The (address, length) of each run of memory-backed pages, in address order: the
     /// whole segment when it is fixed.
@@ -121,9 +123,25 @@ impl Allocator {
         self.stats().to_map()
     }
 
-    /// PyTorch's `memory_summary()`: the statistics as a table.
+    /// PyTorch's `memory_summary()`: the statistics as a table, with a row for the
+    /// private pools' memory once a pool exists.
     pub fn memory_summary(&self) -> String {
-        self.stats().summary(&self.device.to_string())
+        let mut out = self.stats().summary(&self.device.to_string());
+        let pools = self.lock().pools.len();
+        if pools > 0 {
+            let row = format!(
+                "| {:<21} | {:>49} |\n",
+                "Private pools",
+                format!(
+                    "{pools} made, {} reserved",
+                    crate::format::bytes(self.private_pools_reserved())
+                )
+            );
+            // Before the closing rule.
+            let end = out.trim_end().rfind('\n').map_or(out.len(), |i| i + 1);
+            out.insert_str(end, &row);
+        }
+        out
     }
 
     /// How many allocations this allocator has handed out so far: a baseline for
@@ -254,6 +272,7 @@ impl Allocator {
                     size: s.size,
                     stream: s.stream,
                     pool: s.pool(),
+                    pool_id: super::MemPoolId(st.pool_of_key(s.key)),
                     expandable: s.expandable,
                     mapped_ranges: if s.expandable {
                         st.pages.mapped_ranges(s)
