@@ -333,3 +333,34 @@ fn the_summary_has_a_row_for_the_private_pools_once_one_exists() {
     assert!(summary.trim_end().ends_with("=|"), "{summary}");
     a.free(x).unwrap();
 }
+
+/// An out-of-memory error while a pool holds memory says how much, as PyTorch's does
+/// ("with ... allocated in private pools").
+#[test]
+fn out_of_memory_counts_what_private_pools_hold() {
+    let (device, stream, a) = setup("");
+    let pool = a.create_pool();
+    let x = in_pool(&a, pool, 4 * MIB, &stream);
+    let d = a.malloc(2 * MIB, &stream).unwrap();
+    let held = a.pool_stats(pool).unwrap().allocated;
+    assert_eq!(held, 4 * MIB as u64);
+    // A cap just above what is reserved: the next large request fails for good.
+    let total = device.properties().unwrap().total_memory;
+    let reserved = a.memory_reserved();
+    a.set_memory_fraction((reserved + MIB as u64) as f64 / total as f64)
+        .unwrap();
+    let e = a.malloc(64 * MIB, &stream).unwrap_err().to_string();
+    assert!(e.contains("out of memory"), "{e}");
+    assert!(
+        e.contains(&format!(
+            "with {} allocated in private pools",
+            labs_core::format::bytes(held)
+        )),
+        "{e}"
+    );
+    a.free(d).unwrap();
+    a.free(x).unwrap();
+    // With no private pool holding memory, the sentence is not there.
+    let e = a.malloc(64 * MIB, &stream).unwrap_err().to_string();
+    assert!(!e.contains("private pools"), "{e}");
+}

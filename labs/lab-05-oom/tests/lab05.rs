@@ -557,6 +557,7 @@ fn exercise_report_diagnoses_as_the_allocator_does() {
         let fraction = [1.0, 0.25, 0.5][next(3) as usize];
         let report = OomReport {
             allocated,
+            private_pools_allocated: 0,
             reserved,
             limit: (capacity as f64 * fraction) as u64,
             fraction,

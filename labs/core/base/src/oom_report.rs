@@ -47,6 +47,8 @@ pub enum Suggestion {
 pub struct OomReport {
     /// Bytes in blocks handed out (`memory_allocated`).
     pub allocated: u64,
+    /// Of `allocated`, the bytes in private pools (a `MemPool`'s, a CUDA graph's).
+    pub private_pools_allocated: u64,
     /// Bytes held from the driver (`memory_reserved`).
     pub reserved: u64,
     /// The cap on `reserved`: the device's memory times `fraction`.
@@ -114,11 +116,17 @@ pub(crate) fn message(
     let cached = r.reserved.saturating_sub(r.allocated);
     write!(
         f,
-        "Of the allocated memory {} is allocated by the caching allocator, and {} is reserved \
-         but unallocated",
-        bytes(r.allocated),
-        bytes(cached)
+        "Of the allocated memory {} is allocated by the caching allocator, ",
+        bytes(r.allocated)
     )?;
+    if r.private_pools_allocated > 0 {
+        write!(
+            f,
+            "with {} allocated in private pools, ",
+            bytes(r.private_pools_allocated)
+        )?;
+    }
+    write!(f, "and {} is reserved but unallocated", bytes(cached))?;
     if r.free_pieces > 0 {
         let pieces = if r.free_pieces == 1 {
             "piece"
@@ -186,6 +194,7 @@ mod tests {
     fn report() -> OomReport {
         OomReport {
             allocated: 600 * MIB,
+            private_pools_allocated: 0,
             reserved: 700 * MIB,
             limit: 1024 * MIB,
             fraction: 1.0,

@@ -261,6 +261,14 @@ impl State {
         }
     }
 
+    /// Bytes allocated in private pools, for the out-of-memory report.
+    pub(super) fn private_pools_allocated(&self) -> u64 {
+        (1..=self.pools.len() as u64)
+            .filter_map(|p| self.pool_stats(MemPoolId(p)).ok())
+            .map(|s| s.allocated)
+            .sum()
+    }
+
     /// Pool `id`'s figures, recounted from its segments.
     fn pool_stats(&self, id: MemPoolId) -> Result<MemPoolStats> {
         if id.0 as usize > self.pools.len() {

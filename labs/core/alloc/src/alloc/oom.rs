@@ -92,6 +92,7 @@ impl State {
         let (free_pieces, largest_free) = self.free_pieces();
         let mut report = OomReport {
             allocated: self.stats.allocated.current,
+            private_pools_allocated: self.private_pools_allocated(),
             reserved: self.stats.reserved.current,
             limit: self.limit,
             fraction: self.conf.per_process_memory_fraction,
