@@ -177,6 +177,7 @@ fn segment(total_size: u64, blocks: &[u64]) -> Segment {
         stream: 0,
         segment_type: SegmentType::Large,
         is_expandable: false,
+        segment_pool_id: (0, 0),
         blocks,
     }
 }

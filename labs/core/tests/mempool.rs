@@ -364,3 +364,28 @@ fn out_of_memory_counts_what_private_pools_hold() {
     let e = a.malloc(64 * MIB, &stream).unwrap_err().to_string();
     assert!(!e.contains("private pools"), "{e}");
 }
+
+/// Snapshots give each segment its pool, as PyTorch's `segment_pool_id`: `(0, 0)` for
+/// the default pool, `(0, n)` for the n-th pool; the JSON keeps it.
+#[test]
+fn snapshots_name_each_segments_pool() {
+    let (_device, stream, a) = setup("");
+    let pool = a.create_pool();
+    let x = in_pool(&a, pool, 4 * MIB, &stream);
+    let d = a.malloc(4 * MIB, &stream).unwrap();
+    let snap = a.snapshot();
+    let pool_of = |ptr: u64| {
+        snap.segments
+            .iter()
+            .find(|s| s.address <= ptr && ptr < s.address + s.total_size)
+            .map(|s| s.segment_pool_id)
+            .unwrap()
+    };
+    assert_eq!(pool_of(x.ptr()), (0, pool.0));
+    assert_eq!(pool_of(d.ptr()), (0, 0));
+    let json = serde_json::to_string(&snap).unwrap();
+    let back: labs_core::snapshot::Snapshot = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.segments, snap.segments);
+    a.free(d).unwrap();
+    a.free(x).unwrap();
+}

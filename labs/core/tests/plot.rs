@@ -41,6 +41,7 @@ fn synthetic(events: usize) -> Snapshot {
             stream: 0,
             segment_type: SegmentType::Large,
             is_expandable: false,
+            segment_pool_id: (0, 0),
             blocks: Vec::new(),
         }],
         trace,

@@ -441,6 +441,7 @@ fn exercise_report_counts_a_pending_free_as_cached_and_an_unmapped_range_as_noth
             stream: 0,
             segment_type: ty,
             is_expandable: expandable,
+            segment_pool_id: (0, 0),
             blocks,
         }
     };

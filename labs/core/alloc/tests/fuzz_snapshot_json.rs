@@ -37,6 +37,7 @@ fn built() -> Snapshot {
             stream: 0,
             segment_type: SegmentType::Small,
             is_expandable: false,
+            segment_pool_id: (0, 0),
             blocks: vec![
                 block(base, 1 << 20, BlockState::ActiveAllocated),
                 block(base + (1 << 20), 1 << 20, BlockState::Inactive),

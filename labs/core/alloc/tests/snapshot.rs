@@ -28,6 +28,8 @@ fn pytorch_snapshot_gives_pytorchs_figures() {
     assert_eq!(format, SourceFormat::PyTorchPickle);
     let sum = Summary::of(&s);
     assert_eq!(sum.segments, 16);
+    // The default pool's segments, as PyTorch names it (`segment_pool_id`).
+    assert!(s.segments.iter().all(|g| g.segment_pool_id == (0, 0)));
     assert_eq!(sum.reserved_bytes, 247_463_936);
     assert_eq!(sum.allocated_bytes, 190_902_784);
     assert_eq!(sum.active_blocks, 22);

@@ -96,6 +96,7 @@ pub(crate) fn to_snapshot(
                     Pool::Large => SegmentType::Large,
                 },
                 is_expandable: seg.expandable,
+                segment_pool_id: (0, seg.pool_id.0),
                 blocks,
             });
         }

@@ -83,6 +83,10 @@ pub struct Segment {
     pub segment_type: SegmentType,
     #[serde(default)]
     pub is_expandable: bool,
+    /// The memory pool the segment belongs to, as PyTorch writes it: `(0, 0)` for the
+    /// default pool, `(0, n)` for the n-th `MemPool`, `(n, 0)` for a CUDA graph's.
+    #[serde(default)]
+    pub segment_pool_id: (u64, u64),
     pub blocks: Vec<Block>,
 }
 

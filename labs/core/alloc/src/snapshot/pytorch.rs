@@ -204,8 +204,30 @@ fn segment(v: Value, at: &str) -> Result<Segment, SnapshotError> {
         stream: opt_u64(d, "stream", at)?.unwrap_or(0),
         segment_type,
         is_expandable: opt_bool(d, "is_expandable", at)?.unwrap_or(false),
+        segment_pool_id: pool_id(d, at)?,
         blocks,
     })
+}
+
+/// `segment_pool_id`, a pair of ints; `(0, 0)` where the snapshot has none.
+fn pool_id(d: Dict, at: &str) -> Result<(u64, u64), SnapshotError> {
+    let Some(v) = get(d, "segment_pool_id")? else {
+        return Ok((0, 0));
+    };
+    let at = format!("{at}.segment_pool_id");
+    let bad = |what: String| SnapshotError::shape(&at, what);
+    let items = as_list(v, &at)?;
+    let ints = items
+        .iter()
+        .map(|i| match i.py() {
+            Py::Int(n) => u64::try_from(*n).map_err(|_| bad(format!("{n} is out of range"))),
+            other => Err(bad(format!("expected an int, found {}", kind(other)))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    match ints[..] {
+        [a, b] => Ok((a, b)),
+        _ => Err(bad(format!("expected two ints, found {}", ints.len()))),
+    }
 }
 
 fn block(v: Value, at: &str) -> Result<Block, SnapshotError> {
