@@ -578,6 +578,18 @@ def build(w):
         [torch.randn(6, 33) * 2, torch.tensor([1, 4, 32, 1, 0, 17])],
         lambda x, t: F.cross_entropy(x, t, ignore_index=1),
     )
+    seed("linear_cross_entropy")
+    functional(
+        w,
+        "linear_cross_entropy",
+        "linear_cross_entropy",
+        {"ignore_index": -100, "chunk_rows": 3, "reduction": "mean",
+         "inputs": "x, weight, bias, targets (int64); the labs' fused op, PyTorch's "
+                   "cross_entropy(linear(x, weight, bias), targets)"},
+        [torch.randn(7, 6), torch.randn(9, 6), torch.randn(9),
+         torch.tensor([3, -100, 0, 8, 2, 5, -100])],
+        lambda x, wt, b, t: F.cross_entropy(F.linear(x, wt, b), t, ignore_index=-100),
+    )
     seed("mse_loss")
     functional(
         w, "mse_loss", "mse_loss", {"reduction": "mean"}, [torch.randn(4, 5), torch.randn(4, 5)],

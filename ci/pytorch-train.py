@@ -781,6 +781,7 @@ class Run:
             notes.append("fully_shard: parameter, gradient and optimizer_state are this "
                          "rank's shards (DTensor.to_local()); other includes the layers "
                          "gathered at the peak")
+        step_ms = median(self.times[cfg["warmup"]:])
         flops = model_flops_per_step(cfg, self.params)
         peak = peak_flops(torch.cuda.get_device_name(self.device), cfg["amp"])
         return {
@@ -793,11 +794,10 @@ class Run:
             "params": self.params,
             "peak_allocated": peak_allocated,
             "peak_reserved": torch.cuda.max_memory_reserved(self.device),
-            "step_ms": median(self.times[cfg["warmup"]:]),
+            "step_ms": step_ms,
             "model_flops_per_step": flops,
             "peak_flops": peak,
-            "mfu": (None if peak is None or median(self.times[cfg["warmup"]:]) is None
-                    else flops / (median(self.times[cfg["warmup"]:]) / 1e3) / peak),
+            "mfu": None if peak is None or step_ms is None else flops / (step_ms / 1e3) / peak,
             "step_ms_all": self.times,
             "driver_calls_per_step": self.driver_calls,
             "steady_driver_calls_per_step": max(self.driver_calls[3:], default=None),

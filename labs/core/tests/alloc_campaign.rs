@@ -25,7 +25,6 @@ use labs_core::DeviceId;
 /// Operations per configuration (all threads together, in the threaded campaign).
 const ENV_OPS: &str = "LABS_ALLOC_CAMPAIGN_OPS";
 const DEFAULT_OPS: u64 = 20_000;
-const MAX_OPS: u64 = 1 << 40;
 
 const MIB: u64 = 1 << 20;
 
@@ -66,13 +65,7 @@ const CONFIGURATIONS: [(&str, &str, Option<u64>); 8] = [
 ];
 
 fn ops_per_configuration() -> u64 {
-    match std::env::var(ENV_OPS) {
-        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u64>() {
-            Ok(n) if (1..=MAX_OPS).contains(&n) => n,
-            _ => panic!("{ENV_OPS}={v}: not a number of operations from 1 to 2^40"),
-        },
-        _ => DEFAULT_OPS,
-    }
+    alloc_ops::ops_from_env(ENV_OPS, DEFAULT_OPS)
 }
 
 /// A fresh simulated GPU of 16 GiB.

@@ -20,7 +20,6 @@ use labs_core::Stream;
 
 const ENV_OPS: &str = "LABS_MEMPOOL_CAMPAIGN_OPS";
 const DEFAULT_OPS: u64 = 3_000;
-const MAX_OPS: u64 = 1 << 40;
 const MIB: u64 = 1 << 20;
 /// Live blocks at most: an allocation beyond them is a free instead.
 const MAX_LIVE: usize = 64;
@@ -47,13 +46,7 @@ const CONFIGURATIONS: [(&str, &str, Option<u64>); 5] = [
 ];
 
 fn ops_per_configuration() -> u64 {
-    match std::env::var(ENV_OPS) {
-        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u64>() {
-            Ok(n) if (1..=MAX_OPS).contains(&n) => n,
-            _ => panic!("{ENV_OPS}={v}: not a number of operations from 1 to 2^40"),
-        },
-        _ => DEFAULT_OPS,
-    }
+    alloc_ops::ops_from_env(ENV_OPS, DEFAULT_OPS)
 }
 
 #[derive(Debug, Clone)]

@@ -265,7 +265,11 @@ fn run(cli: Cli) -> Result<()> {
         if device.is_cuda() {
             return relaunch(nproc);
         }
-        let devices = rank_devices(&device, nproc, capacity(cli.capacity.as_deref())?)?;
+        let devices = rank_devices(
+            &device,
+            nproc,
+            capacity(cli.capacity.as_deref())?.map(|c| c.bytes),
+        )?;
         if let Some(size) = cli.gemm_workspace.as_deref() {
             for rank in &devices {
                 set_gemm_workspace(rank, size)?;
@@ -521,7 +525,7 @@ fn relaunch(nproc: usize) -> Result<()> {
 fn launched_device(
     flag: &labs_core::cli::DeviceFlag,
     dry_run: bool,
-    capacity: Option<u64>,
+    capacity: Option<Capacity>,
 ) -> Result<Device> {
     let local = labs_core::dist::DistEnv::from_env()?.local_rank;
     let named = flag
@@ -544,8 +548,8 @@ fn launched_device(
         DeviceId::Cpu => bail!("a launched rank needs a GPU, simulated or real, not the cpu"),
     };
     match (id, capacity) {
-        (DeviceId::Sim(_), Some(c)) => return Ok(Device::new_sim(c)),
-        (DeviceId::Dry(_), Some(c)) => return Ok(Device::new_dry(c)),
+        (DeviceId::Sim(_), Some(c)) => return Ok(Device::new_sim(c.bytes)),
+        (DeviceId::Dry(_), Some(c)) => return Ok(Device::new_dry(c.bytes)),
         _ => {}
     }
     if !matches!(id, DeviceId::Cuda(_)) {
@@ -553,16 +557,10 @@ fn launched_device(
         labs_core::device::set_sim_device_count(count.max(local + 1))?;
     }
     let device = Device::get(id).with_context(|| format!("opening {id} for rank {local}"))?;
-    if let Some(c) = gpu_capacity(capacity) {
-        limit_gpu(&device, c)?;
+    if let Some(c) = capacity.filter(|c| c.from_flag) {
+        limit_gpu(&device, c.bytes)?;
     }
     Ok(device)
-}
-
-/// The capacity that applies to a GPU: the flag's, never `LABS_SIM_CAPACITY` (the
-/// simulated devices' size, which a GPU run may inherit from its environment).
-fn gpu_capacity(capacity: Option<u64>) -> Option<u64> {
-    capacity.filter(|_| std::env::args().any(|a| a == "--capacity" || a.starts_with("--capacity=")))
 }
 
 /// `--capacity` on a GPU: the allocator reserves at most that much, PyTorch's
@@ -645,8 +643,17 @@ fn draw_timeline(
     Ok(())
 }
 
+/// A device size and where it came from: a GPU takes `--capacity` only, never
+/// `LABS_SIM_CAPACITY` (the simulated devices' size, which a GPU run may inherit from
+/// its environment).
+#[derive(Clone, Copy)]
+struct Capacity {
+    bytes: u64,
+    from_flag: bool,
+}
+
 /// `--capacity`, else `LABS_SIM_CAPACITY`: exact, and more than zero.
-fn capacity(flag: Option<&str>) -> Result<Option<u64>> {
+fn capacity(flag: Option<&str>) -> Result<Option<Capacity>> {
     let (name, text) = match (flag, std::env::var(ENV_SIM_CAPACITY).ok()) {
         (Some(c), _) => ("--capacity", c.to_string()),
         (None, Some(e)) => (ENV_SIM_CAPACITY, e),
@@ -654,14 +661,21 @@ fn capacity(flag: Option<&str>) -> Result<Option<u64>> {
     };
     match parse_bytes(&text) {
         Ok(0) => bail!("{name}: the size must be more than 0 bytes"),
-        Ok(n) => Ok(Some(n)),
+        Ok(n) => Ok(Some(Capacity {
+            bytes: n,
+            from_flag: flag.is_some(),
+        })),
         Err(e) => bail!("{name}: {e}"),
     }
 }
 
 /// The device `--device` (or `--dry-run`) names; with a capacity, a fresh simulated or
 /// dry-run device of that size instead of the shared one (a GPU's size is its own).
-fn open(flag: &labs_core::cli::DeviceFlag, dry_run: bool, capacity: Option<u64>) -> Result<Device> {
+fn open(
+    flag: &labs_core::cli::DeviceFlag,
+    dry_run: bool,
+    capacity: Option<Capacity>,
+) -> Result<Device> {
     let mut flag = flag.clone();
     if dry_run {
         match flag.name.as_deref() {
@@ -671,15 +685,13 @@ fn open(flag: &labs_core::cli::DeviceFlag, dry_run: bool, capacity: Option<u64>)
     }
     let device = flag.open().context("choosing a device")?;
     Ok(match (device.id(), capacity) {
-        (DeviceId::Sim(_), Some(c)) => Device::new_sim(c),
-        (DeviceId::Dry(_), Some(c)) => Device::new_dry(c),
-        (_, Some(c)) => {
-            if let Some(c) = gpu_capacity(Some(c)) {
-                limit_gpu(&device, c)?;
-            }
+        (DeviceId::Sim(_), Some(c)) => Device::new_sim(c.bytes),
+        (DeviceId::Dry(_), Some(c)) => Device::new_dry(c.bytes),
+        (_, Some(c)) if c.from_flag => {
+            limit_gpu(&device, c.bytes)?;
             device
         }
-        (_, None) => device,
+        _ => device,
     })
 }
 

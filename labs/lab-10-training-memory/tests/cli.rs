@@ -6,6 +6,20 @@ use std::process::{Command, Output};
 mod common;
 use common::{binary, device, small};
 
+/// A two-block GPT-2 of width 64 on sequences of 64.
+const TINY_GPT2: &[&str] = &[
+    "--model",
+    "gpt2",
+    "--d-model",
+    "64",
+    "--nhead",
+    "2",
+    "--layers",
+    "2",
+    "--seq",
+    "64",
+];
+
 fn train(extra: &[&str]) -> Output {
     Command::new(binary())
         .args(["train", "--device", &device()])
@@ -123,25 +137,8 @@ fn the_json_has_every_field() {
 #[test]
 fn a_dry_run_reports_peaks_and_no_losses() {
     let out = Command::new(binary())
-        .args([
-            "train",
-            "--dry-run",
-            "--capacity",
-            "24GiB",
-            "--json",
-            "--model",
-            "gpt2",
-        ])
-        .args([
-            "--d-model",
-            "64",
-            "--nhead",
-            "2",
-            "--layers",
-            "2",
-            "--seq",
-            "64",
-        ])
+        .args(["train", "--dry-run", "--capacity", "24GiB", "--json"])
+        .args(TINY_GPT2)
         .output()
         .unwrap();
     let v = labs_core::testing::one_json_object(out);
@@ -437,24 +434,8 @@ fn conf_selects_the_allocator_and_the_output_says_which() {
 fn the_fused_classifier_is_a_flag_of_gpt2_runs() {
     let dry = |extra: &[&str]| -> Output {
         Command::new(binary())
-            .args([
-                "train",
-                "--dry-run",
-                "--capacity",
-                "24GiB",
-                "--model",
-                "gpt2",
-            ])
-            .args([
-                "--d-model",
-                "64",
-                "--nhead",
-                "2",
-                "--layers",
-                "2",
-                "--seq",
-                "64",
-            ])
+            .args(["train", "--dry-run", "--capacity", "24GiB"])
+            .args(TINY_GPT2)
             .args(["--batch", "4", "--vocab", "8192"])
             .args(extra)
             .output()

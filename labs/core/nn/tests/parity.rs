@@ -197,6 +197,11 @@ fn functional(case: &ParityCase, x: &[Tensor]) -> Result<Forward, NotCovered> {
             let ignore = args["ignore_index"].as_i64().unwrap_or(-100);
             ok(x[0].cross_entropy(&x[1], ignore))
         }
+        "linear_cross_entropy" => {
+            let ignore = args["ignore_index"].as_i64().unwrap_or(-100);
+            let chunk = args["chunk_rows"].as_u64().expect("chunk_rows") as usize;
+            ok(x[0].linear_cross_entropy(&x[1], Some(&x[2]), &x[3], ignore, chunk))
+        }
         "mse_loss" => ok(x[0].mse_loss(&x[1])),
         "matmul" => x[0].matmul(&x[1]).expect("matmul"),
         "transpose" => {

@@ -9,6 +9,19 @@ use labs_core::alloc::{Allocation, Allocator, BlockState, Category, Config, Pool
 use labs_core::backend::Backend;
 use labs_core::Stream;
 
+/// Operations per configuration of a campaign: `var`'s number (1 to 2^40), else
+/// `default`; anything else in `var` stops the test with a one-line message.
+pub fn ops_from_env(var: &str, default: u64) -> u64 {
+    const MAX_OPS: u64 = 1 << 40;
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u64>() {
+            Ok(n) if (1..=MAX_OPS).contains(&n) => n,
+            _ => panic!("{var}={v}: not a number of operations from 1 to 2^40"),
+        },
+        _ => default,
+    }
+}
+
 /// Streams an allocator is driven on: the default one and two more.
 pub const STREAMS: usize = 3;
 

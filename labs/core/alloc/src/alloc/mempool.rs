@@ -173,8 +173,8 @@ impl State {
     }
 
     /// A free while some released pool still holds segments: a block of such a pool
-    /// merges at once rather than being parked, and every wholly free segment of a
-    /// released pool goes back to the driver.
+    /// merges at once rather than being parked, and its segment goes back to the driver
+    /// once wholly free.
     #[cold]
     pub(super) fn free_draining(
         &mut self,
@@ -182,7 +182,10 @@ impl State {
         block: Allocation,
     ) -> Result<()> {
         self.check_handle(&block)?;
-        let key = self.blocks[block.id].key;
+        let (key, segment) = {
+            let b = &self.blocks[block.id];
+            (b.key, b.segment as usize)
+        };
         if !matches!(self.pool_of_key(key), p @ 1.. if self.pools[p as usize - 1].released) {
             return self.free_cached(be, block);
         }
@@ -190,7 +193,14 @@ impl State {
         let freed = self.free_cached(be, block);
         self.conf.park_freed_blocks = park;
         freed?;
-        self.release_drained(be, None)
+        if self.segments[segment].alive {
+            if self.segments[segment].expandable {
+                self.unmap_idle(be, segment as u32)?;
+            }
+            self.release_segment_if_free(be, segment)?;
+        }
+        self.sample_timeline();
+        Ok(())
     }
 
     /// Gives back every wholly free segment of the released pools, or of pool `only`.
