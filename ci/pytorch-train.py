@@ -182,10 +182,19 @@ def parser():
                    help="PYTORCH_CUDA_ALLOC_CONF for this process, set before CUDA starts "
                         "(default: the environment's, else PyTorch's defaults)")
     p.add_argument("--dry-run", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--compile", choices=COMPILE_MODES, default="none",
+                   help="run forward and loss under torch.compile in this mode (none: "
+                        "eager). The warm-up steps compile; the peaks are reset after "
+                        "them, so that autotuning's trial buffers are not counted")
     p.add_argument("--capacity", metavar="SIZE", type=size_bytes,
                    help="the most the allocator may reserve, e.g. 79GiB "
                         "(torch.cuda.set_per_process_memory_fraction(SIZE / total))")
     return p
+
+
+# torch.compile's modes the twin offers: Inductor's default, and its autotuned kernels
+# without CUDA graphs (a graph's private pool would hide the allocator's peaks).
+COMPILE_MODES = ["none", "default", "max-autotune-no-cudagraphs"]
 
 
 def parse_config(argv, world_size=1):
@@ -227,7 +236,14 @@ def parse_config(argv, world_size=1):
         p.error(f"--lr {a.lr} must be a positive number")
     if a.offload_share < 1.0 and not a.offload:
         p.error("--offload-share needs --offload")
-    cfg.update(steps=a.steps, accum=a.accum, checkpoint=a.checkpoint, offload=a.offload,
+    if a.compile != "none":
+        if world_size > 1:
+            p.error("--compile measures one GPU: run it without torchrun")
+        if a.offload:
+            p.error("--compile and --offload: save_on_cpu's hooks break the compiled graph")
+        if a.warmup < 1:
+            p.error("--compile needs --warmup 1 or more: the first step compiles")
+    cfg.update(compile=a.compile, steps=a.steps, accum=a.accum, checkpoint=a.checkpoint, offload=a.offload,
                offload_share=a.offload_share,
                attention=a.attention, amp=a.amp, optimizer=a.optimizer, lr=a.lr,
                seed=a.seed, warmup=a.warmup, device=a.device, json=a.json,
@@ -294,7 +310,8 @@ def summary(report):
     lines.append(f"  batch {c['batch']} x seq {c['seq']}, accum {c['accum']}, "
                  f"checkpoint {c['checkpoint']}, offload {c['offload']}, "
                  f"attention {c['attention']} ({', '.join(report['sdpa_backends'])}), "
-                 f"amp {c['amp']}, {c['optimizer']} lr {c['lr']}")
+                 f"amp {c['amp']}, {c['optimizer']} lr {c['lr']}, "
+                 f"compile {c['compile']}")
     if "oom" in report:
         lines.append(f"  OUT OF MEMORY: {report['oom'].splitlines()[0]}")
     lines.append(f"  peak allocated {report['peak_allocated'] / MIB:10.1f} MiB")
@@ -487,6 +504,11 @@ def build_optimizer(cfg, model, sharded=False):
     return kinds[cfg["optimizer"]](model.parameters(), lr=cfg["lr"])
 
 
+def forward_loss(model, loss_fn, inputs, target):
+    """One micro-batch's forward and loss: what --compile compiles, as one graph."""
+    return loss_fn(model(*inputs), target)
+
+
 def batch_maker(cfg, device, generator):
     """Fresh random data for one micro-batch: (model inputs, target, loss function)."""
     b, s = cfg["batch"], cfg["seq"]
@@ -668,6 +690,11 @@ class Run:
         generator.manual_seed(cfg["seed"] + rank)
         torch.cuda.manual_seed(cfg["seed"] + rank)  # dropout differs between ranks
         self.make_batch = batch_maker(cfg, device, generator)
+        self.forward_loss = forward_loss
+        if cfg["compile"] != "none":
+            # ANCHOR: compile
+            self.forward_loss = torch.compile(forward_loss, mode=cfg["compile"])
+            # ANCHOR_END: compile
         self.times, self.losses, self.skipped = [], [], 0
         # cudaMalloc and cudaFree calls of the caching allocator in each step.
         self.driver_calls = []
@@ -711,7 +738,7 @@ class Run:
             if profile:
                 probe = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
             with probe as prof, self.forward_context():
-                loss = loss_fn(model(*inputs), target) / self.cfg["accum"]
+                loss = self.forward_loss(model, loss_fn, inputs, target) / self.cfg["accum"]
             if profile:
                 self.calls = sdpa_calls(prof)
             (loss if self.scaler is None else self.scaler.scale(loss)).backward()
@@ -726,7 +753,8 @@ class Run:
         total = torch.zeros((), device=self.device)
         for k in range(cfg["accum"]):
             # The attention kernels actually chosen, seen once, in a warm-up step.
-            profile = index == 0 and k == 0 and cfg["warmup"] > 0
+            # (Not under torch.compile: the profiler would trace the compilation.)
+            profile = index == 0 and k == 0 and cfg["warmup"] > 0 and cfg["compile"] == "none"
             total += self.micro_batch(k, profile)
         if self.scaler is not None:
             before = self.scaler.get_scale()
@@ -752,6 +780,8 @@ class Run:
             torch.cuda.reset_peak_memory_stats(self.device)
             for index in range(self.cfg["steps"]):
                 self.step(index)
+                if index + 1 == self.cfg["warmup"] and self.cfg["compile"] != "none":
+                    torch.cuda.reset_peak_memory_stats(self.device)
 
     def report(self):
         cfg = self.cfg
@@ -777,6 +807,10 @@ class Run:
         if self.ddp is not None or self.fully_sharded:
             notes.append("data parallel: peaks, step_ms and losses are rank 0's (every "
                          "rank's peaks in ranks); other includes DDP's gradient buckets")
+        if cfg["compile"] != "none":
+            notes.append("torch.compile: forward and loss are one compiled function; "
+                         "the warm-up steps compile it (step_ms_all has their time), "
+                         "and the peaks are those of the steps after them")
         if self.fully_sharded:
             notes.append("fully_shard: parameter, gradient and optimizer_state are this "
                          "rank's shards (DTensor.to_local()); other includes the layers "
