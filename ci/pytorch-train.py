@@ -519,8 +519,10 @@ def batch_maker(cfg, device, generator):
                                 for _ in range(3))
             return (src, tgt), target, F.mse_loss
     else:
+        # ANCHOR: next_token_loss
         def next_token_loss(logits, targets):
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        # ANCHOR_END: next_token_loss
 
         def make():
             ids = torch.randint(0, cfg["vocab"], (b, s + 1), device=device,

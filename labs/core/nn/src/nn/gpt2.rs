@@ -253,6 +253,7 @@ impl Gpt2 {
         }
         let n = idx.numel();
         let targets = targets.reshape(&[n])?;
+        // ANCHOR: loss
         let Some(chunk_rows) = self.fused_classifier else {
             return self
                 .forward(idx)?
@@ -269,6 +270,7 @@ impl Gpt2 {
                 chunk_rows,
             )
         })
+        // ANCHOR_END: loss
     }
 
     /// The blocks over `idx` and the final LayerNorm, then `head` of the result, all

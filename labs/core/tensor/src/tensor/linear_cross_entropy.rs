@@ -256,6 +256,7 @@ impl Chunks {
         let one = Tensor::full(&[], 1.0f32, device)?;
         let zero = Tensor::zeros(&[], DType::F32, device)?;
         let (mut sum, mut count) = (zero.clone(), zero.clone());
+        // ANCHOR: chunks
         for (i, start) in (0..rows).step_by(chunk).enumerate() {
             let len = chunk.min(rows - start);
             let x = self.x.narrow(0, start, len)?;
@@ -274,6 +275,7 @@ impl Chunks {
             let dlogp = Tensor::nll_loss_backward(&one, &target, &one, classes, self.ignore_index)?;
             let g = Tensor::softmax_backward(&logp, &dlogp, 1, true, compute)?;
             drop((logp, dlogp));
+            // ANCHOR_END: chunks
             let beta = if i == 0 { 0.0 } else { 1.0 };
             if let Some(gx) = &gx {
                 // gx[start..start + len] = g @ W.
