@@ -93,6 +93,10 @@ enum Command {
     /// S`) leaves at the peak, by dry run, for the chapter's two models at the GPU's
     /// sizes: the peak allocated and the share of the bytes actually sent.
     Shares,
+    /// What GPT-2 small's step keeps at its peak with the classifier as written and
+    /// fused (`train --fused-classifier`) in chunks of 512 to 8192 rows, by dry run at
+    /// the chapter's sizes: the peak allocated, its activations and temporaries.
+    Classifier,
 }
 
 /// `lab-10 formula`'s flags: `lab-10 train`'s, for what the formula depends on.
@@ -203,6 +207,15 @@ fn run(cli: Cli) -> Result<()> {
         }
         Some(Command::Formula(args)) => return formula(&cli.device, cli.dry_run, &args),
         Some(Command::Shares) => return shares(cli.gemm_workspace.as_deref()),
+        Some(Command::Classifier) => {
+            let workspace = cli.gemm_workspace.as_deref();
+            let table = lab_10::experiments::classifier::table(|dry| match workspace {
+                Some(size) => set_gemm_workspace(dry, size),
+                None => Ok(()),
+            })?;
+            println!("{table}");
+            return Ok(());
+        }
         None => return experiments(cli),
     };
     let config = args.config();

@@ -494,3 +494,55 @@ fn the_fused_classifier_is_a_flag_of_gpt2_runs() {
     );
     assert_eq!(e.trim().lines().count(), 1, "{e}");
 }
+
+#[test]
+fn the_classifier_table_matches_the_dry_runs_of_train() {
+    let out = Command::new(binary())
+        .args(["classifier", "--gemm-workspace", "32MiB"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    // The rows' first two cells: the classifier and the peak allocated in MiB.
+    let rows: Vec<(String, f64)> = text
+        .lines()
+        .filter(|l| l.starts_with("| as written") || l.starts_with("| fused"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (cells[1].to_string(), cells[2].parse().unwrap())
+        })
+        .collect();
+    assert_eq!(rows.len(), 6, "{text}");
+    // Each row is `lab-10 train --dry-run` of GPT-2 small in bf16 with the same head.
+    let train_peak = |extra: &[&str]| -> f64 {
+        let out = Command::new(binary())
+            .args(["--gemm-workspace", "32MiB", "train", "--dry-run", "--json"])
+            .args(["--model", "gpt2", "--optimizer", "adamw", "--amp", "bf16"])
+            .args(["--batch", "8", "--seq", "1024"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let report = labs_core::testing::one_json_object(out);
+        report["peak_allocated"].as_u64().unwrap() as f64 / (1 << 20) as f64
+    };
+    let close = |a: f64, b: f64| (a - b).abs() < 0.06;
+    assert!(close(rows[0].1, train_peak(&[])), "{text}");
+    assert!(
+        close(
+            rows[3].1,
+            train_peak(&["--fused-classifier", "--classifier-chunk", "2048"])
+        ),
+        "{text}"
+    );
+    assert_eq!(rows[3].0, "fused, 2048 rows");
+    // Smaller chunks keep less; every row at once keeps more than the head as written
+    // (the log-probabilities, their gradient and the logits all at once).
+    for pair in rows[1..].windows(2) {
+        assert!(pair[0].1 < pair[1].1, "{text}");
+    }
+    assert!(rows[1].1 < rows[0].1 && rows[5].1 > rows[0].1, "{text}");
+}

@@ -3,12 +3,14 @@
 //! `2. Techniques on the tutorial's model`, `3. GPT-2 small`, `4. Where the memory
 //! goes`, `5. Predicted before running`).
 //!
+//! - [`classifier`]: `lab-10 classifier`, the classifier as written and fused, by dry run;
 //! - [`configs`]: the configurations compared (the one list, also `lab-10 configs`);
 //! - [`runs`]: one configuration predicted, run, and run by PyTorch;
 //! - [`pytorch`]: PyTorch's figures, from `ci/pytorch-train.py` or train-compare's lines;
 //! - [`tables`]: the sections' tables;
 //! - [`targets`]: the chapter's targets against PyTorch (`--check`).
 
+pub mod classifier;
 pub mod configs;
 pub mod pytorch;
 pub mod runs;
