@@ -389,3 +389,39 @@ fn snapshots_name_each_segments_pool() {
     a.free(d).unwrap();
     a.free(x).unwrap();
 }
+
+#[test]
+fn a_streams_scope_takes_that_streams_allocations_from_every_thread_and_no_other() {
+    for conf in CONFIGS {
+        let (device, default, a) = setup(conf);
+        let capture = device.new_stream().unwrap();
+        let pool = a.create_pool();
+        a.begin_allocate_stream_to_pool(pool, &capture).unwrap();
+        // On the captured stream, from this thread and from another one: the pool's.
+        let here = a.malloc(MIB, &capture).unwrap();
+        assert_eq!(a.pool_of(&here).unwrap(), pool, "{conf:?}");
+        let there =
+            std::thread::scope(|s| s.spawn(|| a.malloc(MIB, &capture).unwrap()).join().unwrap());
+        assert_eq!(a.pool_of(&there).unwrap(), pool, "{conf:?}");
+        // On another stream of the same thread: the default pool's, and the thread's
+        // current pool is still the default one.
+        let other = a.malloc(MIB, &default).unwrap();
+        assert_eq!(a.pool_of(&other).unwrap(), MemPoolId::DEFAULT, "{conf:?}");
+        assert_eq!(a.current_pool(), MemPoolId::DEFAULT);
+        // A pool in a capture's scope cannot be released; ending the scope twice fails.
+        assert!(a.release_pool(pool).is_err());
+        a.end_allocate_stream_to_pool(pool, &capture).unwrap();
+        let again = a.end_allocate_stream_to_pool(pool, &capture).unwrap_err();
+        assert!(again.to_string().contains("no scope sends"), "{again}");
+        // After the scope: the stream allocates from the default pool.
+        let after = a.malloc(MIB, &capture).unwrap();
+        assert_eq!(a.pool_of(&after).unwrap(), MemPoolId::DEFAULT, "{conf:?}");
+        assert_eq!(a.pool_stats(pool).unwrap().blocks, 2, "{conf:?}");
+        for b in [here, there, other, after] {
+            a.free(b).unwrap();
+        }
+        a.release_pool(pool).unwrap();
+        assert_eq!(a.pool_stats(pool).unwrap().reserved, 0, "{conf:?}");
+        a.check_invariants().unwrap();
+    }
+}

@@ -71,8 +71,9 @@ pub(super) struct State {
     pub lane_pools: Vec<u64>,
     /// The private pools, by id - 1 (`mempool.rs`).
     pub pools: Vec<PrivatePool>,
-    /// The threads allocating to a private pool now, as (thread, pool id), innermost last.
-    pub routes: Vec<(std::thread::ThreadId, u64)>,
+    /// The scopes allocating to a private pool now, as (whose requests, pool id),
+    /// innermost last (`mempool.rs`).
+    pub routes: Vec<(super::mempool::RouteFrom, u64)>,
     /// Released pools that still hold segments: their frees give segments back.
     pub draining: u32,
     /// The memory history, while recorded (`record_memory_history`).

@@ -12,10 +12,13 @@
 //!
 //! Scope: a pool receives the allocations of the thread that began allocating to it, on
 //! every stream, until that thread ends it (PyTorch's `use_mem_pool`, whose filter is the
-//! current thread). Nested scopes on one thread route to the innermost. Other threads
-//! allocate from the default pool as before, though while any scope is open every
-//! malloc looks its thread up (a scope left open by a thread that ended keeps it so).
-//! Frees need no scope: a block goes back to its segment's pool.
+//! current thread); or, for a CUDA graph's capture, every allocation on one stream,
+//! from any thread, until the capture ends (PyTorch's `beginAllocateToPool` with the
+//! capturing stream as its filter). Nested scopes route to the innermost that matches.
+//! Other threads and streams allocate from the default pool as before, though while any
+//! scope is open every malloc looks its thread and stream up (a scope left open by a
+//! thread that ended keeps it so). Frees need no scope: a block goes back to its
+//! segment's pool.
 //!
 //! Lifetime: [`Allocator::release_pool`] marks a pool unused (the `MemPool` object gone):
 //! its free segments go back to the driver at once, and each remaining segment at the
@@ -98,17 +101,37 @@ impl Drop for MemPoolScope<'_> {
     }
 }
 
+/// Whose allocations a scope sends to its pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RouteFrom {
+    /// Every allocation of one thread, on any stream (`use_mem_pool`).
+    Thread(std::thread::ThreadId),
+    /// Every allocation on one stream, by its handle, from any thread (a graph's
+    /// capture).
+    Stream(u64),
+}
+
+impl RouteFrom {
+    fn matches(self, thread: std::thread::ThreadId, stream: u64) -> bool {
+        match self {
+            RouteFrom::Thread(t) => t == thread,
+            RouteFrom::Stream(s) => s == stream,
+        }
+    }
+}
+
 impl State {
     /// The key of a request in a private pool's scope: the lane of the pool routed to
-    /// by the calling thread, for the stream of `key` (the default pool's lane), made on
-    /// first use; `key` itself when the thread routes nowhere.
+    /// by the innermost scope matching the calling thread or the request's stream, for
+    /// the stream of `key` (the default pool's lane), made on first use; `key` itself
+    /// when no scope matches.
     #[cold]
     pub(super) fn route(&mut self, key: PoolKey, object: Option<&Stream>) -> Result<PoolKey> {
         let me = std::thread::current().id();
-        let Some(&(_, pool)) = self.routes.iter().rev().find(|r| r.0 == me) else {
+        let handle = self.streams[key.stream as usize];
+        let Some(&(_, pool)) = self.routes.iter().rev().find(|r| r.0.matches(me, handle)) else {
             return Ok(key);
         };
-        let handle = self.streams[key.stream as usize];
         let p = &self.pools[pool as usize - 1];
         let lane = match p
             .lanes
@@ -245,7 +268,7 @@ impl State {
         self.check_live_pool(id)?;
         if self.routes.iter().any(|r| r.1 == id.0) {
             return Err(Error::InvalidArgument(format!(
-                "{id} is in use by a thread's scope; end it first"
+                "{id} is in use by a scope (a thread's or a capture's); end it first"
             )));
         }
         // Parked blocks are free memory: merged, so that whole segments show.
@@ -437,22 +460,42 @@ impl Allocator {
     pub fn begin_allocate_to_pool(&self, id: MemPoolId) -> Result<()> {
         let mut st = self.lock();
         st.check_live_pool(id)?;
-        st.routes.push((std::thread::current().id(), id.0));
+        st.routes
+            .push((RouteFrom::Thread(std::thread::current().id()), id.0));
         Ok(())
     }
 
     /// Ends the calling thread's innermost scope of pool `id`.
     pub fn end_allocate_to_pool(&self, id: MemPoolId) -> Result<()> {
-        let me = std::thread::current().id();
+        let me = RouteFrom::Thread(std::thread::current().id());
+        self.end_route(me, id, "this thread does not allocate to")
+    }
+
+    /// Sends every allocation on `stream`, from any thread, to pool `id` until
+    /// [`end_allocate_stream_to_pool`](Self::end_allocate_stream_to_pool): what a CUDA
+    /// graph's capture does with its pool (PyTorch's `beginAllocateToPool` with the
+    /// capturing stream as the filter).
+    pub fn begin_allocate_stream_to_pool(&self, id: MemPoolId, stream: &Stream) -> Result<()> {
         let mut st = self.lock();
-        match st.routes.iter().rposition(|r| *r == (me, id.0)) {
+        st.check_live_pool(id)?;
+        st.routes.push((RouteFrom::Stream(stream.handle()), id.0));
+        Ok(())
+    }
+
+    /// Ends the innermost scope that sends `stream`'s allocations to pool `id`.
+    pub fn end_allocate_stream_to_pool(&self, id: MemPoolId, stream: &Stream) -> Result<()> {
+        let from = RouteFrom::Stream(stream.handle());
+        self.end_route(from, id, "no scope sends this stream's allocations to")
+    }
+
+    fn end_route(&self, from: RouteFrom, id: MemPoolId, missing: &str) -> Result<()> {
+        let mut st = self.lock();
+        match st.routes.iter().rposition(|r| *r == (from, id.0)) {
             Some(i) => {
                 st.routes.remove(i);
                 Ok(())
             }
-            None => Err(Error::InvalidArgument(format!(
-                "this thread does not allocate to {id}"
-            ))),
+            None => Err(Error::InvalidArgument(format!("{missing} {id}"))),
         }
     }
 
@@ -471,7 +514,11 @@ impl Allocator {
     pub fn current_pool(&self) -> MemPoolId {
         let me = std::thread::current().id();
         let st = self.lock();
-        let route = st.routes.iter().rev().find(|r| r.0 == me);
+        let route = st
+            .routes
+            .iter()
+            .rev()
+            .find(|r| r.0 == RouteFrom::Thread(me));
         MemPoolId(route.map_or(0, |r| r.1))
     }
 

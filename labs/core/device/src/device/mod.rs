@@ -8,6 +8,7 @@
 mod collectives;
 mod count;
 mod current;
+mod current_stream;
 pub mod profile;
 mod select;
 mod standalone;
@@ -21,6 +22,7 @@ pub use crate::backend::{
 pub use crate::device_id::{DeviceId, DeviceKind};
 pub use count::{device_count, set_sim_device_count, MAX_SIM_DEVICES};
 pub use current::{current_device, set_device, with_device, DeviceGuard};
+pub use current_stream::StreamGuard;
 pub use select::{
     select_device, Selection, DEFAULT_SIM_CAPACITY, ENV_DEVICE, ENV_SIM_CAPACITY, ENV_SIM_DEVICES,
     ENV_SIM_PEER,
@@ -253,6 +255,8 @@ impl Device {
         self.backend().mem_info()
     }
 
+    /// The device's default stream, whatever stream is current on this thread (see
+    /// [`Device::current_stream`], where work goes when it names no stream).
     pub fn default_stream(&self) -> Result<Stream> {
         self.backend().default_stream()
     }
@@ -337,12 +341,13 @@ impl Device {
         Ok(dry)
     }
 
-    /// Enqueues a kernel on the default stream.
+    /// Enqueues a kernel on this thread's current stream (the default stream unless a
+    /// [`StreamGuard`] made another current).
     pub fn launch(&self, kernel: &Kernel) -> Result<()> {
         if let Kernel::Gemm(_) = kernel {
             self.ensure_gemm_workspace()?;
         }
-        let stream = self.default_stream()?;
+        let stream = self.current_stream()?;
         if profile::enabled() && !self.is_dry() {
             let (start, end) = (self.new_event()?, self.new_event()?);
             stream.record(&start)?;

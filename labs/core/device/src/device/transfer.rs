@@ -75,9 +75,9 @@ pub fn copy_between(
     if !same_kind {
         let mut host = vec![0u8; bytes];
         src.backend()
-            .copy_dtoh(&mut host, src_ptr, &src.default_stream()?)?;
+            .copy_dtoh(&mut host, src_ptr, &src.current_stream()?)?;
         dst.backend()
-            .copy_htod(dst_ptr, &host, &dst.default_stream()?)?;
+            .copy_htod(dst_ptr, &host, &dst.current_stream()?)?;
         return Ok(CopyPath::Host);
     }
     if bytes == 0 {
@@ -95,7 +95,7 @@ pub fn copy_between(
             src.backend(),
             src_ptr,
             bytes,
-            &dst.default_stream()?,
+            &dst.current_stream()?,
         )?,
         CopyPath::Peer => peer_copy(src, src_ptr, dst, dst_ptr, bytes)?,
         _ => staged_copy(src, src_ptr, dst, dst_ptr, bytes)?,
@@ -113,7 +113,7 @@ fn peer_copy(
     dst_ptr: DevicePtr,
     bytes: usize,
 ) -> Result<()> {
-    let (src_stream, dst_stream) = (src.default_stream()?, dst.default_stream()?);
+    let (src_stream, dst_stream) = (src.current_stream()?, dst.current_stream()?);
     let ready = src.new_event()?;
     src_stream.record(&ready)?;
     dst_stream.wait(&ready)?;
@@ -134,7 +134,7 @@ fn staged_copy(
     dst_ptr: DevicePtr,
     bytes: usize,
 ) -> Result<()> {
-    let (src_stream, dst_stream) = (src.default_stream()?, dst.default_stream()?);
+    let (src_stream, dst_stream) = (src.current_stream()?, dst.current_stream()?);
     let mut chunks = StagingChunks::take(src)?;
     let left: [Event; 2] = [src.new_event()?, src.new_event()?];
     let mut arrived: [Option<Event>; 2] = [None, None];

@@ -30,7 +30,7 @@ impl Work {
     /// Makes the default stream wait for the collective: work enqueued there afterwards
     /// sees its result. The host does not wait (as with NCCL in PyTorch).
     pub fn wait(&self) -> Result<()> {
-        self.device.default_stream()?.wait(&self.done)?;
+        self.device.current_stream()?.wait(&self.done)?;
         self.release();
         Ok(())
     }
@@ -214,7 +214,7 @@ impl Communicator {
         count: usize,
     ) -> Result<Work> {
         let stream = self.stream();
-        let producer = self.device.default_stream()?;
+        let producer = self.device.current_stream()?;
         if stream.handle() != producer.handle() {
             let ready = self.device.new_event()?;
             producer.record(&ready)?;

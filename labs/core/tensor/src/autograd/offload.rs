@@ -273,7 +273,7 @@ impl InFlight {
     /// Lets go of the tensor once the stream that allocated it (the device's default
     /// stream, where its memory is reused) has been made to wait for the copy.
     fn release_after_copy(self) -> Result<()> {
-        self.tensor.device().default_stream()?.wait(&self.done)
+        self.tensor.device().current_stream()?.wait(&self.done)
     }
 }
 
@@ -407,7 +407,7 @@ impl OffloadHooks {
                 // there may still be read by compute work already enqueued, so the copy
                 // into it waits for that work.
                 let allocated = o.device.new_event()?;
-                o.device.default_stream()?.record(&allocated)?;
+                o.device.current_stream()?.record(&allocated)?;
                 copy.wait(&allocated)?;
                 start = self.copy_start(&o.device, &copy)?;
                 // Not recorded on the copy stream: `unpack` (or dropping `o`) makes the
@@ -430,7 +430,7 @@ impl OffloadHooks {
     fn copy_out(&self, dense: &Tensor) -> Result<Offloaded> {
         let device = dense.device().clone();
         let (host, copied_out) = if self.options.pin_memory {
-            let compute = device.default_stream()?;
+            let compute = device.current_stream()?;
             let copy = self.copy_stream(&device)?;
             // The copy starts after the op that wrote the tensor.
             let produced = device.new_event()?;
@@ -553,7 +553,7 @@ impl SavedTensorsHooks for OffloadHooks {
             }
             (t, done)
         };
-        o.device.default_stream()?.wait(&done)?;
+        o.device.current_stream()?.wait(&done)?;
         t.over(&view.layout)
     }
 
@@ -586,7 +586,7 @@ impl Drop for OffloadHooks {
 impl Drop for Offloaded {
     fn drop(&mut self) {
         if let Some((t, done)) = self.back.get_mut().unwrap().copy.take() {
-            if let Ok(compute) = self.device.default_stream() {
+            if let Ok(compute) = self.device.current_stream() {
                 let _ = compute.wait(&done);
             }
             drop(t);

@@ -173,7 +173,7 @@ impl Tensor {
         let src = self.device();
         let buffer = Arc::get_mut(&mut t.buffer).expect("a new tensor is not shared");
         src.backend()
-            .copy_dtoh(buffer.as_mut_slice(), self.ptr(), &src.default_stream()?)?;
+            .copy_dtoh(buffer.as_mut_slice(), self.ptr(), &src.current_stream()?)?;
         debug_assert_eq!(bytes, t.nbytes());
         Ok(t)
     }
@@ -189,7 +189,7 @@ impl Tensor {
         let mut host = vec![0u8; self.nbytes()];
         let src = self.device();
         src.backend()
-            .copy_dtoh(&mut host, self.ptr(), &src.default_stream()?)?;
+            .copy_dtoh(&mut host, self.ptr(), &src.current_stream()?)?;
         let t = Tensor::empty(self.shape(), self.dtype(), device)?;
         t.record_stream(stream)?;
         // SAFETY: pageable memory is staged before the call returns, so `host` may go.

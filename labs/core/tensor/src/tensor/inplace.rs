@@ -53,7 +53,7 @@ impl Tensor {
         let device = self.device();
         device
             .backend()
-            .fill(self.ptr(), pattern, count, &device.default_stream()?)
+            .fill(self.ptr(), pattern, count, &device.current_stream()?)
     }
 
     /// Copies `bytes` from host memory into this contiguous tensor's bytes from
@@ -77,7 +77,7 @@ impl Tensor {
         device.backend().copy_htod(
             self.ptr() + byte_offset as u64,
             bytes,
-            &device.default_stream()?,
+            &device.current_stream()?,
         )
     }
 

@@ -125,7 +125,7 @@ impl Tensor {
         let category = Category::current().unwrap_or(Category::Temporary);
         let block = device
             .allocator()?
-            .malloc_as(bytes, &device.default_stream()?, category)?;
+            .malloc_as(bytes, &device.current_stream()?, category)?;
         Ok(Tensor {
             storage: Arc::new(Storage::new(device, block)),
             layout: Layout::contiguous(shape, 0),
@@ -173,7 +173,7 @@ impl Tensor {
     /// Every element set to `value`.
     pub fn full<T: Element>(shape: &[usize], value: T, device: &Device) -> Result<Tensor> {
         let t = Tensor::empty(shape, T::DTYPE, device)?;
-        let stream = device.default_stream()?;
+        let stream = device.current_stream()?;
         device
             .backend()
             .fill(t.ptr(), value.pattern(), t.numel(), &stream)?;
@@ -182,7 +182,7 @@ impl Tensor {
 
     pub fn zeros(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
         let t = Tensor::empty(shape, dtype, device)?;
-        let stream = device.default_stream()?;
+        let stream = device.current_stream()?;
         device.backend().fill(
             t.ptr(),
             crate::device::FillPattern::U8(0),
@@ -201,7 +201,7 @@ impl Tensor {
             )));
         }
         let t = Tensor::empty(shape, T::DTYPE, device)?;
-        let stream = device.default_stream()?;
+        let stream = device.current_stream()?;
         device
             .backend()
             .copy_htod(t.ptr(), crate::dtype::as_bytes(data), &stream)?;
@@ -359,7 +359,7 @@ impl Tensor {
         }
         let device = self.device();
         let t = Tensor::empty(self.shape(), self.dtype, device)?;
-        let stream = device.default_stream()?;
+        let stream = device.current_stream()?;
         device
             .backend()
             .copy_dtod(t.ptr(), self.ptr(), self.nbytes(), &stream)?;
@@ -374,7 +374,7 @@ impl Tensor {
         if device.id() != crate::device::DeviceId::Cpu {
             host_reads::count_host_read();
         }
-        let stream = device.default_stream()?;
+        let stream = device.current_stream()?;
         device.backend().copy_dtoh(out, dense.ptr(), &stream)
     }
 

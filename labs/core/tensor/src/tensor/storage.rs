@@ -108,7 +108,7 @@ impl Tensor {
         let device = &self.storage.device;
         let block = device.allocator()?.malloc_as(
             self.storage.nbytes as usize,
-            &device.default_stream()?,
+            &device.current_stream()?,
             category,
         )?;
         *held = Held::Block(block);

@@ -97,7 +97,7 @@ impl Tensor {
                 self.ptr(),
                 src.ptr(),
                 self.nbytes(),
-                &device.default_stream()?,
+                &device.current_stream()?,
             );
         }
         self.scatter_unchecked(src)
