@@ -101,6 +101,16 @@ pub enum Error {
     Distributed(String),
 
     /// The simulator caught something the GPU would report as an illegal address.
+    /// A call a stream's capture forbids (CUDA's `cudaErrorStreamCaptureUnsupported`,
+    /// `...Isolation`, `...Invalidated`): a synchronisation, a read of results by the
+    /// host, memory given back to the driver, a dependency on work outside the capture.
+    /// The capture is invalidated: ending it reports this error again.
+    #[error("{call} while {stream} is being captured: {detail}")]
+    Capture {
+        call: &'static str,
+        stream: String,
+        detail: String,
+    },
     #[error("illegal memory access on {device}: {detail}")]
     IllegalAddress { device: DeviceId, detail: String },
 }

@@ -589,8 +589,12 @@ impl State {
     }
 
     /// Unmaps every idle mapping of segment `s` (for `empty_cache`), synchronising
-    /// first when one may still be used by queued work.
+    /// first when one may still be used by queued work; nothing while a graph is being
+    /// captured (see `release_segment_if_free`).
     pub(super) fn unmap_idle(&mut self, be: &dyn MemoryBackend, s: u32) -> Result<()> {
+        if self.capture_underway() {
+            return Ok(());
+        }
         for h in 0..self.segments[s as usize].pages.len() {
             let seg = &self.segments[s as usize];
             if !seg.pages[h].is_idle_head(h) {

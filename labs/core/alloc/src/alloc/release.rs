@@ -30,12 +30,18 @@ impl State {
         Ok(before - self.stats.reserved.current)
     }
 
-    /// Gives segment `s` back to the driver if one free block covers it.
+    /// Gives segment `s` back to the driver if one free block covers it, unless a
+    /// graph is being captured: freeing device memory synchronises the device, which
+    /// ends a capture with an error, so the segment stays cached until the capture ends
+    /// (as PyTorch's allocator releases no cached block while a capture is underway).
     pub(super) fn release_segment_if_free(
         &mut self,
         be: &dyn MemoryBackend,
         s: usize,
     ) -> Result<()> {
+        if self.capture_underway() {
+            return Ok(());
+        }
         let seg = &self.segments[s];
         let first = &self.blocks[seg.first];
         if first.state != BlockState::Free || first.size != seg.size {

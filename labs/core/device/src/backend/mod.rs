@@ -1,11 +1,12 @@
 //! The contract every backend fulfils, as small traits, one per kind of work: memory,
-//! virtual memory, streams and events, copies, kernels, host memory, managed memory,
-//! peer access and collectives. The GPU (`cuda`), the simulated GPU (`sim`) and host memory (`cpu`)
+//! virtual memory, streams and events, copies, kernels, graphs, host memory, managed
+//! memory, peer access and collectives. The GPU (`cuda`), the simulated GPU (`sim`) and host memory (`cpu`)
 //! implement it, so everything above it (allocator, device registry, tensors, labs) is
 //! written once. This layer names devices and dtypes, nothing above it.
 
 mod collectives;
 mod copy;
+mod graphs;
 mod host_memory;
 mod kernels;
 mod managed;
@@ -16,6 +17,7 @@ pub use collectives::{
     UNIQUE_ID_BYTES,
 };
 pub use copy::Copies;
+pub use graphs::{GraphExec, GraphExecImpl, Graphs};
 pub use host_memory::HostMemory;
 pub use kernels::{gemm_workspace_bytes, Kernels};
 pub use managed::{ManagedAdvice, ManagedMemory, MemLocation};
@@ -33,8 +35,8 @@ pub use crate::dtype::FillPattern;
 /// method of one of them on a `dyn Backend` needs that trait in scope.
 pub mod prelude {
     pub use super::{
-        Backend, Collectives, Copies, HostMemory, Kernels, ManagedMemory, Memory, MemoryBackend,
-        PeerAccess, Streams, VirtualMemory,
+        Backend, Collectives, Copies, Graphs, HostMemory, Kernels, ManagedMemory, Memory,
+        MemoryBackend, PeerAccess, Streams, VirtualMemory,
     };
 }
 
@@ -43,7 +45,7 @@ use crate::error::Result;
 // ANCHOR: backend_trait
 /// A whole device: all of the contract, and what the device says about itself.
 pub trait Backend:
-    MemoryBackend + Copies + Kernels + HostMemory + ManagedMemory + PeerAccess + Collectives
+    MemoryBackend + Copies + Kernels + Graphs + HostMemory + ManagedMemory + PeerAccess + Collectives
 {
     /// Name, memory, multiprocessors, compute capability. On `cuda` this is the first
     /// call that initialises the context.

@@ -4,6 +4,7 @@
 
 mod blas;
 mod collectives;
+mod graphs;
 mod kernels;
 pub mod nccl;
 mod peer;

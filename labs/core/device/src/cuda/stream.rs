@@ -46,6 +46,11 @@ impl CudaStream {
         self.raw
     }
 
+    /// The context the stream belongs to.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
     /// Makes the stream's context current on the calling thread.
     pub fn bind(&self) -> Result<()> {
         self.ctx

@@ -9,6 +9,7 @@ mod collectives;
 mod count;
 mod current;
 mod current_stream;
+mod graph;
 pub mod profile;
 mod select;
 mod standalone;
@@ -23,6 +24,7 @@ pub use crate::device_id::{DeviceId, DeviceKind};
 pub use count::{device_count, set_sim_device_count, MAX_SIM_DEVICES};
 pub use current::{current_device, set_device, with_device, DeviceGuard};
 pub use current_stream::StreamGuard;
+pub use graph::{Graph, GraphPool};
 pub use select::{
     select_device, Selection, DEFAULT_SIM_CAPACITY, ENV_DEVICE, ENV_SIM_CAPACITY, ENV_SIM_DEVICES,
     ENV_SIM_PEER,

@@ -14,6 +14,7 @@
 
 mod backing;
 mod collectives;
+mod graphs;
 mod memory;
 mod peer;
 mod pinned;
@@ -123,13 +124,15 @@ impl SimBackend {
         self.memory.backed_bytes()
     }
 
+    /// Enqueues work on `stream`, or records it there while the stream captures (a
+    /// graph runs it again at each replay, hence `Fn`).
     fn enqueue(
         &self,
         stream: &Stream,
-        job: impl FnOnce(&SimMemory) -> Result<()> + Send + 'static,
+        job: impl Fn(&SimMemory) -> Result<()> + Send + Sync + 'static,
     ) -> Result<()> {
         let memory = self.memory.clone();
-        sim_stream(stream, self.id)?.enqueue(Box::new(move || job(&memory)))
+        sim_stream(stream, self.id)?.submit(Arc::new(move || job(&memory)))
     }
 }
 

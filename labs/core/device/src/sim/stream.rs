@@ -13,6 +13,17 @@ use crate::error::{Error, Result};
 
 pub(crate) type Job = Box<dyn FnOnce() -> Result<()> + Send>;
 
+/// Work that can run more than once: what a capture records and a graph replays.
+pub(crate) type Node = Arc<dyn Fn() -> Result<()> + Send + Sync>;
+
+/// A stream's capture: the work recorded so far, and the first forbidden call, which
+/// invalidated it.
+#[derive(Default)]
+struct Capture {
+    nodes: Vec<Node>,
+    invalid: Option<(&'static str, String)>,
+}
+
 /// What a stream's queue holds: work, or an event to signal. Signals are handled by the
 /// worker itself so that the stream's progress and its events agree, as on a GPU.
 enum Work {
@@ -34,6 +45,8 @@ pub(crate) struct SimStream {
     /// `None` for the host device, whose "stream" runs work inline.
     queue: Option<Mutex<Queue>>,
     progress: Arc<(Mutex<Progress>, Condvar)>,
+    /// While capturing: what the stream records instead of running (`graphs.rs`).
+    capture: Mutex<Option<Capture>>,
 }
 
 /// A threaded stream's queue: its worker's name, and the way to it once started.
@@ -56,6 +69,7 @@ impl SimStream {
             handle,
             queue: Some(Mutex::new(Queue { name, worker: None })),
             progress: Arc::default(),
+            capture: Mutex::new(None),
         })
     }
 
@@ -98,12 +112,88 @@ impl SimStream {
             handle,
             queue: None,
             progress: Arc::default(),
+            capture: Mutex::new(None),
         })
     }
 
     /// Appends work; returns at once on a threaded stream.
     pub fn enqueue(&self, job: Job) -> Result<()> {
         self.push(Work::Run(job))
+    }
+
+    /// Appends work that can run again: recorded instead while the stream captures.
+    pub fn submit(&self, node: Node) -> Result<()> {
+        {
+            let mut capture = self.capture.lock().unwrap();
+            if let Some(c) = capture.as_mut() {
+                if let Some((call, detail)) = &c.invalid {
+                    return Err(self.capture_error(call, detail.clone()));
+                }
+                c.nodes.push(node);
+                return Ok(());
+            }
+        }
+        self.enqueue(Box::new(move || node()))
+    }
+
+    fn capture_error(&self, call: &'static str, detail: String) -> Error {
+        Error::Capture {
+            call,
+            stream: format!("stream {}", self.handle),
+            detail,
+        }
+    }
+
+    /// An error, and the capture invalidated, if the stream captures: `call` is one a
+    /// capture forbids.
+    pub fn forbid_in_capture(&self, call: &'static str, detail: &str) -> Result<()> {
+        let mut capture = self.capture.lock().unwrap();
+        let Some(c) = capture.as_mut() else {
+            return Ok(());
+        };
+        c.invalid.get_or_insert((call, detail.to_string()));
+        Err(self.capture_error(call, detail.to_string()))
+    }
+
+    /// Starts recording. The default stream (CUDA's legacy stream) cannot capture, nor
+    /// the host's inline one, nor a stream already capturing.
+    pub fn begin_capture(&self) -> Result<()> {
+        if self.handle == 0 || self.queue.is_none() {
+            return Err(Error::InvalidArgument(
+                "the default stream cannot be captured (CUDA's legacy stream synchronises \
+                 with every other): capture on a stream of your own"
+                    .into(),
+            ));
+        }
+        let mut capture = self.capture.lock().unwrap();
+        if capture.is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "stream {} is already capturing",
+                self.handle
+            )));
+        }
+        *capture = Some(Capture::default());
+        Ok(())
+    }
+
+    /// Ends the capture: what it recorded, or the error that invalidated it.
+    pub fn end_capture(&self) -> Result<Vec<Node>> {
+        let capture = self.capture.lock().unwrap().take();
+        match capture {
+            None => Err(Error::InvalidArgument(format!(
+                "stream {} is not capturing",
+                self.handle
+            ))),
+            Some(Capture {
+                invalid: Some((call, detail)),
+                ..
+            }) => Err(self.capture_error(call, detail)),
+            Some(c) => Ok(c.nodes),
+        }
+    }
+
+    pub fn is_capturing(&self) -> bool {
+        self.capture.lock().unwrap().is_some()
     }
 
     fn push(&self, work: Work) -> Result<()> {
@@ -154,22 +244,37 @@ impl StreamImpl for SimStream {
     }
 
     fn synchronize(&self) -> Result<()> {
+        self.forbid_in_capture(
+            "synchronizing",
+            "the host would wait for work that is only being recorded",
+        )?;
         let target = self.progress.0.lock().unwrap().submitted;
         self.wait_for(target)
     }
 
     fn query(&self) -> Result<bool> {
+        self.forbid_in_capture("querying", "recorded work has no progress to query")?;
         let p = self.progress.0.lock().unwrap();
         Ok(p.completed >= p.submitted)
     }
 
     fn record(&self, event: &Event) -> Result<()> {
+        self.forbid_in_capture(
+            "recording an event",
+            "the simulated GPU captures one stream and keeps no event in a graph (CUDA \
+             makes it a dependency for other streams joining the capture)",
+        )?;
         let ev = sim_event(event)?;
         let generation = ev.arm();
         self.push(Work::Signal(ev.clone(), generation))
     }
 
     fn wait(&self, event: &Event) -> Result<()> {
+        self.forbid_in_capture(
+            "waiting on an event",
+            "a dependency on work outside the capture (CUDA's \
+             cudaErrorStreamCaptureIsolation)",
+        )?;
         let ev = sim_event(event)?.clone();
         let target = ev.state.0.lock().unwrap().recorded;
         self.enqueue(Box::new(move || {

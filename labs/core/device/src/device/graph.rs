@@ -1,0 +1,171 @@
+//! `torch.cuda.CUDAGraph` and `with torch.cuda.graph(g, pool=...):`: a region of work
+//! captured once on a stream of its own and replayed as a whole, with the memory the
+//! region allocates taken from a private pool of the caching allocator.
+//!
+//! [`Graph::capture`] synchronises the device, makes the capture stream current on the
+//! calling thread, sends every allocation on that stream to the graph's pool (its own,
+//! or one shared with other graphs through [`Graph::pool`]), and records the region's
+//! work. The tensors the region allocates keep their addresses: each
+//! [`replay`](Graph::replay) recomputes them in place from whatever the inputs it read
+//! hold then, so a captured step takes new data by copying it into the same input
+//! tensors. The pool's blocks serve no allocation outside the graphs that share it, so
+//! eager work cannot take memory a replay writes; it goes back to the driver once every
+//! graph sharing it is dropped and its blocks are freed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::{Device, DeviceId, StreamGuard};
+use crate::alloc::MemPoolId;
+use crate::backend::{GraphExec, Stream};
+use crate::error::{Error, Result};
+
+/// A private pool graphs share (`graph.pool()`, `torch.cuda.graph_pool_handle()`):
+/// released when the last graph holding it is dropped.
+#[derive(Clone)]
+pub struct GraphPool(Arc<PoolOwner>);
+
+struct PoolOwner {
+    device: Device,
+    id: MemPoolId,
+}
+
+impl GraphPool {
+    /// A new private pool on `device`'s allocator.
+    pub fn new(device: &Device) -> Result<GraphPool> {
+        let id = device.allocator()?.create_pool();
+        Ok(GraphPool(Arc::new(PoolOwner {
+            device: device.clone(),
+            id,
+        })))
+    }
+
+    pub fn id(&self) -> MemPoolId {
+        self.0.id
+    }
+}
+
+impl Drop for PoolOwner {
+    fn drop(&mut self) {
+        if let Ok(a) = self.device.allocator() {
+            // Blocks still alive keep their segments until freed (`release_pool`).
+            let _ = a.release_pool(self.id);
+        }
+    }
+}
+
+/// A captured region of work and the pool its memory came from.
+pub struct Graph {
+    device: Device,
+    stream: Stream,
+    pool: Option<GraphPool>,
+    exec: Option<GraphExec>,
+}
+
+/// The stream graphs capture on unless given one, one per device (PyTorch's
+/// `CUDAGraph.default_capture_stream`). One stream for all matters to sharing: a
+/// pool's free blocks serve requests on the stream they were made for, so graphs that
+/// share a pool reuse each other's memory only when they capture on the same stream.
+fn default_capture_stream(device: &Device) -> Result<Stream> {
+    static STREAMS: OnceLock<Mutex<HashMap<DeviceId, Stream>>> = OnceLock::new();
+    let mut streams = STREAMS.get_or_init(Mutex::default).lock().unwrap();
+    if let Some(s) = streams.get(&device.id()) {
+        return Ok(s.clone());
+    }
+    let s = device.new_stream()?;
+    streams.insert(device.id(), s.clone());
+    Ok(s)
+}
+
+impl Graph {
+    /// An empty graph of `device`, capturing on the device's default capture stream.
+    pub fn new(device: &Device) -> Result<Graph> {
+        Graph::on_stream(device, &default_capture_stream(device)?)
+    }
+
+    /// An empty graph that captures on `stream` (`torch.cuda.graph(g, stream=s)`).
+    pub fn on_stream(device: &Device, stream: &Stream) -> Result<Graph> {
+        stream.check_device(device.id())?;
+        Ok(Graph {
+            device: device.clone(),
+            stream: stream.clone(),
+            pool: None,
+            exec: None,
+        })
+    }
+
+    /// Captures `region`: every kernel, copy and fill it enqueues on the device is
+    /// recorded instead of run, and every allocation it makes there comes from `pool`
+    /// (a new pool of the graph's own when `None`). Returns what `region` returned. An
+    /// error of `region`, or a call the capture forbids (synchronising, reading values
+    /// on the host, emptying the cache), ends the capture and is returned; the graph
+    /// then has nothing to replay and may capture again. A graph captures once.
+    pub fn capture<R>(
+        &mut self,
+        pool: Option<&GraphPool>,
+        region: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        if self.exec.is_some() || self.pool.is_some() {
+            return Err(Error::InvalidArgument(
+                "this graph has already been captured; make a new one".into(),
+            ));
+        }
+        if let Some(p) = pool {
+            if p.0.device.id() != self.device.id() {
+                return Err(Error::WrongDevice {
+                    what: "a graph pool",
+                    of: p.0.device.id(),
+                    used_on: self.device.id(),
+                });
+            }
+        }
+        let pool = match pool {
+            Some(p) => p.clone(),
+            None => GraphPool::new(&self.device)?,
+        };
+        // Whatever ran before is done: the capture records only the region.
+        self.device.synchronize()?;
+        let allocator = self.device.allocator()?;
+        let backend = self.device.backend();
+        allocator.begin_allocate_stream_to_pool(pool.id(), &self.stream)?;
+        let outcome = (|| -> Result<(R, GraphExec)> {
+            let _current = StreamGuard::new(&self.device, &self.stream)?;
+            backend.begin_capture(&self.stream)?;
+            let value = region();
+            // The capture ends whatever happened, so that the stream is usable again.
+            let ended = backend.end_capture(&self.stream);
+            let value = value?;
+            Ok((value, ended?))
+        })();
+        let stopped = allocator.end_allocate_stream_to_pool(pool.id(), &self.stream);
+        let (value, exec) = outcome?;
+        stopped?;
+        self.pool = Some(pool);
+        self.exec = Some(exec);
+        Ok(value)
+    }
+
+    /// Enqueues one run of the captured work on the calling thread's current stream.
+    pub fn replay(&self) -> Result<()> {
+        let exec = self.exec.as_ref().ok_or_else(|| {
+            Error::InvalidArgument("replay of a graph that has not been captured".into())
+        })?;
+        exec.launch(&self.device.current_stream()?)
+    }
+
+    /// The pool the graph's memory came from, to share with a graph captured later
+    /// (`pool=g.pool()`); `None` before the capture.
+    pub fn pool(&self) -> Option<GraphPool> {
+        self.pool.clone()
+    }
+
+    /// The work items the capture recorded (none on a dry run, which enqueues none).
+    pub fn nodes(&self) -> usize {
+        self.exec.as_ref().map_or(0, GraphExec::nodes)
+    }
+
+    /// The stream the graph captures on.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+}

@@ -1,0 +1,209 @@
+//! CUDA graphs (`torch.cuda.CUDAGraph`, `with torch.cuda.graph(g, pool=...)`): a region
+//! captured on a stream of its own replays its work in place on new inputs; what a
+//! capture forbids fails and leaves nothing to replay; the region's memory comes from
+//! the graph's private pool, which eager work never takes and graphs can share; and a
+//! stream made current takes the work that names none. On the device under test.
+
+use labs_core::alloc::MemPoolId;
+use labs_core::device::{Graph, GraphPool, StreamGuard};
+use labs_core::testing::{serial, test_device};
+use labs_core::{DType, Device, Error, Tensor};
+
+const N: usize = 1 << 16;
+
+/// `x * 2 + 1`, the region most tests capture: two kernels and an intermediate.
+fn affine(x: &Tensor) -> labs_core::Result<Tensor> {
+    x.mul_scalar(2.0)?.add_scalar(1.0)
+}
+
+fn ramp(device: &Device, scale: f32) -> Tensor {
+    let data: Vec<f32> = (0..N).map(|i| scale * (i % 100) as f32).collect();
+    Tensor::from_slice(&data, &[N], device).unwrap()
+}
+
+#[test]
+fn a_captured_region_replays_in_place_on_new_inputs() {
+    let _serial = serial();
+    let device = test_device();
+    let x = ramp(&device, 1.0);
+    // Warm up eagerly first, as PyTorch's recipe does (kernels loaded, workspaces made).
+    affine(&x).unwrap();
+    let mut g = Graph::new(&device).unwrap();
+    let y = g.capture(None, || affine(&x)).unwrap();
+    if !device.is_dry() {
+        assert!(g.nodes() >= 2, "{} nodes", g.nodes());
+    }
+    g.replay().unwrap();
+    let want = |scale: f32| -> Vec<f32> {
+        (0..N)
+            .map(|i| 2.0 * scale * (i % 100) as f32 + 1.0)
+            .collect()
+    };
+    assert_eq!(y.to_vec::<f32>().unwrap(), want(1.0));
+    // New data goes into the same input; the replay writes the same output.
+    x.copy_(&ramp(&device, 10.0)).unwrap();
+    let before = y.ptr();
+    g.replay().unwrap();
+    assert_eq!(y.ptr(), before);
+    assert_eq!(y.to_vec::<f32>().unwrap(), want(10.0));
+    // Replays queue on the current stream in order, like any work.
+    x.copy_(&ramp(&device, 3.0)).unwrap();
+    g.replay().unwrap();
+    g.replay().unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), want(3.0));
+}
+
+#[test]
+fn a_capture_forbids_reading_values_and_leaves_nothing_to_replay() {
+    let _serial = serial();
+    let device = test_device();
+    let x = ramp(&device, 1.0);
+    affine(&x).unwrap();
+    let mut g = Graph::new(&device).unwrap();
+    let outcome = g.capture(None, || {
+        let y = affine(&x)?;
+        // Reading values waits for work the capture has only recorded.
+        y.to_vec::<f32>()
+    });
+    let err = outcome.unwrap_err();
+    if !device.is_cuda() {
+        assert!(matches!(err, Error::Capture { .. }), "{err}");
+        assert!(err.to_string().contains("being captured"), "{err}");
+    }
+    let replay = g.replay().unwrap_err();
+    assert!(replay.to_string().contains("not been captured"), "{replay}");
+    // The stream and the device work as before, and the graph may capture again.
+    assert_eq!(affine(&x).unwrap().to_vec::<f32>().unwrap()[3], 7.0);
+    let y = g.capture(None, || affine(&x)).unwrap();
+    g.replay().unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap()[5], 11.0);
+}
+
+#[test]
+fn emptying_the_cache_inside_a_capture_is_refused() {
+    let _serial = serial();
+    let device = test_device();
+    let x = ramp(&device, 1.0);
+    affine(&x).unwrap();
+    let mut g = Graph::new(&device).unwrap();
+    let err = g
+        .capture(None, || {
+            let y = affine(&x)?;
+            device.allocator()?.empty_cache()?;
+            Ok(y)
+        })
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("empty_cache while a graph"),
+        "{err}"
+    );
+    // Outside a capture it works again.
+    device.allocator().unwrap().empty_cache().unwrap();
+}
+
+#[test]
+fn the_default_stream_cannot_capture() {
+    let _serial = serial();
+    let device = test_device();
+    let stream = device.default_stream().unwrap();
+    let err = device.backend().begin_capture(&stream).unwrap_err();
+    assert!(err.to_string().contains("default stream cannot"), "{err}");
+    assert!(!device.backend().is_capturing(&stream).unwrap());
+}
+
+#[test]
+fn a_graphs_memory_comes_from_its_pool_and_eager_work_never_takes_it() {
+    let _serial = serial();
+    let device = test_device();
+    let a = device.allocator().unwrap();
+    let x = ramp(&device, 1.0);
+    affine(&x).unwrap();
+    let mut g = Graph::new(&device).unwrap();
+    let y = g.capture(None, || affine(&x)).unwrap();
+    let pool = g.pool().unwrap().id();
+    assert_ne!(pool, MemPoolId::DEFAULT);
+    let stats = a.pool_stats(pool).unwrap();
+    // The output is alive in the pool; the intermediate was freed back into it.
+    assert_eq!(stats.blocks, 1, "{stats:?}");
+    assert!(stats.reserved >= 2 * (N * 4) as u64, "{stats:?}");
+    // An eager tensor of the same size after the capture: from the default pool, not
+    // the intermediate's free block, which the next replay writes.
+    let eager = Tensor::zeros(&[N], DType::F32, &device).unwrap();
+    let again = affine(&eager).unwrap();
+    assert_eq!(a.pool_stats(pool).unwrap().blocks, 1);
+    assert_eq!(a.pool_stats(pool).unwrap().reserved, stats.reserved);
+    drop((eager, again));
+    // The pool outlives the graph while its output lives, and goes back after both.
+    drop(g);
+    assert!(a.pool_stats(pool).unwrap().released);
+    assert_eq!(a.pool_stats(pool).unwrap().blocks, 1);
+    drop(y);
+    let after = a.pool_stats(pool).unwrap();
+    assert_eq!((after.blocks, after.reserved), (0, 0), "{after:?}");
+}
+
+#[test]
+fn graphs_sharing_a_pool_reuse_its_memory() {
+    let _serial = serial();
+    let device = test_device();
+    let a = device.allocator().unwrap();
+    let x = ramp(&device, 1.0);
+    affine(&x).unwrap();
+    // Two graphs captured one after the other, each with a pool of its own: the
+    // second cannot take the first's freed intermediate.
+    let reserved = |pools: &[MemPoolId]| -> u64 {
+        pools
+            .iter()
+            .map(|&p| a.pool_stats(p).unwrap().reserved)
+            .sum()
+    };
+    let (mut g1, mut g2) = (Graph::new(&device).unwrap(), Graph::new(&device).unwrap());
+    let y1 = g1.capture(None, || affine(&x)).unwrap();
+    let y2 = g2.capture(None, || affine(&y1)).unwrap();
+    let apart = reserved(&[g1.pool().unwrap().id(), g2.pool().unwrap().id()]);
+    // Shared: the second graph's intermediate reuses the first's freed block.
+    let (mut h1, mut h2) = (Graph::new(&device).unwrap(), Graph::new(&device).unwrap());
+    let z1 = h1.capture(None, || affine(&x)).unwrap();
+    let shared: GraphPool = h1.pool().unwrap();
+    let z2 = h2.capture(Some(&shared), || affine(&z1)).unwrap();
+    assert_eq!(h2.pool().unwrap().id(), shared.id());
+    let together = reserved(&[shared.id()]);
+    assert!(
+        together < apart,
+        "shared pool {together} B, separate pools {apart} B"
+    );
+    // Replayed in capture order, both chains compute what eager work does.
+    for (first, second, out) in [(&g1, &g2, &y2), (&h1, &h2, &z2)] {
+        first.replay().unwrap();
+        second.replay().unwrap();
+        let got = out.to_vec::<f32>().unwrap();
+        assert_eq!(got[7], 2.0 * (2.0 * 7.0 + 1.0) + 1.0);
+    }
+}
+
+#[test]
+fn a_current_stream_takes_the_work_that_names_none() {
+    let _serial = serial();
+    let device = test_device();
+    let default = device.default_stream().unwrap();
+    let side = device.new_stream().unwrap();
+    assert_eq!(device.current_stream().unwrap().handle(), default.handle());
+    {
+        let _guard = StreamGuard::new(&device, &side).unwrap();
+        assert_eq!(device.current_stream().unwrap().handle(), side.handle());
+        // The default stream is still the default stream.
+        assert_eq!(device.default_stream().unwrap().handle(), default.handle());
+        let y = affine(&ramp(&device, 1.0)).unwrap();
+        side.synchronize().unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap()[2], 5.0);
+        // Nested guards restore what was current before them.
+        let other = device.new_stream().unwrap();
+        device
+            .with_stream(&other, || {
+                assert_eq!(device.current_stream().unwrap().handle(), other.handle())
+            })
+            .unwrap();
+        assert_eq!(device.current_stream().unwrap().handle(), side.handle());
+    }
+    assert_eq!(device.current_stream().unwrap().handle(), default.handle());
+}
