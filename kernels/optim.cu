@@ -5,7 +5,8 @@
 // `{name}_{dtype}`. The parameter and its gradient are ELEM; the state (momentum
 // buffer, exp_avg, exp_avg_sq) is always float, whatever the parameter's dtype. The
 // host computes every per-step scalar (bias corrections, step size) in double, as
-// PyTorch does in Python, and passes them as float. Grid-stride loops, 64-bit sizes.
+// PyTorch does in Python, and passes them as float; except for a capturable Adam, whose
+// step count lives on the device and whose kernel computes them from it in float. Grid-stride loops, 64-bit sizes.
 // The explicit __fmul_rn/__fadd_rn keep NVRTC from contracting into fma, so the GPU
 // gives the CPU twin's bits (labs/core/device/src/kernels/optim_cpu.rs).
 
@@ -48,7 +49,15 @@ extern "C" __global__ void adam_step(ELEM* param, const ELEM* grad, float* exp_a
                                      float one_minus_beta2,
                                      float step_size, float bias_correction2_sqrt,
                                      float eps, float weight_decay, float param_decay,
+                                     const float* step, float lr,
                                      unsigned long long n) {
+    // capturable: the count on the device, the bias corrections from it (as PyTorch's
+    // capturable Adam computes them, in float32).
+    if (step != nullptr) {
+        float t = *step;
+        step_size = __fdiv_rn(lr, __fsub_rn(1.0f, powf(__fsub_rn(1.0f, one_minus_beta1), t)));
+        bias_correction2_sqrt = sqrtf(__fsub_rn(1.0f, powf(beta2, t)));
+    }
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
          i < n; i += (unsigned long long)gridDim.x * blockDim.x) {
         float p = to_float(param[i]);

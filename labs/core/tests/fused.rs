@@ -36,6 +36,7 @@ const HYPER: AdamHyper = AdamHyper {
     eps: 1e-8,
     weight_decay: 0.1,
     param_decay: 1.0,
+    lr: 1e-3,
 };
 
 #[test]

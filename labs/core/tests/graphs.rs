@@ -207,3 +207,56 @@ fn a_current_stream_takes_the_work_that_names_none() {
     }
     assert_eq!(device.current_stream().unwrap().handle(), default.handle());
 }
+
+#[test]
+fn a_captured_capturable_adam_step_replays_each_step_with_its_count() {
+    use labs_core::optim::{AdamW, Optimizer};
+    let _serial = serial();
+    let device = test_device();
+    let p0: Vec<f32> = (0..256).map(|i| (i as f32 * 0.37).sin()).collect();
+    let grads: Vec<Vec<f32>> = (1..=4)
+        .map(|k| (0..256).map(|i| ((i * k) as f32 * 0.11).cos()).collect())
+        .collect();
+    let leaf = |device: &Device| {
+        Tensor::from_slice(&p0, &[256], device)
+            .unwrap()
+            .requires_grad_(true)
+    };
+    // Eager: four steps of a capturable AdamW.
+    let eager = leaf(&device);
+    let mut opt = AdamW::new(vec![eager.clone()], 0.05);
+    opt.capturable = true;
+    let grad = Tensor::zeros(&[256], DType::F32, &device).unwrap();
+    let give = |p: &Tensor, g: &[f32]| {
+        grad.copy_(&Tensor::from_slice(g, &[256], &device).unwrap())
+            .unwrap();
+        p.clear_grad();
+        *p.grad_slot().unwrap().lock().unwrap() = Some(grad.clone());
+    };
+    for g in &grads {
+        give(&eager, g);
+        opt.step().unwrap();
+    }
+    // Captured: the first step eager (its state made), the next three replays of a
+    // captured step, new gradients copied into the same tensor before each.
+    let graphed = leaf(&device);
+    let mut opt2 = AdamW::new(vec![graphed.clone()], 0.05);
+    opt2.capturable = true;
+    give(&graphed, &grads[0]);
+    opt2.step().unwrap();
+    let mut g = Graph::new(&device).unwrap();
+    give(&graphed, &grads[1]);
+    g.capture(None, || opt2.step()).unwrap();
+    for k in 1..4 {
+        grad.copy_(&Tensor::from_slice(&grads[k], &[256], &device).unwrap())
+            .unwrap();
+        g.replay().unwrap();
+    }
+    // The capture ran nothing: the replays are the three steps.
+    assert_eq!(
+        graphed.to_vec::<f32>().unwrap(),
+        eager.to_vec::<f32>().unwrap()
+    );
+    let count = opt2.state(0).unwrap().device_step.as_ref().unwrap();
+    assert_eq!(count.to_vec::<f32>().unwrap(), vec![4.0]);
+}

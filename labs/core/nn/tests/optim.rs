@@ -162,6 +162,30 @@ fn adam_and_adamw_follow_pytorchs_rules() {
         adam_reference(0.05, (0.9, 0.999), 1e-8, 0.2, true),
         "adamw",
     );
+    // Capturable (the step count on the device, the bias corrections from it in
+    // float32): the same rules.
+    three_steps(
+        |ps| {
+            let mut o = AdamW::new(ps, 0.05);
+            o.weight_decay = 0.2;
+            o.capturable = true;
+            Box::new(o)
+        },
+        adam_reference(0.05, (0.9, 0.999), 1e-8, 0.2, true),
+        "capturable adamw",
+    );
+    three_steps(
+        |ps| {
+            let mut o = Adam::new(ps, 0.05);
+            o.betas = (0.8, 0.95);
+            o.eps = 1e-3;
+            o.weight_decay = 0.1;
+            o.capturable = true;
+            Box::new(o)
+        },
+        adam_reference(0.05, (0.8, 0.95), 1e-3, 0.1, false),
+        "capturable adam with weight decay",
+    );
     // AdamW's default decay is 0.01 and is decoupled.
     let device = test_device();
     let p = Tensor::zeros(&[1], labs_tensor::DType::F32, &device).unwrap();

@@ -208,6 +208,8 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
             F32(s.eps),
             F32(s.weight_decay),
             F32(s.param_decay),
+            U64(s.step),
+            F32(s.lr),
             U64(s.n as u64),
         ],
         Kernel::BinaryStrided {

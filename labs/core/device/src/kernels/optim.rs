@@ -32,7 +32,8 @@ pub struct SgdStep {
 }
 
 /// One Adam or AdamW step over `n` elements (see `adam_step` in `kernels/optim.cu`).
-/// The host computes the step's scalars in float64, as PyTorch does in Python.
+/// The host computes the step's scalars in float64, as PyTorch does in Python, unless
+/// the step count lives on the device (`step`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamStep {
     /// The dtype of the parameter and its gradient.
@@ -58,4 +59,11 @@ pub struct AdamStep {
     /// The factor the parameter is multiplied by first: AdamW's decoupled decay
     /// `1 - lr * weight_decay` (1 for Adam).
     pub param_decay: f32,
+    /// PyTorch's `capturable=True`: a float32 device scalar holding the step count
+    /// `t`, from which the kernel computes `step_size` and `bias_correction2_sqrt` itself
+    /// (in float32, with `lr`), so that each replay of a captured step sees its own
+    /// count; 0 when the host computed them.
+    pub step: DevicePtr,
+    /// The learning rate, for a `step` on the device.
+    pub lr: f32,
 }

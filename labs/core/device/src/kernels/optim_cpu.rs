@@ -50,13 +50,26 @@ pub(super) fn adam<E: FloatElement>(s: &AdamStep, memory: &dyn HostAccess) -> Re
         return Ok(());
     }
     let size = std::mem::size_of::<E>();
-    let ranges = [
+    let mut ranges = vec![
         (s.param, n * size),
         (s.grad, n * size),
         (s.exp_avg, n * 4),
         (s.exp_avg_sq, n * 4),
     ];
+    if s.step != 0 {
+        ranges.push((s.step, 4));
+    }
     access(memory, &ranges, |p| {
+        // capturable: the bias corrections from the count on the device, in float32 as
+        // the kernel computes them.
+        let (step_size, bias_correction2_sqrt) = if s.step != 0 {
+            // SAFETY: `p[4]` is valid for the 4 bytes of the step asked above.
+            let t = unsafe { Raw::<f32>::new(p[4], 1) }.get(0);
+            let beta1 = 1.0f32 - s.one_minus_beta1;
+            (s.lr / (1.0 - beta1.powf(t)), (1.0 - s.beta2.powf(t)).sqrt())
+        } else {
+            (s.step_size, s.bias_correction2_sqrt)
+        };
         // SAFETY (each `Raw::new`): `p[k]` is valid for the k-th range asked.
         let param = unsafe { Raw::<E>::new(p[0], n) };
         let grad = unsafe { Raw::<E>::new(p[1], n) };
@@ -76,8 +89,8 @@ pub(super) fn adam<E: FloatElement>(s: &AdamStep, memory: &dyn HostAccess) -> Re
             let v = s.beta2 * exp_avg_sq.get(i) + s.one_minus_beta2 * (g * g);
             exp_avg.set(i, m);
             exp_avg_sq.set(i, v);
-            let denom = v.sqrt() / s.bias_correction2_sqrt + s.eps;
-            param.set(i, E::narrow(p - s.step_size * (m / denom)));
+            let denom = v.sqrt() / bias_correction2_sqrt + s.eps;
+            param.set(i, E::narrow(p - step_size * (m / denom)));
         }
     })
 }

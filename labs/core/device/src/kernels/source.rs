@@ -731,6 +731,8 @@ mod tests {
             eps: 1e-8,
             weight_decay: 0.0,
             param_decay: 1.0,
+            step: 0,
+            lr: 1e-3,
         });
         let (m, f) = function(&adam).unwrap();
         assert_eq!((m.name.as_str(), f), ("optim_bf16", "adam_step_bf16"));

@@ -9,18 +9,26 @@
 //! ```
 //!
 //! The bias corrections and the step size are computed in float64 on the host, as
-//! PyTorch computes them in Python, and handed to the kernel as float32.
+//! PyTorch computes them in Python, and handed to the kernel as float32. With
+//! `capturable` (PyTorch's `capturable=True`), the step count is a float32 tensor on
+//! the device, incremented there, and the kernel computes them from it in float32:
+//! nothing of the step is left on the host, so a CUDA graph that captured it replays
+//! each step with that step's count.
 
 use super::{gradient_of, state_like, Optimizer};
 use crate::error::Result;
-use crate::tensor::fused::{adam_step, AdamHyper};
+use crate::tensor::fused::{adam_step, adam_step_capturable, AdamHyper};
 use crate::tensor::{no_grad, Tensor};
 
 /// A parameter's state: `step`, `exp_avg`, `exp_avg_sq` (float32).
 pub struct AdamState {
+    /// Steps taken, counted on the host (a capturable optimizer counts on the device
+    /// too, in `device_step`, and this count is what the host saw launched).
     pub step: u64,
     pub exp_avg: Tensor,
     pub exp_avg_sq: Tensor,
+    /// A capturable optimizer's step count, a float32 scalar on the parameter's device.
+    pub device_step: Option<Tensor>,
 }
 
 /// `torch.optim.Adam(params, lr, betas, eps, weight_decay)`.
@@ -33,7 +41,11 @@ pub struct Adam {
     pub weight_decay: f64,
     /// Decoupled weight decay (AdamW) instead of the L2 penalty.
     decoupled: bool,
+    /// PyTorch's `capturable=True`: the step count on the device (see the module's note).
+    pub capturable: bool,
     state: Vec<Option<AdamState>>,
+    /// A float32 one per device, what a capturable step adds to each count.
+    ones: Vec<Tensor>,
 }
 
 /// `torch.optim.AdamW`: Adam whose weight decay shrinks the parameter directly,
@@ -63,7 +75,9 @@ impl Adam {
             eps: 1e-8,
             weight_decay: 0.0,
             decoupled: false,
+            capturable: false,
             state,
+            ones: Vec::new(),
         }
     }
 
@@ -95,9 +109,13 @@ impl Optimizer for Adam {
                     step: 0,
                     exp_avg: state_like(p)?,
                     exp_avg_sq: state_like(p)?,
+                    device_step: None,
                 });
             }
             let s = state.as_mut().expect("made above");
+            if self.capturable && s.device_step.is_none() {
+                s.device_step = Some(step_count(p, s.step)?);
+            }
             s.step += 1;
             let t = s.step as i32;
             let bias_correction1 = 1.0 - beta1.powi(t);
@@ -116,9 +134,35 @@ impl Optimizer for Adam {
                 eps: self.eps as f32,
                 weight_decay: weight_decay as f32,
                 param_decay: param_decay as f32,
+                lr: self.lr as f32,
             };
-            adam_step(p, &g, &s.exp_avg, &s.exp_avg_sq, &hyper)?;
+            match &s.device_step {
+                Some(t) if self.capturable => {
+                    t.axpy_(1.0, one_on(&mut self.ones, p)?)?;
+                    adam_step_capturable(p, &g, &s.exp_avg, &s.exp_avg_sq, t, &hyper)?;
+                }
+                _ => adam_step(p, &g, &s.exp_avg, &s.exp_avg_sq, &hyper)?,
+            }
         }
         Ok(())
     }
+}
+
+/// A step count on `p`'s device holding `steps`, counted as optimizer state.
+fn step_count(p: &Tensor, steps: u64) -> Result<Tensor> {
+    let _state = crate::tensor::Category::OptimizerState.scope();
+    Tensor::full(&[1], steps as f32, p.device())
+}
+
+/// The float32 one kept for `p`'s device, made on first use.
+fn one_on<'a>(ones: &'a mut Vec<Tensor>, p: &Tensor) -> Result<&'a Tensor> {
+    let at = match ones.iter().position(|o| o.device().id() == p.device().id()) {
+        Some(i) => i,
+        None => {
+            let _state = crate::tensor::Category::OptimizerState.scope();
+            ones.push(Tensor::full(&[1], 1.0f32, p.device())?);
+            ones.len() - 1
+        }
+    };
+    Ok(&ones[at])
 }

@@ -32,6 +32,8 @@ pub struct AdamHyper {
     /// The factor the parameter is multiplied by first: AdamW's decoupled decay
     /// `1 - lr * weight_decay` (1 for Adam).
     pub param_decay: f32,
+    /// The learning rate: what [`adam_step_capturable`] computes the step size from.
+    pub lr: f32,
 }
 
 /// The scalars of one SGD step (see [`sgd_step`]).
@@ -64,6 +66,42 @@ pub fn adam_step(
     exp_avg_sq: &Tensor,
     hyper: &AdamHyper,
 ) -> Result<()> {
+    launch_adam(param, grad, exp_avg, exp_avg_sq, None, hyper)
+}
+
+/// [`adam_step`] with the step count on the device (PyTorch's `capturable=True`):
+/// `step`, a float32 scalar on the parameter's device, holds this step's `t`; the
+/// kernel computes the step size and the second bias correction from it and
+/// `hyper.lr` in float32, ignoring `hyper.step_size` and `hyper.bias_correction2_sqrt`.
+/// Nothing is computed on the host, so a captured step replays with each step's count.
+pub fn adam_step_capturable(
+    param: &Tensor,
+    grad: &Tensor,
+    exp_avg: &Tensor,
+    exp_avg_sq: &Tensor,
+    step: &Tensor,
+    hyper: &AdamHyper,
+) -> Result<()> {
+    const OP: &str = "adam_step_capturable";
+    step.check_same_device(param)?;
+    if step.dtype() != DType::F32 || step.numel() != 1 || !step.is_contiguous() {
+        return Err(Error::InvalidArgument(format!(
+            "{OP}: the step count must be one float32 element, got {} of shape {:?}",
+            step.dtype(),
+            step.shape()
+        )));
+    }
+    launch_adam(param, grad, exp_avg, exp_avg_sq, Some(step), hyper)
+}
+
+fn launch_adam(
+    param: &Tensor,
+    grad: &Tensor,
+    exp_avg: &Tensor,
+    exp_avg_sq: &Tensor,
+    step: Option<&Tensor>,
+    hyper: &AdamHyper,
+) -> Result<()> {
     const OP: &str = "adam_step";
     check_param(OP, param, grad)?;
     check_state(OP, param, exp_avg, "exp_avg")?;
@@ -83,6 +121,8 @@ pub fn adam_step(
         eps: hyper.eps,
         weight_decay: hyper.weight_decay,
         param_decay: hyper.param_decay,
+        step: step.map_or(0, Tensor::ptr),
+        lr: hyper.lr,
     }))
 }
 
