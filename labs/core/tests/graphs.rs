@@ -60,7 +60,7 @@ fn a_capture_forbids_reading_values_and_leaves_nothing_to_replay() {
     let x = ramp(&device, 1.0);
     affine(&x).unwrap();
     let mut g = Graph::new(&device).unwrap();
-    let outcome = g.capture(None, || {
+    let outcome = g.capture(None, || -> labs_core::Result<Vec<f32>> {
         let y = affine(&x)?;
         // Reading values waits for work the capture has only recorded.
         y.to_vec::<f32>()
@@ -87,7 +87,7 @@ fn emptying_the_cache_inside_a_capture_is_refused() {
     affine(&x).unwrap();
     let mut g = Graph::new(&device).unwrap();
     let err = g
-        .capture(None, || {
+        .capture(None, || -> labs_core::Result<Tensor> {
             let y = affine(&x)?;
             device.allocator()?.empty_cache()?;
             Ok(y)
@@ -259,4 +259,19 @@ fn a_captured_capturable_adam_step_replays_each_step_with_its_count() {
     );
     let count = opt2.state(0).unwrap().device_step.as_ref().unwrap();
     assert_eq!(count.to_vec::<f32>().unwrap(), vec![4.0]);
+}
+
+#[test]
+fn arange_is_computed_on_the_device_and_can_be_captured() {
+    let _serial = serial();
+    let device = test_device();
+    let eager = Tensor::arange(-3, 1000, &device).unwrap();
+    let want: Vec<i64> = (-3..997).collect();
+    assert_eq!(eager.to_vec::<i64>().unwrap(), want);
+    assert_eq!(eager.shape(), &[1000]);
+    assert_eq!(eager.dtype(), DType::I64);
+    let mut g = Graph::new(&device).unwrap();
+    let captured = g.capture(None, || Tensor::arange(7, 5, &device)).unwrap();
+    g.replay().unwrap();
+    assert_eq!(captured.to_vec::<i64>().unwrap(), vec![7, 8, 9, 10, 11]);
 }

@@ -220,6 +220,11 @@ fn run(cli: Cli) -> Result<()> {
     };
     let config = args.config();
     config.validate()?;
+    if config.graph && args.profile {
+        bail!(
+            "--graph and --profile: the profile brackets every launch with events, which a captured step cannot record; profile the eager step"
+        );
+    }
     if let Some(n) = args.nproc {
         if n == 0 {
             bail!("--nproc must be at least 1");

@@ -66,6 +66,7 @@ const FIELDS: &[&str] = &[
     "gemm_workspace_bytes",
     "driver_calls_per_step",
     "steady_driver_calls_per_step",
+    "graph",
 ];
 
 #[test]
@@ -545,4 +546,40 @@ fn the_classifier_table_matches_the_dry_runs_of_train() {
         assert!(pair[0].1 < pair[1].1, "{text}");
     }
     assert!(rows[1].1 < rows[0].1 && rows[5].1 > rows[0].1, "{text}");
+}
+
+#[test]
+fn a_step_captured_as_a_graph_reports_its_nodes_and_pool() {
+    let run = |extra: &[&str]| {
+        let out = Command::new(binary())
+            .args(["train", "--device", &device(), "--json", "--steps", "3"])
+            .args(["--dropout", "0", "--batch", "2", "--vocab", "1024"])
+            .args(["--optimizer", "adamw"])
+            .args(TINY_GPT2)
+            .args(extra)
+            .output()
+            .unwrap();
+        labs_core::testing::one_json_object(out)
+    };
+    let eager = run(&[]);
+    let graphed = run(&["--graph"]);
+    assert!(eager["graph"].is_null(), "{eager}");
+    assert!(eager["config"].get("graph").is_none(), "{eager}");
+    assert_eq!(graphed["config"]["graph"], true);
+    let g = &graphed["graph"];
+    assert!(g["nodes"].as_u64().unwrap() > 10, "{g}");
+    assert!(g["pool_reserved"].as_u64().unwrap() > 0, "{g}");
+    assert!(g["pool_allocated"].as_u64().unwrap() <= g["pool_reserved"].as_u64().unwrap());
+    // The same training: the first loss is the eager step's, the others agree closely.
+    let (a, b) = (
+        eager["losses"].as_array().unwrap(),
+        graphed["losses"].as_array().unwrap(),
+    );
+    assert_eq!(a[0], b[0]);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+        assert!((x - y).abs() <= 1e-4 * x.abs(), "{a:?} vs {b:?}");
+    }
+    let refused = refused(train(&["--graph", "--dropout", "0", "--profile"]));
+    assert!(refused.contains("--graph and --profile"), "{refused}");
 }

@@ -77,6 +77,12 @@ pub struct TrainArgs {
     /// memory and take longer.
     #[arg(long, requires = "fused_classifier", value_name = "ROWS", value_parser = parse_rows)]
     pub classifier_chunk: Option<usize>,
+    /// After the warm-up steps, capture the step (forward, backward, optimizer) once as
+    /// a CUDA graph and replay it, fresh data copied into its inputs: no launch
+    /// overhead, and the step's memory in the graph's private pool. Adam and AdamW
+    /// become capturable (their step counts on the device).
+    #[arg(long)]
+    pub graph: bool,
     /// Mixed precision: none, bf16, or f16 (with a gradient scaler).
     #[arg(long, value_enum, default_value = "none")]
     pub amp: AmpMode,
@@ -194,6 +200,7 @@ impl TrainArgs {
             seed: self.seed,
             warmup: self.warmup,
             timeline: self.timeline.is_some(),
+            graph: self.graph,
         }
     }
 }

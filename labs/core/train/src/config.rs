@@ -103,6 +103,12 @@ pub struct TrainConfig {
     /// report's `timeline`, drawn by `--timeline FILE`). Off by default: it adds a
     /// sample per allocator event to the step it records.
     pub timeline: bool,
+    /// `--graph`: after the warm-up steps, the step (every micro-batch's forward and
+    /// backward, the optimizer step) is captured once as a CUDA graph and replayed,
+    /// with fresh data copied into the captured inputs; its memory is the graph's
+    /// private pool. Left out of the JSON when off.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub graph: bool,
 }
 
 /// The bytes of copies to the host the offload may hold beside the newest, by
@@ -140,6 +146,7 @@ impl TrainConfig {
             offload_min_bytes: labs_core::autograd::OffloadOptions::default().min_bytes,
             offload_in_flight: OFFLOAD_IN_FLIGHT_BYTES,
             timeline: false,
+            graph: false,
             attention: AttentionMode::Fused,
             fused_classifier: None,
             amp: AmpMode::None,
@@ -212,6 +219,9 @@ impl TrainConfig {
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             bail!("--lr {} must be a positive number", self.lr);
+        }
+        if self.graph {
+            self.validate_graph()?;
         }
         match self.fused_classifier {
             Some(_) if self.model != ModelKind::Gpt2 => {
@@ -300,4 +310,27 @@ pub const MAX_LAYERS: usize = 10_000;
 /// [`labs_core::cli::sized`], as this crate's error.
 fn bounded(what: &str, factors: &[(&str, usize)], each: u64) -> Result<u64> {
     Ok(labs_core::cli::sized(what, factors, each)?)
+}
+
+impl TrainConfig {
+    /// What `--graph` cannot capture, each refused with its reason: a replay repeats
+    /// the captured work exactly, and a capture forbids waiting on the host.
+    fn validate_graph(&self) -> Result<()> {
+        if self.warmup == 0 {
+            bail!("--graph needs --warmup 1 or more: the steps before the capture run eagerly, making the optimizer's state");
+        }
+        if self.dropout > 0.0 {
+            bail!(
+                "--graph with --dropout {}: a replay would draw the same dropout mask at every step (the generator's offset is fixed in the graph); use --dropout 0",
+                self.dropout
+            );
+        }
+        if self.offload {
+            bail!("--graph and --offload: the offload's copies wait on events across streams, which a capture of one stream forbids");
+        }
+        if self.amp == AmpMode::F16 {
+            bail!("--graph and --amp f16: the gradient scaler reads its overflow flag on the host every step; use --amp bf16");
+        }
+        Ok(())
+    }
 }

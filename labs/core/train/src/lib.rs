@@ -25,7 +25,7 @@ pub mod step;
 
 pub use args::{parse_flags, parse_train_args, TrainArgs};
 pub use config::{AmpMode, AttentionMode, CheckpointMode, ModelKind, OptimizerKind, TrainConfig};
-pub use report::{OffloadReport, RankFigures, TrainReport};
+pub use report::{GraphReport, OffloadReport, RankFigures, TrainReport};
 pub use step::{DataParallel, Trainer};
 
 use anyhow::Result;
@@ -129,6 +129,7 @@ pub(crate) fn run_trainer(
     let skipped_steps = (config.amp == AmpMode::F16).then_some(trainer.skipped_steps);
     // The memory is read with the model alive: the peaks are those of the run.
     let memory = measure::read(device, ooms_before)?;
+    let graph = trainer.graph_report()?;
     drop(trainer);
     let mut report = TrainReport::new(config, device, params, memory, oom);
     report.world_size = world_size;
@@ -147,6 +148,7 @@ pub(crate) fn run_trainer(
     report.attention_math_calls = calls.math;
     report.skipped_steps = skipped_steps;
     report.offload = offload;
+    report.graph = graph;
     report.timeline = timeline;
     report.steady_driver_calls_per_step = steady_calls(&driver_calls);
     report.driver_calls_per_step = driver_calls;

@@ -43,6 +43,31 @@ fn batch_seed(seed: u64, step: usize, micro: usize) -> u64 {
 }
 
 impl Batch {
+    /// Copies `other`'s data into this batch's tensors (a captured step's inputs take
+    /// each step's data so): both made for the same model and sizes.
+    pub fn copy_from(&self, other: &Batch) -> Result<()> {
+        match (self, other) {
+            (
+                Batch::Seq2Seq { src, tgt, target },
+                Batch::Seq2Seq {
+                    src: s,
+                    tgt: t,
+                    target: g,
+                },
+            ) => {
+                src.copy_(s)?;
+                tgt.copy_(t)?;
+                target.copy_(g)?;
+            }
+            (Batch::Tokens { idx, targets }, Batch::Tokens { idx: i, targets: t }) => {
+                idx.copy_(i)?;
+                targets.copy_(t)?;
+            }
+            _ => anyhow::bail!("a batch made for the other model"),
+        }
+        Ok(())
+    }
+
     /// Micro-batch `micro` of step `step`: fresh random data, on `device`, counted as
     /// the model's input.
     pub fn random(c: &TrainConfig, step: usize, micro: usize, device: &Device) -> Result<Batch> {

@@ -143,10 +143,26 @@ pub struct TrainReport {
     /// still pays the driver per step (0 once the working set is cached); null when the
     /// run had three steps or fewer.
     pub steady_driver_calls_per_step: Option<u64>,
+    /// `--graph`: the captured step and what its private pool holds at the end, else
+    /// null.
+    pub graph: Option<GraphReport>,
     /// Bytes per category after each allocator event of the last step, when the
     /// configuration asked for it (not in the JSON: `--timeline FILE` draws it).
     #[serde(skip)]
     pub timeline: Vec<labs_core::alloc::CategorySample>,
+}
+
+/// A step captured as a graph (`--graph`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GraphReport {
+    /// The work items the capture recorded (kernels, copies, fills; none on a dry run).
+    pub nodes: usize,
+    /// Bytes the graph's private pool reserves at the end of the run: the step's own
+    /// memory, kept between replays.
+    pub pool_reserved: u64,
+    /// Bytes of it in blocks still allocated (the tensors the step leaves alive: its
+    /// loss, the gradients it made before the optimizer dropped them are not).
+    pub pool_allocated: u64,
 }
 
 impl TrainReport {
@@ -191,6 +207,7 @@ impl TrainReport {
             ranks: None,
             driver_calls_per_step: Vec::new(),
             steady_driver_calls_per_step: None,
+            graph: None,
             timeline: Vec::new(),
         }
     }
@@ -223,6 +240,7 @@ impl TrainReport {
                 c.fused_classifier.is_some(),
                 classifier_label(c).unwrap_or_default(),
             ),
+            (c.graph, "captured as a graph".to_string()),
         ] {
             if on {
                 title.push_str(", ");
@@ -283,6 +301,9 @@ impl TrainReport {
             techniques.push_str(", ");
             techniques.push_str(&label);
         }
+        if c.graph {
+            techniques.push_str(", captured as a graph");
+        }
         t.row(["techniques".to_string(), techniques]);
         t.row(["peak allocated".to_string(), bytes(self.peak_allocated)]);
         t.row(["peak reserved".to_string(), bytes(self.peak_reserved)]);
@@ -308,6 +329,17 @@ impl TrainReport {
         ]);
         if let Some(n) = self.skipped_steps {
             t.row(["skipped steps (f16)".to_string(), n.to_string()]);
+        }
+        if let Some(g) = &self.graph {
+            t.row([
+                "graph".to_string(),
+                format!(
+                    "{} nodes; its pool reserves {} ({} allocated)",
+                    g.nodes,
+                    bytes(g.pool_reserved),
+                    bytes(g.pool_allocated)
+                ),
+            ]);
         }
         if let Some(o) = &self.offload {
             t.row([

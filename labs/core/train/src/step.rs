@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use labs_core::autograd::{CopyTimes, OffloadHooks, OffloadOptions, OffloadStats};
+use labs_core::device::Graph;
 use labs_core::dist::{
     Communicator, DistributedDataParallel, FullyShardedDataParallel, ShardedGradientOptimizer,
     ShardedParameters, ZeroRedundancyOptimizer,
@@ -41,6 +42,17 @@ pub struct Trainer {
     data: TrainConfig,
     /// ZeRO-3's shards of the parameters, to read them back whole.
     sharded: Option<ShardedParameters>,
+    /// `--graph`: the captured step, once captured.
+    captured: Option<CapturedStep>,
+}
+
+/// A step captured as a graph (`--graph`): its inputs, into which each step's data is
+/// copied before a replay, and the sum of its micro-batches' divided losses, which
+/// each replay writes.
+struct CapturedStep {
+    graph: Graph,
+    inputs: Vec<Batch>,
+    loss: Tensor,
 }
 
 /// How a rank of a data-parallel run shares the work.
@@ -94,6 +106,11 @@ impl Trainer {
         parallel: Option<(Arc<Communicator>, DataParallel)>,
     ) -> Result<Trainer> {
         config.validate()?;
+        if config.graph && parallel.is_some() {
+            anyhow::bail!(
+                "--graph captures one GPU's step: the collectives of data-parallel training are not captured here"
+            );
+        }
         if config.amp != AmpMode::None && device.id() == labs_core::DeviceId::Cpu {
             anyhow::bail!(
                 "--amp {}: autocast here is CUDA's; run it on cuda, sim or dry, not on cpu",
@@ -108,11 +125,16 @@ impl Trainer {
         // Dropout differs between ranks, as `torch.cuda.manual_seed(seed + rank)`.
         device.manual_seed(data.seed);
         let params = model.module().parameters();
-        let (kind, lr) = (config.optimizer, config.lr);
+        let (kind, lr, capturable) = (config.optimizer, config.lr, config.graph);
         let make = move |params: Vec<Tensor>| -> Box<dyn Optimizer + Send> {
+            let adam = |mut a: Adam| {
+                // Under a graph the step counts live on the device.
+                a.capturable = capturable;
+                Box::new(a)
+            };
             match kind {
-                OptimizerKind::Adam => Box::new(Adam::new(params, lr)),
-                OptimizerKind::Adamw => Box::new(AdamW::new(params, lr)),
+                OptimizerKind::Adam => adam(Adam::new(params, lr)),
+                OptimizerKind::Adamw => adam(AdamW::new(params, lr)),
                 OptimizerKind::Sgd => Box::new(Sgd::new(params, lr)),
             }
         };
@@ -163,6 +185,7 @@ impl Trainer {
             ddp,
             data,
             sharded,
+            captured: None,
         })
     }
 
@@ -201,6 +224,22 @@ impl Trainer {
     /// micro-batches per step), the gradients added to `.grad`. Returns the divided
     /// loss, or `None` on the dry-run device (which computes no values).
     pub fn micro_batch(&mut self, batch: &Batch, divisor: usize) -> Result<Option<f64>> {
+        let loss = self.micro_batch_loss(batch, divisor)?;
+        if self.device.is_dry() {
+            return Ok(None);
+        }
+        let value = if loss.dtype() == DType::F32 {
+            loss.item::<f32>()?
+        } else {
+            loss.to_dtype(DType::F32)?.item::<f32>()?
+        };
+        Ok(Some(value as f64))
+    }
+    // ANCHOR_END: micro_batch
+
+    /// Forward and backward of one micro-batch, as [`Trainer::micro_batch`], returning
+    /// the divided loss as a tensor, unread: what a captured step can do.
+    fn micro_batch_loss(&mut self, batch: &Batch, divisor: usize) -> Result<Tensor> {
         let _backend = sdpa_kernel(match self.config.attention {
             AttentionMode::Naive => SdpaBackend::Math,
             AttentionMode::Fused => SdpaBackend::Fused,
@@ -214,17 +253,8 @@ impl Trainer {
             Some(scaler) => scaler.scale(&loss)?.backward()?,
             None => loss.backward()?,
         }
-        if self.device.is_dry() {
-            return Ok(None);
-        }
-        let value = if loss.dtype() == DType::F32 {
-            loss.item::<f32>()?
-        } else {
-            loss.to_dtype(DType::F32)?.item::<f32>()?
-        };
-        Ok(Some(value as f64))
+        Ok(loss.detach())
     }
-    // ANCHOR_END: micro_batch
 
     fn autocast(&self) -> Result<Option<AutocastGuard>> {
         Ok(match self.config.amp {
@@ -260,6 +290,9 @@ impl Trainer {
     /// forward, then the update. Returns the mean loss (the sum of the divided losses),
     /// `None` on the dry-run device.
     pub fn step(&mut self, step: usize) -> Result<Option<f64>> {
+        if self.config.graph && step >= self.config.warmup {
+            return self.graph_step(step);
+        }
         let k = self.config.accum;
         let mut total = Some(0.0);
         let ddp = self.ddp.clone();
@@ -277,6 +310,69 @@ impl Trainer {
         Ok(total)
     }
     // ANCHOR_END: accumulation_loop
+
+    /// The captured step's figures (`--graph`), once captured.
+    pub fn graph_report(&self) -> Result<Option<crate::GraphReport>> {
+        let Some(c) = &self.captured else {
+            return Ok(None);
+        };
+        let pool = c.graph.pool().context("a captured graph has a pool")?;
+        let stats = self.device.allocator()?.pool_stats(pool.id())?;
+        Ok(Some(crate::GraphReport {
+            nodes: c.graph.nodes(),
+            pool_reserved: stats.reserved,
+            pool_allocated: stats.allocated,
+        }))
+    }
+
+    // ANCHOR: graph_step
+    /// Optimizer step `step` under `--graph`: the step's data copied into the captured
+    /// inputs, then one replay; the first time, the step is captured first, on the
+    /// data made for it (a capture records the work without running it).
+    fn graph_step(&mut self, step: usize) -> Result<Option<f64>> {
+        let k = self.config.accum;
+        let batches = (0..k)
+            .map(|micro| Batch::random(&self.data, step, micro, &self.device))
+            .collect::<Result<Vec<_>>>()?;
+        let captured = match self.captured.take() {
+            Some(c) => {
+                for (input, data) in c.inputs.iter().zip(&batches) {
+                    input.copy_from(data)?;
+                }
+                c
+            }
+            None => {
+                let mut graph = Graph::new(&self.device)?;
+                let loss = graph
+                    .capture(None, || {
+                        let mut total: Option<Tensor> = None;
+                        for batch in &batches {
+                            let loss = self.micro_batch_loss(batch, k)?.to_dtype(DType::F32)?;
+                            total = Some(match total {
+                                Some(t) => t.add(&loss)?,
+                                None => loss,
+                            });
+                        }
+                        self.optimizer_step()?;
+                        total.context("a step of no micro-batch")
+                    })
+                    .context("capturing the step as a graph")?;
+                CapturedStep {
+                    graph,
+                    inputs: batches,
+                    loss,
+                }
+            }
+        };
+        captured.graph.replay()?;
+        let value = match self.device.is_dry() {
+            true => None,
+            false => Some(captured.loss.item::<f32>()? as f64),
+        };
+        self.captured = Some(captured);
+        Ok(value)
+    }
+    // ANCHOR_END: graph_step
 }
 
 pub fn amp_name(amp: AmpMode) -> &'static str {

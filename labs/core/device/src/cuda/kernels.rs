@@ -143,6 +143,7 @@ fn args(kernel: &Kernel) -> Vec<Arg> {
             seed,
             offset,
         } => vec![U64(out), U64(n as u64), U64(seed), U64(offset)],
+        Kernel::Arange { out, n, start } => vec![U64(out), U64(n as u64), U64(start as u64)],
         Kernel::Spin { x, n, iterations } => vec![U64(x), U64(n as u64), U32(iterations)],
         Kernel::StridedCopy {
             src,

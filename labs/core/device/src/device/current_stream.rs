@@ -84,6 +84,13 @@ impl Device {
         }
     }
 
+    /// Whether this thread's current stream on the device is being captured (work a
+    /// graph records rather than runs: nothing may wait for it on the host).
+    pub fn is_capturing(&self) -> Result<bool> {
+        let stream = self.current_stream()?;
+        self.backend().is_capturing(&stream)
+    }
+
     /// Runs `f` with `stream` current on this thread (a [`StreamGuard`] for the call).
     pub fn with_stream<R>(&self, stream: &Stream, f: impl FnOnce() -> R) -> Result<R> {
         let _guard = StreamGuard::new(self, stream)?;

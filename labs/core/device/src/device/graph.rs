@@ -100,15 +100,16 @@ impl Graph {
     /// error of `region`, or a call the capture forbids (synchronising, reading values
     /// on the host, emptying the cache), ends the capture and is returned; the graph
     /// then has nothing to replay and may capture again. A graph captures once.
-    pub fn capture<R>(
+    pub fn capture<R, E: From<Error>>(
         &mut self,
         pool: Option<&GraphPool>,
-        region: impl FnOnce() -> Result<R>,
-    ) -> Result<R> {
+        region: impl FnOnce() -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
         if self.exec.is_some() || self.pool.is_some() {
             return Err(Error::InvalidArgument(
                 "this graph has already been captured; make a new one".into(),
-            ));
+            )
+            .into());
         }
         if let Some(p) = pool {
             if p.0.device.id() != self.device.id() {
@@ -116,7 +117,8 @@ impl Graph {
                     what: "a graph pool",
                     of: p.0.device.id(),
                     used_on: self.device.id(),
-                });
+                }
+                .into());
             }
         }
         let pool = match pool {
@@ -128,7 +130,7 @@ impl Graph {
         let allocator = self.device.allocator()?;
         let backend = self.device.backend();
         allocator.begin_allocate_stream_to_pool(pool.id(), &self.stream)?;
-        let outcome = (|| -> Result<(R, GraphExec)> {
+        let outcome = (|| -> std::result::Result<(R, GraphExec), E> {
             let _current = StreamGuard::new(&self.device, &self.stream)?;
             backend.begin_capture(&self.stream)?;
             let value = region();

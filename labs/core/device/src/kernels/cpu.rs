@@ -145,6 +145,13 @@ pub fn run(kernel: &Kernel, memory: &dyn HostAccess) -> Result<()> {
                 out.set(i, randn(seed, offset + i as u64));
             }
         }),
+        Kernel::Arange { out, n, start } => access(memory, &[(out, n * 8)], |p| {
+            // SAFETY: `p[0]` is valid for the n int64 elements asked.
+            let out = unsafe { Raw::<i64>::new(p[0], n) };
+            for i in 0..n {
+                out.set(i, start.wrapping_add(i as i64));
+            }
+        }),
         Kernel::Spin { x, n, iterations } => access(memory, &[(x, n * 4)], |p| {
             let x = unsafe { Raw::<f32>::new(p[0], n) };
             for i in 0..n {

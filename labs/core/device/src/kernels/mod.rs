@@ -94,6 +94,12 @@ pub enum Kernel {
         seed: u64,
         offset: u64,
     },
+    /// `out[i] = start + i`, int64 (`torch.arange`): positions made on the device.
+    Arange {
+        out: DevicePtr,
+        n: usize,
+        start: i64,
+    },
     /// `iterations` dependent multiply-adds on each float32 element: busy work of a
     /// chosen length.
     Spin {
@@ -270,6 +276,7 @@ impl Kernel {
             Kernel::Unary { n, .. }
             | Kernel::Binary { n, .. }
             | Kernel::Randn { n, .. }
+            | Kernel::Arange { n, .. }
             | Kernel::Spin { n, .. }
             | Kernel::StridedCopy { n, .. }
             | Kernel::BinaryStrided { n, .. }

@@ -23,6 +23,7 @@ const DTYPES_CU: &str = include_str!("../../../../../kernels/dtypes.cu");
 const ELEMENTWISE_CU: &str = include_str!("../../../../../kernels/elementwise.cu");
 const CAST_CU: &str = include_str!("../../../../../kernels/cast.cu");
 const RANDOM_CU: &str = include_str!("../../../../../kernels/random.cu");
+const ARANGE_CU: &str = include_str!("../../../../../kernels/arange.cu");
 const SPIN_CU: &str = include_str!("../../../../../kernels/spin.cu");
 const STRIDED_CU: &str = include_str!("../../../../../kernels/strided.cu");
 const REDUCE_CU: &str = include_str!("../../../../../kernels/reduce.cu");
@@ -390,6 +391,7 @@ fn registry() -> &'static Registry {
         }
         modules.push(cast_module());
         modules.push(fixed_module("random", RANDOM_CU, &["randn_f32"]));
+        modules.push(fixed_module("arange", ARANGE_CU, &["arange_i64"]));
         modules.push(fixed_module("spin", SPIN_CU, &["spin_f32"]));
         let copies = strided_functions("copy");
         let copies: Vec<&str> = copies.iter().map(String::as_str).collect();
@@ -487,6 +489,7 @@ fn lookup(kernel: &Kernel, tiled: bool) -> Result<(&'static Module, &'static str
         Kernel::Where { dtype, .. } => (format!("where_{}", name(dtype)), "where", dtype),
         Kernel::Cast { from, to, .. } => (cast_name(from, to), "cast", from),
         Kernel::Randn { .. } => ("randn_f32".into(), "randn", DType::F32),
+        Kernel::Arange { .. } => ("arange_i64".into(), "arange", DType::I64),
         Kernel::Spin { .. } => ("spin_f32".into(), "spin", DType::F32),
         Kernel::StridedCopy { width, .. } => {
             if !COPY_WIDTHS.contains(&width) {

@@ -290,8 +290,7 @@ impl Gpt2 {
             )));
         }
         hooked(&self.hooks, Unit::Root, || {
-            let pos: Vec<i64> = (0..t as i64).collect();
-            let pos = Tensor::from_slice(&pos, &[t], idx.device())?;
+            let pos = Tensor::arange(0, t, idx.device())?;
             let mut x = self
                 .drop
                 .forward(&self.wte.forward(idx)?.add(&self.wpe.forward(&pos)?)?)?;

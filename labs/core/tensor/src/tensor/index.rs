@@ -30,8 +30,9 @@ impl Tensor {
             });
         }
         // A dry run has no values to check: like the GPU, it checks nothing here (and so
-        // makes the same allocations).
-        if self.device().is_cuda() || self.device().is_dry() {
+        // makes the same allocations). Nor does a capture, whose values the host cannot
+        // wait for.
+        if self.device().is_cuda() || self.device().is_dry() || self.device().is_capturing()? {
             return Ok(());
         }
         let values = self.to_vec::<i64>()?;

@@ -221,6 +221,18 @@ impl Tensor {
         Ok(t)
     }
 
+    /// `torch.arange(start, start + n)`: int64 `[n]`, computed on the device (so that a
+    /// captured graph can make it again; a copy of host values cannot be captured).
+    pub fn arange(start: i64, n: usize, device: &Device) -> Result<Tensor> {
+        let t = Tensor::empty(&[n], DType::I64, device)?;
+        device.launch(&crate::kernels::Kernel::Arange {
+            out: t.ptr(),
+            n,
+            start,
+        })?;
+        Ok(t)
+    }
+
     pub fn shape(&self) -> &[usize] {
         self.layout.shape()
     }
