@@ -326,6 +326,8 @@ gpu)
   whole lab-10/profile-gpt2-fused-gpu "lab-10 train --device cuda --model gpt2 --optimizer adamw --batch 8 --seq 1024 --amp bf16 --steps 4 --profile --fused-classifier"
   script lab-10/step-gpu "python3 {ci}/step-table.py step-labs.json step-labs-fused.json step-eager.json step-autotune.json step-compile.json"
   script lab-10/step-b64-gpu "python3 {ci}/step-table.py big-labs.json big-labs-fused.json big-eager.json big-compile.json"
+  script lab-10/graph-tutorial-gpu "python3 {ci}/step-table.py graph-tutorial-labs.json graph-tutorial-labs-graph.json graph-tutorial-eager.json graph-tutorial-pytorch-graph.json"
+  script lab-10/graph-gpt2-gpu "python3 {ci}/step-table.py step-labs.json graph-gpt2-labs-graph.json step-eager.json graph-gpt2-pytorch-graph.json"
   whole lab-10/compare-gpt2-bf16-gpu "lab-03 compare gpt2-bf16-cuda.json gpt2-bf16-pytorch.pickle"
   whole lab-10/compare-tutorial-gpu "lab-03 compare tutorial-cuda.json tutorial-pytorch.pickle"
   whole lab-10/compare-dry-gpu "lab-03 compare gpt2-bf16-dry.json gpt2-bf16-cuda.json"

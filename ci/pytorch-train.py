@@ -186,6 +186,11 @@ def parser():
                    help="run forward and loss under torch.compile in this mode (none: "
                         "eager). The warm-up steps compile; the peaks are reset after "
                         "them, so that autotuning's trial buffers are not counted")
+    p.add_argument("--graph", action="store_true",
+                   help="after the warm-up steps, capture the step (forward, backward, "
+                        "optimizer step, zero_grad) once with torch.cuda.graph and replay "
+                        "it, each step's data copied into the captured inputs; Adam and "
+                        "AdamW are made capturable (lab-10 train --graph's twin)")
     p.add_argument("--capacity", metavar="SIZE", type=size_bytes,
                    help="the most the allocator may reserve, e.g. 79GiB "
                         "(torch.cuda.set_per_process_memory_fraction(SIZE / total))")
@@ -243,7 +248,24 @@ def parse_config(argv, world_size=1):
             p.error("--compile and --offload: save_on_cpu's hooks break the compiled graph")
         if a.warmup < 1:
             p.error("--compile needs --warmup 1 or more: the first step compiles")
-    cfg.update(compile=a.compile, steps=a.steps, accum=a.accum, checkpoint=a.checkpoint, offload=a.offload,
+    if a.graph:
+        why = None
+        if world_size > 1 or a.zero1 or a.zero2 or a.zero3:
+            why = "it captures one GPU's step: run it without torchrun"
+        elif a.offload:
+            why = "save_on_cpu's copies to the host cannot be captured"
+        elif a.amp == "f16":
+            why = "the gradient scaler reads its overflow flag on the host; use --amp bf16"
+        elif cfg["dropout"] > 0:
+            why = ("lab-10 train --graph refuses dropout (its replays would repeat the mask); "
+                   "use --dropout 0")
+        elif a.warmup < 1:
+            why = "the warm-up steps run eagerly before the capture: give --warmup 1 or more"
+        elif a.compile != "none":
+            why = "torch.compile's reduce-overhead mode is its own graph; use one or the other"
+        if why:
+            p.error(f"--graph: {why}")
+    cfg.update(graph=a.graph, compile=a.compile, steps=a.steps, accum=a.accum, checkpoint=a.checkpoint, offload=a.offload,
                offload_share=a.offload_share,
                attention=a.attention, amp=a.amp, optimizer=a.optimizer, lr=a.lr,
                seed=a.seed, warmup=a.warmup, device=a.device, json=a.json,
@@ -495,6 +517,11 @@ def build_model(cfg, device):
 
 def build_optimizer(cfg, model, sharded=False):
     kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+    if cfg["graph"] and cfg["optimizer"] != "sgd":
+        # ANCHOR: capturable
+        # The step counts on the device, so that each replay sees its own.
+        return kinds[cfg["optimizer"]](model.parameters(), lr=cfg["lr"], capturable=True)
+        # ANCHOR_END: capturable
     if sharded:
         # ANCHOR: zero_redundancy
         from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -698,12 +725,28 @@ class Run:
             self.forward_loss = torch.compile(forward_loss, mode=cfg["compile"])
             # ANCHOR_END: compile
         self.times, self.losses, self.skipped = [], [], 0
+        # --graph: the captured step, its inputs and its loss, once captured.
+        self.graph = None
         # cudaMalloc and cudaFree calls of the caching allocator in each step.
         self.driver_calls = []
         self.gradient_bytes = 0
         self.backends, self.calls = [], None
         if cfg["offload"] and cfg["offload_share"] < 1.0:
             self.share_offload = ShareOffload(cfg["offload_share"], self.model)
+
+    def graph_report(self):
+        """--graph: what the captured step's private pool reserves and holds at the end
+        (the snapshot's segments whose segment_pool_id is the graph's pool)."""
+        if self.graph is None:
+            return None
+        pool = tuple(self.graph[0].pool())
+        segments = [s for s in torch.cuda.memory_snapshot()
+                    if tuple(s.get("segment_pool_id", (0, 0))) == pool]
+        return {
+            "nodes": None,
+            "pool_reserved": sum(s["total_size"] for s in segments),
+            "pool_allocated": sum(s["allocated_size"] for s in segments),
+        }
 
     def offload_report(self):
         if not self.cfg["offload"]:
@@ -747,11 +790,47 @@ class Run:
         # ANCHOR_END: no_sync
         return loss.detach().float()
 
+    # ANCHOR: graph_step
+    def graph_step(self):
+        """One step under --graph: fresh data copied into the captured inputs, then a
+        replay; the first time, the step is captured on that data first (a capture
+        records the work without running it). Returns the step's summed loss."""
+        batches = [self.make_batch() for _ in range(self.cfg["accum"])]
+        if self.graph is None:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                total = torch.zeros((), device=self.device)
+                for inputs, target, loss_fn in batches:
+                    with self.forward_context():
+                        loss = loss_fn(self.model(*inputs), target) / self.cfg["accum"]
+                    loss.backward()
+                    total += loss.detach().float()
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+            self.graph = (graph, batches, total)
+        else:
+            graph, inputs, total = self.graph
+            for (static, _, _), (fresh, _, _) in zip(inputs, batches):
+                for a, b in zip(static, fresh):
+                    a.copy_(b)
+            for (_, static, _), (_, fresh, _) in zip(inputs, batches):
+                static.copy_(fresh)
+        self.graph[0].replay()
+        return self.graph[2]
+    # ANCHOR_END: graph_step
+
     def step(self, index):
         cfg = self.cfg
         torch.cuda.synchronize(self.device)
         segments_before = segment_calls(self.device)
         start = time.perf_counter()
+        if cfg["graph"] and index >= cfg["warmup"]:
+            total = self.graph_step()
+            torch.cuda.synchronize(self.device)
+            self.times.append((time.perf_counter() - start) * 1e3)
+            self.driver_calls.append(segment_calls(self.device) - segments_before)
+            self.losses.append(total.item())
+            return
         total = torch.zeros((), device=self.device)
         for k in range(cfg["accum"]):
             # The attention kernels actually chosen, seen once, in a warm-up step.
@@ -809,6 +888,11 @@ class Run:
         if self.ddp is not None or self.fully_sharded:
             notes.append("data parallel: peaks, step_ms and losses are rank 0's (every "
                          "rank's peaks in ranks); other includes DDP's gradient buckets")
+        if cfg["graph"]:
+            notes.append("torch.cuda.graph: the step after the warm-up ones is captured "
+                         "once and replayed; the gradients live in the graph's pool and are "
+                         "freed inside it, so gradient is 0 and they count in other; "
+                         "graph.nodes is not known to PyTorch's API (null)")
         if cfg["compile"] != "none":
             notes.append("torch.compile: forward and loss are one compiled function; "
                          "the warm-up steps compile it (step_ms_all has their time), "
@@ -850,6 +934,7 @@ class Run:
             "sdpa_backends": self.backends,
             "sdpa_calls": self.calls,
             "offload": self.offload_report(),
+            "graph": self.graph_report(),
             "notes": notes,
         }
 

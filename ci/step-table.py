@@ -8,7 +8,7 @@ last file's run (the reference the others are measured against, e.g. torch.compi
   python3 ci/step-table.py labs.json labs-fused.json eager.json compiled.json
 
 A run is named by its driver (labs, or PyTorch where the report names torch's version),
-with the labs' fused classifier or PyTorch's compile mode where on.
+with the labs' fused classifier, PyTorch's compile mode and a CUDA graph where on.
 
 A file may hold other lines around the JSON object (a launcher's notes): the first line
 that parses as an object is the report."""
@@ -23,11 +23,14 @@ MIB = 1 << 20
 def name(r):
     """labs, labs with the fused classifier, PyTorch eager, PyTorch torch.compile (mode)."""
     c = r.get("config", {})
+    graph = ", CUDA graph" if c.get("graph") else ""
     if "torch" in r:
         mode = c.get("compile", "none")
-        return "PyTorch eager" if mode == "none" else f"PyTorch torch.compile ({mode})"
+        how = "eager" if mode == "none" else f"torch.compile ({mode})"
+        return f"PyTorch {how}{graph}"
     rows = c.get("fused_classifier")
-    return "labs" if rows is None else f"labs, fused classifier ({rows:,} rows a chunk)"
+    fused = "" if rows is None else f", fused classifier ({rows:,} rows a chunk)"
+    return f"labs{fused}{graph}"
 
 
 def tokens_per_step(r):
