@@ -247,8 +247,8 @@ fn a_captured_capturable_adam_step_replays_each_step_with_its_count() {
     let mut g = Graph::new(&device).unwrap();
     give(&graphed, &grads[1]);
     g.capture(None, || opt2.step()).unwrap();
-    for k in 1..4 {
-        grad.copy_(&Tensor::from_slice(&grads[k], &[256], &device).unwrap())
+    for next in &grads[1..] {
+        grad.copy_(&Tensor::from_slice(next, &[256], &device).unwrap())
             .unwrap();
         g.replay().unwrap();
     }
