@@ -275,3 +275,33 @@ fn arange_is_computed_on_the_device_and_can_be_captured() {
     g.replay().unwrap();
     assert_eq!(captured.to_vec::<i64>().unwrap(), vec![7, 8, 9, 10, 11]);
 }
+
+#[test]
+fn a_capture_stream_gets_its_own_gemm_workspace_from_the_cache_not_the_pool() {
+    // A dry device with a GPU's cuBLAS workspace (32 MiB): the default stream's is lent
+    // at the first product, the capture stream's before its capture begins.
+    let device = Device::new_dry(1 << 34);
+    let workspace = 32 << 20;
+    device.set_gemm_workspace_bytes(workspace).unwrap();
+    let a = device.allocator().unwrap();
+    let x = Tensor::zeros(&[64, 64], DType::F32, &device).unwrap();
+    x.matmul(&x).unwrap();
+    let eager = a.memory_allocated();
+    let mut g = Graph::new(&device).unwrap();
+    let y = g.capture(None, || x.matmul(&x)).unwrap();
+    let pool = a.pool_stats(g.pool().unwrap().id()).unwrap();
+    // The product's output is the pool's only block; the workspace is outside it.
+    assert_eq!((pool.blocks, pool.allocated), (1, (64 * 64 * 4) as u64));
+    assert_eq!(
+        a.memory_allocated(),
+        eager + workspace as u64 + pool.allocated
+    );
+    // A second graph on the same capture stream lends nothing more.
+    let mut h = Graph::new(&device).unwrap();
+    let z = h.capture(None, || x.matmul(&x)).unwrap();
+    assert_eq!(
+        a.memory_allocated(),
+        eager + workspace as u64 + 2 * pool.allocated
+    );
+    drop((y, z));
+}

@@ -12,10 +12,9 @@
 //! eager work cannot take memory a replay writes; it goes back to the driver once every
 //! graph sharing it is dropped and its blocks are freed.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
-use super::{Device, DeviceId, StreamGuard};
+use super::{Device, StreamGuard};
 use crate::alloc::MemPoolId;
 use crate::backend::{GraphExec, Stream};
 use crate::error::{Error, Result};
@@ -67,14 +66,11 @@ pub struct Graph {
 /// pool's free blocks serve requests on the stream they were made for, so graphs that
 /// share a pool reuse each other's memory only when they capture on the same stream.
 fn default_capture_stream(device: &Device) -> Result<Stream> {
-    static STREAMS: OnceLock<Mutex<HashMap<DeviceId, Stream>>> = OnceLock::new();
-    let mut streams = STREAMS.get_or_init(Mutex::default).lock().unwrap();
-    if let Some(s) = streams.get(&device.id()) {
+    if let Some(s) = device.inner.capture_stream.get() {
         return Ok(s.clone());
     }
-    let s = device.new_stream()?;
-    streams.insert(device.id(), s.clone());
-    Ok(s)
+    let made = device.new_stream()?;
+    Ok(device.inner.capture_stream.get_or_init(|| made).clone())
 }
 
 impl Graph {
@@ -125,6 +121,9 @@ impl Graph {
             Some(p) => p.clone(),
             None => GraphPool::new(&self.device)?,
         };
+        // The capture stream's matrix-product workspace, from the cache now rather than
+        // from the graph's pool during the capture.
+        self.device.ensure_stream_gemm_workspace(&self.stream)?;
         // Whatever ran before is done: the capture records only the region.
         self.device.synchronize()?;
         let allocator = self.device.allocator()?;

@@ -55,6 +55,8 @@ struct DeviceInner {
     generator: Mutex<(u64, u64)>,
     /// The matrix products' workspace (see [`Device::gemm_workspace_bytes`]).
     gemm_workspace: Mutex<GemmWorkspace>,
+    /// The stream graphs capture on unless given one (`graph.rs`), made on first use.
+    capture_stream: OnceLock<Stream>,
 }
 
 /// The default stream's workspace for the matrix-product library: its size (from the
@@ -63,6 +65,9 @@ struct DeviceInner {
 struct GemmWorkspace {
     bytes: Option<usize>,
     block: Option<crate::alloc::Allocation>,
+    /// The workspaces of other streams that ran a product (a graph's capture stream),
+    /// by stream handle: one per stream, as PyTorch keeps one per handle and stream.
+    others: Vec<(u64, crate::alloc::Allocation)>,
 }
 
 /// PyTorch's default generator seed (`default_rng_seed_val`).
@@ -156,6 +161,7 @@ impl Device {
                 allocator: OnceLock::new(),
                 generator: Mutex::new((DEFAULT_SEED, 0)),
                 gemm_workspace: Mutex::new(GemmWorkspace::default()),
+                capture_stream: OnceLock::new(),
             }),
         }
     }
@@ -332,6 +338,29 @@ impl Device {
     }
     // ANCHOR_END: gemm_workspace
 
+    /// [`Device::ensure_gemm_workspace`] for another stream than the default one: its
+    /// own workspace, lent from the caching allocator once, before its first product
+    /// (a graph lends its capture stream one before capturing, so that the workspace
+    /// comes from the cache, not from the graph's pool or a driver call in the capture).
+    pub fn ensure_stream_gemm_workspace(&self, stream: &Stream) -> Result<()> {
+        self.ensure_gemm_workspace()?;
+        if stream.handle() == self.default_stream()?.handle() {
+            return Ok(());
+        }
+        let mut w = self.inner.gemm_workspace.lock().unwrap();
+        let bytes = w.bytes.unwrap_or(0);
+        if bytes == 0 || w.others.iter().any(|(h, _)| *h == stream.handle()) {
+            return Ok(());
+        }
+        let block = self
+            .allocator()?
+            .malloc_as(bytes, stream, crate::alloc::Category::Other)?;
+        self.backend()
+            .lend_gemm_workspace(stream, block.ptr(), bytes)?;
+        w.others.push((stream.handle(), block));
+        Ok(())
+    }
+
     /// A dry-run device of `capacity` that predicts this one: its matrix products'
     /// workspace is this device's size (cuBLAS's 32 MiB on an H100, in the allocator
     /// from the first product on), lent before anything else, as a run on this device
@@ -346,10 +375,10 @@ impl Device {
     /// Enqueues a kernel on this thread's current stream (the default stream unless a
     /// [`StreamGuard`] made another current).
     pub fn launch(&self, kernel: &Kernel) -> Result<()> {
-        if let Kernel::Gemm(_) = kernel {
-            self.ensure_gemm_workspace()?;
-        }
         let stream = self.current_stream()?;
+        if let Kernel::Gemm(_) = kernel {
+            self.ensure_stream_gemm_workspace(&stream)?;
+        }
         if profile::enabled() && !self.is_dry() {
             let (start, end) = (self.new_event()?, self.new_event()?);
             stream.record(&start)?;
