@@ -425,3 +425,66 @@ fn a_streams_scope_takes_that_streams_allocations_from_every_thread_and_no_other
         a.check_invariants().unwrap();
     }
 }
+
+#[test]
+fn a_cross_stream_free_during_a_capture_waits_for_the_capture_to_end() {
+    for conf in CONFIGS {
+        let (device, default, a) = setup(conf);
+        let (capture, other) = (device.new_stream().unwrap(), device.new_stream().unwrap());
+        let pool = a.create_pool();
+        let used = a.malloc(4 * MIB, &default).unwrap();
+        let ptr = used.ptr();
+        a.record_stream(&used, &other).unwrap();
+        a.begin_allocate_stream_to_pool(pool, &capture).unwrap();
+        a.free(used).unwrap();
+        // No event was recorded for it (none may be while capturing), and the block is
+        // not lent again, to this stream or any.
+        assert_eq!(a.stats().num_deferred_frees, 0, "{conf:?}");
+        let again = a.malloc(4 * MIB, &default).unwrap();
+        assert_ne!(
+            again.ptr(),
+            ptr,
+            "{conf:?}: reused a block other work may use"
+        );
+        a.check_invariants().unwrap();
+        a.end_allocate_stream_to_pool(pool, &capture).unwrap();
+        // With the capture over, its event is recorded; once the other stream's work is
+        // done, the block serves its stream again.
+        assert_eq!(a.stats().num_deferred_frees, 1, "{conf:?}");
+        other.synchronize().unwrap();
+        let later = a.malloc(4 * MIB, &default).unwrap();
+        assert_eq!(later.ptr(), ptr, "{conf:?}");
+        for b in [again, later] {
+            a.free(b).unwrap();
+        }
+        a.release_pool(pool).unwrap();
+        a.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn out_of_memory_in_a_capture_fails_at_once_and_gives_nothing_back() {
+    let (device, default, a) = setup("");
+    a.set_memory_fraction(64.0 * MIB as f64 / device.mem_info().unwrap().total as f64)
+        .unwrap();
+    let capture = device.new_stream().unwrap();
+    // A cached segment of the default pool, free: outside a capture the ladder would
+    // give it back to make room.
+    let cached = a.malloc(40 * MIB, &default).unwrap();
+    a.free(cached).unwrap();
+    let reserved = a.memory_reserved();
+    let pool = a.create_pool();
+    a.begin_allocate_stream_to_pool(pool, &capture).unwrap();
+    let err = a.malloc(40 * MIB, &capture).unwrap_err();
+    assert!(err.is_out_of_memory(), "{err}");
+    assert_eq!(
+        a.memory_reserved(),
+        reserved,
+        "the cache was given back in a capture"
+    );
+    a.end_allocate_stream_to_pool(pool, &capture).unwrap();
+    // After it, the same request succeeds by giving the cached segment back.
+    let fits = a.malloc(40 * MIB, &capture).unwrap();
+    a.free(fits).unwrap();
+    a.release_pool(pool).unwrap();
+}

@@ -76,6 +76,9 @@ pub(super) struct State {
     pub routes: Vec<(super::mempool::RouteFrom, u64)>,
     /// Released pools that still hold segments: their frees give segments back.
     pub draining: u32,
+    /// Cross-stream frees made while a graph was captured: their events are recorded
+    /// when the capture ends (`mempool.rs`).
+    pub after_capture: Vec<u32>,
     /// The memory history, while recorded (`record_memory_history`).
     pub history: Option<Box<History>>,
     /// Bytes per category after each event, while recorded
@@ -107,6 +110,7 @@ impl State {
             stream_objects: Vec::new(),
             lane_pools: Vec::new(),
             pools: Vec::new(),
+            after_capture: Vec::new(),
             routes: Vec::new(),
             draining: 0,
             history: None,
@@ -181,7 +185,9 @@ impl State {
         object: Option<&Stream>,
         category: Category,
     ) -> Result<Allocation> {
-        if !self.deferred.is_empty() {
+        // No event is queried while a graph is captured (CUDA forbids querying one
+        // recorded in the capture): the frees it holds back wait for the capture's end.
+        if !self.deferred.is_empty() && !self.capture_underway() {
             self.process_events(false)?;
         }
         // Sizes come from outside (programs, traces): one that cannot fit is an OOM
@@ -494,7 +500,14 @@ impl State {
         s.allocations.sub(pool, 1);
         s.by_category[b.category.index()].sub(b.size);
         if !b.stream_uses.is_empty() {
-            // Other streams' work may still use it (`deferred.rs`).
+            // Other streams' work may still use it (`deferred.rs`); while a graph is
+            // captured, no event is recorded or queried: it waits for the capture's end
+            // (`mempool.rs`), as PyTorch's allocator defers it.
+            if self.capture_underway() {
+                self.blocks[id].state = BlockState::Pending;
+                self.after_capture.push(id);
+                return Ok(());
+            }
             return self.defer_free(be, id);
         }
         s.active.sub(pool, 1);

@@ -492,10 +492,19 @@ impl Allocator {
         Ok(())
     }
 
-    /// Ends the innermost scope that sends `stream`'s allocations to pool `id`.
+    /// Ends the innermost scope that sends `stream`'s allocations to pool `id`. With
+    /// the last capture ended, the cross-stream frees made during captures record
+    /// their events.
     pub fn end_allocate_stream_to_pool(&self, id: MemPoolId, stream: &Stream) -> Result<()> {
         let from = RouteFrom::Stream(stream.handle());
-        self.end_route(from, id, "no scope sends this stream's allocations to")
+        self.end_route(from, id, "no scope sends this stream's allocations to")?;
+        let mut st = self.lock();
+        if !st.capture_underway() {
+            for block in std::mem::take(&mut st.after_capture) {
+                st.defer_free(&*self.backend, block)?;
+            }
+        }
+        Ok(())
     }
 
     fn end_route(&self, from: RouteFrom, id: MemPoolId, missing: &str) -> Result<()> {

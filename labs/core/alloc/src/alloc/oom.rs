@@ -44,6 +44,13 @@ impl State {
                 result => return result,
             }
             attempt = match attempt {
+                // While a graph is captured nothing may wait or give memory back: the
+                // request fails at once, as in PyTorch.
+                _ if self.capture_underway() => {
+                    self.stats.num_ooms += 1;
+                    self.note(TraceAction::Oom, 0, size, stream);
+                    return Err(self.out_of_memory_report(be, size));
+                }
                 // A block freed on another stream may be exactly what is needed: wait
                 // for its events rather than fail (PyTorch can raise here).
                 Attempt::First if !self.deferred.is_empty() => {
