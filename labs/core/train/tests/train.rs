@@ -576,8 +576,15 @@ fn zero3_trains_as_ddp_with_a_share_of_every_parameter() {
 fn a_step_captured_as_a_graph_trains_as_the_eager_step_does() {
     let _serial = serial();
     let device = test_device();
+    let naive = TrainConfig {
+        attention: AttentionMode::Naive,
+        ..small_gpt2()
+    };
+    // The math path's causal mask is made on the device under a capture (a copy of host
+    // values cannot be captured).
     for (model, optimizer) in [
         (small_gpt2(), OptimizerKind::Adamw),
+        (naive, OptimizerKind::Adam),
         (small(), OptimizerKind::Adam),
         (small(), OptimizerKind::Sgd),
     ] {

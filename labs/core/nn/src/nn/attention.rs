@@ -33,6 +33,9 @@ pub fn causal_mask(len: usize, device: &Device) -> Result<Tensor> {
 /// An additive causal mask `[l, s]` aligned to the top left, as `is_causal=True` builds
 /// it (`torch.ones(L, S).tril()`): query `i` sees keys `0..=i`.
 pub fn causal_mask_rect(l: usize, s: usize, device: &Device) -> Result<Tensor> {
+    if device.is_capturing()? {
+        return causal_mask_on_device(l, s, device);
+    }
     let mut m = vec![0.0f32; l * s];
     for i in 0..l {
         for j in i + 1..s {
@@ -40,6 +43,17 @@ pub fn causal_mask_rect(l: usize, s: usize, device: &Device) -> Result<Tensor> {
         }
     }
     Tensor::from_slice(&m, &[l, s], device)
+}
+
+/// [`causal_mask_rect`] computed by kernels, for a graph's capture (which cannot record
+/// a copy of host values): key positions above query positions, as `-inf`.
+fn causal_mask_on_device(l: usize, s: usize, device: &Device) -> Result<Tensor> {
+    let queries = Tensor::arange(0, l, device)?.reshape(&[l, 1])?;
+    let keys = Tensor::arange(0, s, device)?.reshape(&[1, s])?;
+    let above = keys.gt(&queries)?;
+    let minus_inf = Tensor::full(&[l, s], f32::NEG_INFINITY, device)?;
+    let zero = Tensor::zeros(&[l, s], DType::F32, device)?;
+    Tensor::where_(&above, &minus_inf, &zero)
 }
 
 /// A uint8 mask as an additive float mask of `dtype`: `-inf` where the mask holds
