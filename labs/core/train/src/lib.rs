@@ -97,7 +97,12 @@ pub(crate) fn run_trainer(
             device.allocator()?.record_category_timeline(1 << 22);
         }
         let driver_before = device.allocator()?.stats().driver;
-        let result = measure::timed(device, || trainer.step(step));
+        // `--graph`: the warm-up steps eager, the rest replays of one captured step.
+        let captured = config.graph && step >= config.warmup;
+        let result = measure::timed(device, || match captured {
+            true => trainer.graph_step(step),
+            false => trainer.step(step),
+        });
         let driver = device.allocator()?.stats().driver.since(&driver_before);
         driver_calls.push(driver.memory_calls());
         if config.timeline && last {

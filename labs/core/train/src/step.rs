@@ -219,7 +219,6 @@ impl Trainer {
         }
     }
 
-    // ANCHOR: micro_batch
     /// Forward and backward of one micro-batch, its loss divided by `divisor` (the
     /// micro-batches per step), the gradients added to `.grad`. Returns the divided
     /// loss, or `None` on the dry-run device (which computes no values).
@@ -235,8 +234,8 @@ impl Trainer {
         };
         Ok(Some(value as f64))
     }
-    // ANCHOR_END: micro_batch
 
+    // ANCHOR: micro_batch
     /// Forward and backward of one micro-batch, as [`Trainer::micro_batch`], returning
     /// the divided loss as a tensor, unread: what a captured step can do.
     fn micro_batch_loss(&mut self, batch: &Batch, divisor: usize) -> Result<Tensor> {
@@ -255,6 +254,7 @@ impl Trainer {
         }
         Ok(loss.detach())
     }
+    // ANCHOR_END: micro_batch
 
     fn autocast(&self) -> Result<Option<AutocastGuard>> {
         Ok(match self.config.amp {
@@ -290,9 +290,6 @@ impl Trainer {
     /// forward, then the update. Returns the mean loss (the sum of the divided losses),
     /// `None` on the dry-run device.
     pub fn step(&mut self, step: usize) -> Result<Option<f64>> {
-        if self.config.graph && step >= self.config.warmup {
-            return self.graph_step(step);
-        }
         let k = self.config.accum;
         let mut total = Some(0.0);
         let ddp = self.ddp.clone();
@@ -326,10 +323,11 @@ impl Trainer {
     }
 
     // ANCHOR: graph_step
-    /// Optimizer step `step` under `--graph`: the step's data copied into the captured
-    /// inputs, then one replay; the first time, the step is captured first, on the
-    /// data made for it (a capture records the work without running it).
-    fn graph_step(&mut self, step: usize) -> Result<Option<f64>> {
+    /// Optimizer step `step` under `--graph`, after the warm-up steps (which are
+    /// [`Trainer::step`]'s): the step's data copied into the captured inputs, then one
+    /// replay; the first time, the step is captured first, on the data made for it (a
+    /// capture records the work without running it).
+    pub fn graph_step(&mut self, step: usize) -> Result<Option<f64>> {
         let k = self.config.accum;
         let batches = (0..k)
             .map(|micro| Batch::random(&self.data, step, micro, &self.device))

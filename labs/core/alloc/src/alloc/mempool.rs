@@ -165,11 +165,7 @@ impl State {
     /// Whether some stream's allocations go to a pool now: a graph is being captured.
     #[inline]
     pub(super) fn capture_underway(&self) -> bool {
-        !self.routes.is_empty()
-            && self
-                .routes
-                .iter()
-                .any(|r| matches!(r.0, RouteFrom::Stream(_)))
+        (self.routes.iter()).any(|r| matches!(r.0, RouteFrom::Stream(_)))
     }
 
     /// The private pool of a key's lane, 0 for the default pool.

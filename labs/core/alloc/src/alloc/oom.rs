@@ -43,27 +43,23 @@ impl State {
                 Err(e) if e.is_out_of_memory() => {}
                 result => return result,
             }
+            // While a graph is captured nothing may wait or give memory back: the
+            // request fails at once, as in PyTorch.
+            let capturing = self.capture_underway();
             attempt = match attempt {
-                // While a graph is captured nothing may wait or give memory back: the
-                // request fails at once, as in PyTorch.
-                _ if self.capture_underway() => {
-                    self.stats.num_ooms += 1;
-                    self.note(TraceAction::Oom, 0, size, stream);
-                    return Err(self.out_of_memory_report(be, size));
-                }
                 // A block freed on another stream may be exactly what is needed: wait
                 // for its events rather than fail (PyTorch can raise here).
-                Attempt::First if !self.deferred.is_empty() => {
+                Attempt::First if !self.deferred.is_empty() && !capturing => {
                     self.process_events(true)?;
                     Attempt::AfterWaitingForFrees
                 }
-                Attempt::First | Attempt::AfterWaitingForFrees => {
+                Attempt::First | Attempt::AfterWaitingForFrees if !capturing => {
                     self.stats.num_alloc_retries += 1;
                     self.process_events(true)?;
                     self.release_cached(be)?;
                     Attempt::AfterReleasingCache
                 }
-                Attempt::AfterReleasingCache => {
+                _ => {
                     self.stats.num_ooms += 1;
                     self.note(TraceAction::Oom, 0, size, stream);
                     return Err(self.out_of_memory_report(be, size));

@@ -95,13 +95,14 @@ impl Graph {
     /// (a new pool of the graph's own when `None`). Returns what `region` returned. An
     /// error of `region`, or a call the capture forbids (synchronising, reading values
     /// on the host, emptying the cache), ends the capture and is returned; the graph
-    /// then has nothing to replay and may capture again. A graph captures once.
+    /// then has nothing to replay and may capture again. Once a capture has succeeded,
+    /// the graph captures no more.
     pub fn capture<R, E: From<Error>>(
         &mut self,
         pool: Option<&GraphPool>,
         region: impl FnOnce() -> std::result::Result<R, E>,
     ) -> std::result::Result<R, E> {
-        if self.exec.is_some() || self.pool.is_some() {
+        if self.exec.is_some() {
             return Err(Error::InvalidArgument(
                 "this graph has already been captured; make a new one".into(),
             )
@@ -163,10 +164,5 @@ impl Graph {
     /// The work items the capture recorded (none on a dry run, which enqueues none).
     pub fn nodes(&self) -> usize {
         self.exec.as_ref().map_or(0, GraphExec::nodes)
-    }
-
-    /// The stream the graph captures on.
-    pub fn stream(&self) -> &Stream {
-        &self.stream
     }
 }

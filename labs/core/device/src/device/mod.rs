@@ -344,7 +344,8 @@ impl Device {
     /// comes from the cache, not from the graph's pool or a driver call in the capture).
     pub fn ensure_stream_gemm_workspace(&self, stream: &Stream) -> Result<()> {
         self.ensure_gemm_workspace()?;
-        if stream.handle() == self.default_stream()?.handle() {
+        // The default stream is handle 0 on every backend (`StreamImpl::handle`).
+        if stream.handle() == 0 {
             return Ok(());
         }
         let mut w = self.inner.gemm_workspace.lock().unwrap();
