@@ -130,6 +130,19 @@ LAB12_PARTS=(
   "poll=3. Polling NVML"
   "processes=4. Which process holds what"
 )
+LAB13_PARTS=(
+  "launches=A chain of small kernels"
+  "pools=A region of"
+  "rules=What a capture on"
+  "scoped=A scoped pool on"
+)
+# ci/pytorch-graphs.py's tables, lab-13's twin.
+PYGRAPHS_PARTS=(
+  "pytorch-launches=A chain of small kernels:"
+  "pytorch-pools=A region of"
+  "pytorch-rules=What a capture forbids"
+  "pytorch-scoped=A scoped pool:"
+)
 
 # header LINE: the first line of an output file for one line of commands ("lab-02 replay
 # {data}/traces/x --device sim"), as a reader in the repository would type it.
@@ -352,6 +365,11 @@ gpu)
   whole lab-12/smi-gpu "lab-12 smi --device cuda"
   parts lab-12 "lab-12 --device cuda" "${LAB12_PARTS[@]}"
 
+  whole lab-13/all-gpu "lab-13 --device cuda"
+  parts lab-13 "lab-13 --device cuda" "${LAB13_PARTS[@]}"
+  whole lab-13/pytorch-gpu "python3 {ci}/pytorch-graphs.py"
+  parts lab-13 "python3 {ci}/pytorch-graphs.py" "${PYGRAPHS_PARTS[@]}"
+
   # What each PyTorch snippet printed (ci/check-snippets.py, run by run.sh).
   if [ -z "$only" ] && [ -d "$logs/snippets" ]; then
     while IFS= read -r txt; do
@@ -421,7 +439,7 @@ sim)
     if [ -n "$only" ]; then
       cargo build --release --quiet -p "$only"
     else
-      cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-04 -p lab-05 -p lab-06 -p lab-07 -p lab-08 -p lab-09 -p lab-10 -p lab-11 -p lab-12
+      cargo build --release --quiet -p lab-01 -p lab-02 -p lab-03 -p lab-04 -p lab-05 -p lab-06 -p lab-07 -p lab-08 -p lab-09 -p lab-10 -p lab-11 -p lab-12 -p lab-13
     fi
     bin_dir=${CARGO_TARGET_DIR:-$root/target}/release
   fi
@@ -495,6 +513,8 @@ sim)
   whole lab-11/all-sim "lab-11 --device sim"
   parts lab-11 "lab-11 --device sim" "${LAB11_PARTS[@]}"
   parts lab-12 "lab-12 --device sim" "${LAB12_PARTS[@]}"
+  whole lab-13/all-sim "lab-13 --device sim"
+  parts lab-13 "lab-13 --device sim" "${LAB13_PARTS[@]}"
   ;;
 *)
   echo "usage: $0 gpu LOGS_DIR RUN_LOG | $0 multi LOGS_DIR RUN_LOG | $0 sim [LAB]" >&2

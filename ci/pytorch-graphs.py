@@ -10,9 +10,9 @@ measures it, on one GPU, printed as the lab's tables (markdown) or one JSON obje
   when run eagerly, against what the private pool of one graph reserves, of two graphs
   with a pool each, and of two graphs sharing one (pool=g1.pool()), each pool read from
   the memory snapshot's segments of its segment_pool_id;
-- what a capture forbids: torch.cuda.synchronize(), .item(), torch.cuda.empty_cache()
-  inside torch.cuda.graph, the error each gives, and whether a fresh capture works
-  after it;
+- what a capture forbids: torch.cuda.synchronize(), .item(), .cpu() inside
+  torch.cuda.graph, each in a process of its own, the error each gives, and
+  whether a fresh capture works after it in that process;
 - a scoped pool (torch.cuda.MemPool with torch.cuda.use_mem_pool): the pool's and the
   default pool's memory after the region inside the scope, the same region outside,
   the pool's output freed, and the pool dropped.
@@ -23,6 +23,7 @@ import argparse
 import gc
 import json
 import statistics
+import subprocess
 import sys
 import time
 
@@ -131,35 +132,54 @@ def pools(n, depth):
     return rows
 
 
-def rules():
+RULES = [
+    ("synchronize the device", "torch.cuda.synchronize()"),
+    ("read a value (.item())", "y.sum().item()"),
+    ("copy to the host (.cpu())", "y.cpu()"),
+]
+
+
+def rule(index):
+    """One forbidden call inside a capture, in a process of its own: the capture's error,
+    and whether a fresh capture works afterwards in the same process."""
     x = torch.ones(4096, device="cuda")
     chain(x, 1)
-    calls = [
-        ("synchronize the device", lambda y: torch.cuda.synchronize()),
-        ("read a value (.item())", lambda y: y.sum().item()),
-        ("empty_cache", lambda y: torch.cuda.empty_cache()),
-    ]
-    out = []
-    for call, forbidden in calls:
-        graph = torch.cuda.CUDAGraph()
-        error = "(allowed)"
-        try:
-            with torch.cuda.graph(graph):
-                y = chain(x, 1)
-                forbidden(y)
-        except Exception as e:  # what the capture raised, whatever its type
-            error = str(e).splitlines()[0] if str(e) else type(e).__name__
+    graph = torch.cuda.CUDAGraph()
+    error = "(allowed)"
+    try:
+        with torch.cuda.graph(graph):
+            y = chain(x, 1)
+            eval(RULES[index][1])
+    except Exception as e:  # what the capture raised, whatever its type
+        error = str(e).splitlines()[0] if str(e) else type(e).__name__
+    recovered = False
+    try:
+        torch.cuda.synchronize()
+        fresh = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(fresh):
+            y = chain(x, 1)
+        fresh.replay()
+        recovered = y[0].item() == 1.5
+    except Exception:
         recovered = False
-        try:
-            torch.cuda.synchronize()
-            fresh = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(fresh):
-                y = chain(x, 1)
-            fresh.replay()
-            recovered = y[0].item() == 1.5
-        except Exception:
-            recovered = False
-        out.append({"call": call, "error": error, "recovered": recovered})
+    return {"call": RULES[index][0], "error": error, "recovered": recovered}
+
+
+def rules():
+    """Each call of RULES in a fresh process: a failed capture can leave PyTorch's
+    allocator believing a capture is still underway (a later empty_cache or MemPool
+    release then aborts the process), so one call's failure must not reach the next's."""
+    out = []
+    for index in range(len(RULES)):
+        r = subprocess.run([sys.executable, __file__, "--rule", str(index)],
+                           capture_output=True, text=True, timeout=120)
+        lines = r.stdout.strip().splitlines()
+        if r.returncode == 0 and lines:
+            out.append(json.loads(lines[-1]))
+        else:
+            last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+            out.append({"call": RULES[index][0], "error": f"the process died: {last[:80]}",
+                        "recovered": False})
     return out
 
 
@@ -232,9 +252,13 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer repeats, smaller regions")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--rule", type=int, help=argparse.SUPPRESS)  # one call of RULES, alone
     a = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("pytorch-graphs.py: PyTorch sees no CUDA GPU; this twin measures one")
+    if a.rule is not None:
+        print(json.dumps(rule(a.rule)))
+        return
     repeats = 3 if a.quick else 21
     lengths = [10, 100] if a.quick else [10, 100, 1000]
     n, depth = ((1 << 18), 4) if a.quick else ((1 << 22), 8)

@@ -1,7 +1,9 @@
 //! What a capture forbids. While a stream captures, its work is recorded, not run, so
-//! nothing may wait for it: synchronising, reading a value on the host, giving memory
-//! back to the driver (which synchronises) all fail, and the failure invalidates the
-//! capture. The GPU's driver enforces these rules; the simulated GPU enforces the same.
+//! nothing may wait for it: synchronising, reading a value on the host, copying a
+//! tensor to pageable host memory all fail, and the failure invalidates the capture.
+//! The GPU's driver enforces these rules; the simulated GPU enforces the same.
+//! (`empty_cache` is not among them: inside a capture it gives nothing back and
+//! returns, as PyTorch's does.)
 
 use labs_core::device::Graph;
 use labs_core::table::Table;
@@ -30,8 +32,8 @@ pub fn measure(device: &Device) -> Result<Vec<Rule>> {
         ("read a value (.item())", &|y| {
             y.sum_all()?.item::<f32>().map(drop)
         }),
-        ("empty_cache", &|_| {
-            device.allocator()?.empty_cache().map(drop)
+        ("copy to the host (.cpu())", &|y| {
+            y.to_vec::<f32>().map(drop)
         }),
     ];
     let mut rules = Vec::new();

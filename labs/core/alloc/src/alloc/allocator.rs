@@ -223,17 +223,12 @@ impl Allocator {
     /// for pending cross-stream frees); returns how many bytes that was. What follows
     /// reserves as on a new allocator: the high-water mark of expandable segments
     /// (`pages.rs`) comes down to what is still reserved.
-    /// An error while a graph is being captured: freeing device memory would end the
-    /// capture.
+    /// While a graph is being captured it gives nothing back and returns 0, as
+    /// PyTorch's does: freeing device memory would synchronise, which ends the capture.
     pub fn empty_cache(&self) -> Result<u64> {
         let mut st = self.lock();
         if st.capture_underway() {
-            return Err(Error::InvalidArgument(
-                "empty_cache while a graph is being captured: giving memory back to the \
-                 driver synchronises the device, which a capture forbids; call it before \
-                 or after the capture"
-                    .into(),
-            ));
+            return Ok(0);
         }
         st.process_events(true)?;
         let released = st.release_cached(&*self.backend)?;

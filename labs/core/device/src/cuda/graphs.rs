@@ -1,5 +1,6 @@
-//! CUDA graphs: a stream's capture (`cuStreamBeginCapture` in the thread-local mode
-//! PyTorch's `torch.cuda.graph` uses by default for its own thread), instantiated once
+//! CUDA graphs: a stream's capture (`cuStreamBeginCapture` in the thread-local mode:
+//! only the capturing thread's unsafe calls fail, so that other threads, such as a test
+//! harness's, go on allocating; PyTorch's default is the global mode), instantiated once
 //! (`cuGraphInstantiateWithFlags`) and launched as a whole (`cuGraphLaunch`). The
 //! driver enforces the capture's rules: a forbidden call fails and invalidates the
 //! capture, and `cuStreamEndCapture` then fails too.
@@ -13,6 +14,25 @@ use super::stream::cuda_stream;
 use super::CudaBackend;
 use crate::backend::{DeviceId, GraphExec, GraphExecImpl, Graphs, Stream};
 use crate::error::{Error, Result};
+
+/// Runs `f` with the calling thread's capture mode relaxed, as PyTorch's allocator does
+/// around `cudaMalloc` (`CUDAStreamCaptureModeGuard{cudaStreamCaptureModeRelaxed}`). A
+/// capture forbids taking memory from the driver on its thread (`cuMemAlloc` fails with
+/// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`) unless relaxed; the memory a capture takes
+/// is its private pool's, not a node of the graph, so taking it there is safe.
+pub(super) fn relaxed<T>(f: impl FnOnce() -> T) -> T {
+    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: swaps this thread's mode through a valid pointer; swapped back below.
+    unsafe {
+        let _ = sys::cuThreadExchangeStreamCaptureMode(&mut mode);
+    }
+    let out = f();
+    // SAFETY: as above, restoring the mode the thread had.
+    unsafe {
+        let _ = sys::cuThreadExchangeStreamCaptureMode(&mut mode);
+    }
+    out
+}
 
 impl Graphs for CudaBackend {
     fn begin_capture(&self, stream: &Stream) -> Result<()> {

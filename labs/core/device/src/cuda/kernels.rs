@@ -372,9 +372,12 @@ impl ModuleCache {
             module: &module.name,
             log: e.to_string(),
         })?;
-        // SAFETY: a NUL-terminated PTX image, loaded into the bound context.
-        let loaded = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
-            .map_err(|e| Error::driver("cuModuleLoadData", e))?;
+        // SAFETY: a NUL-terminated PTX image, loaded into the bound context. Relaxed, so
+        // that a kernel first used inside a capture can still be loaded.
+        let loaded = super::graphs::relaxed(|| unsafe {
+            result::module::load_data(image.as_ptr() as *const c_void)
+        })
+        .map_err(|e| Error::driver("cuModuleLoadData", e))?;
         let mut out = HashMap::new();
         for name in &module.functions {
             // SAFETY: the module was just loaded and is never unloaded.

@@ -214,8 +214,9 @@ impl Memory for CudaBackend {
     // ANCHOR: cuda_raw_alloc
     fn raw_alloc(&self, bytes: usize) -> Result<DevicePtr> {
         self.state()?;
-        // SAFETY: a plain allocation; the pointer is owned by the caller.
-        match unsafe { result::malloc_sync(bytes.max(1)) } {
+        // SAFETY: a plain allocation; the pointer is owned by the caller. Relaxed, so
+        // that a capture's private pool can grow (`graphs::relaxed`).
+        match graphs::relaxed(|| unsafe { result::malloc_sync(bytes.max(1)) }) {
             Ok(p) => Ok(p),
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
                 let info = self.mem_info()?;
@@ -286,7 +287,7 @@ impl VirtualMemory for CudaBackend {
         let alignment = self.vm_granularity()?;
         let mut ptr: DevicePtr = 0;
         // SAFETY: reserves address space only; `ptr` is a valid out-pointer.
-        unsafe { sys::cuMemAddressReserve(&mut ptr, bytes, alignment, 0, 0) }
+        graphs::relaxed(|| unsafe { sys::cuMemAddressReserve(&mut ptr, bytes, alignment, 0, 0) })
             .result()
             .map_err(|e| Error::driver("cuMemAddressReserve", e))?;
         Ok(ptr)
@@ -308,7 +309,7 @@ impl VirtualMemory for CudaBackend {
         let prop = self.allocation_prop();
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
         // SAFETY: valid out-pointer and property struct.
-        let r = unsafe { sys::cuMemCreate(&mut handle, bytes, &prop, 0) };
+        let r = graphs::relaxed(|| unsafe { sys::cuMemCreate(&mut handle, bytes, &prop, 0) });
         if r != sys::CUresult::CUDA_SUCCESS {
             return Err(self.oom_or("cuMemCreate", bytes, r));
         }
@@ -319,7 +320,8 @@ impl VirtualMemory for CudaBackend {
         let s = self.state()?;
         let (handle, bytes) = (memory.handle(), memory.bytes());
         // SAFETY: `ptr..ptr+bytes` lies in a range this backend reserved and is unmapped.
-        if let Err(e) = unsafe { sys::cuMemMap(ptr, bytes, 0, handle, 0) }.result() {
+        let mapped = graphs::relaxed(|| unsafe { sys::cuMemMap(ptr, bytes, 0, handle, 0) });
+        if let Err(e) = mapped.result() {
             // SAFETY: the memory was handed to us and, as the contract says, is released
             // when it cannot be mapped.
             unsafe {
@@ -341,7 +343,7 @@ impl VirtualMemory for CudaBackend {
             .map(access_desc)
             .collect();
         // SAFETY: the caller maps the whole range first; `descs` are valid descriptors.
-        unsafe { sys::cuMemSetAccess(ptr, bytes, descs.as_ptr(), descs.len()) }
+        graphs::relaxed(|| unsafe { sys::cuMemSetAccess(ptr, bytes, descs.as_ptr(), descs.len()) })
             .result()
             .map_err(|e| Error::driver("cuMemSetAccess", e))
     }

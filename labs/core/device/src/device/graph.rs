@@ -2,10 +2,10 @@
 //! captured once on a stream of its own and replayed as a whole, with the memory the
 //! region allocates taken from a private pool of the caching allocator.
 //!
-//! [`Graph::capture`] synchronises the device, makes the capture stream current on the
-//! calling thread, sends every allocation on that stream to the graph's pool (its own,
-//! or one shared with other graphs through [`Graph::pool`]), and records the region's
-//! work. The tensors the region allocates keep their addresses: each
+//! [`Graph::capture`] synchronises the device, empties the cache, makes the capture
+//! stream current on the calling thread, sends every allocation on that stream to the
+//! graph's pool (its own, or one shared with other graphs through [`Graph::pool`]), and
+//! records the region's work. The tensors the region allocates keep their addresses: each
 //! [`replay`](Graph::replay) recomputes them in place from whatever the inputs it read
 //! hold then, so a captured step takes new data by copying it into the same input
 //! tensors. The pool's blocks serve no allocation outside the graphs that share it, so
@@ -94,7 +94,7 @@ impl Graph {
     /// recorded instead of run, and every allocation it makes there comes from `pool`
     /// (a new pool of the graph's own when `None`). Returns what `region` returned. An
     /// error of `region`, or a call the capture forbids (synchronising, reading values
-    /// on the host, emptying the cache), ends the capture and is returned; the graph
+    /// on the host), ends the capture and is returned; the graph
     /// then has nothing to replay and may capture again. Once a capture has succeeded,
     /// the graph captures no more.
     pub fn capture<R, E: From<Error>>(
@@ -125,9 +125,12 @@ impl Graph {
         // The capture stream's matrix-product workspace, from the cache now rather than
         // from the graph's pool during the capture.
         self.device.ensure_stream_gemm_workspace(&self.stream)?;
-        // Whatever ran before is done: the capture records only the region.
+        // Whatever ran before is done: the capture records only the region. Then, as
+        // `torch.cuda.graph` does, the cache goes back to the driver, so that the
+        // graph's pool can take what the region needs.
         self.device.synchronize()?;
         let allocator = self.device.allocator()?;
+        allocator.empty_cache()?;
         let backend = self.device.backend();
         allocator.begin_allocate_stream_to_pool(pool.id(), &self.stream)?;
         let outcome = (|| -> std::result::Result<(R, GraphExec), E> {
