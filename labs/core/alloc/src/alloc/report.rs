@@ -89,7 +89,7 @@ impl Allocator {
 
     /// Bytes held from the driver (PyTorch's `memory_reserved`).
     pub fn memory_reserved(&self) -> u64 {
-        self.stats().reserved.current
+        self.reserved_stat().current
     }
 
     /// The most bytes handed out at once since the last peak reset.
@@ -99,7 +99,18 @@ impl Allocator {
 
     /// The most bytes held from the driver since the last peak reset.
     pub fn max_memory_reserved(&self) -> u64 {
-        self.stats().reserved.peak
+        self.reserved_stat().peak
+    }
+
+    /// The reserved figures, read from the driver's pool first with
+    /// `backend:cudaMallocAsync`.
+    fn reserved_stat(&self) -> super::Stat {
+        let mut st = self.lock();
+        if st.stream_ordered.is_some() {
+            st.refresh_pool_stats(&*self.backend)
+                .unwrap_or_else(|e| eprintln!("warning: reading {}'s pool: {e}", self.device));
+        }
+        st.stats.reserved.all
     }
 
     /// Bytes allocated now and at their peak, by what they hold, in

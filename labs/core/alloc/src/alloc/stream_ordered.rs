@@ -23,6 +23,8 @@
 //!   `lab-02` side by side) each measure their own memory; with one allocator per
 //!   device, as in PyTorch, that is the same;
 //! - `num_device_alloc` / `num_device_free` count the driver's stream-ordered calls;
+//! - `reserved` is the pool's whole figure (`all`); its small and large pools stay 0,
+//!   as PyTorch leaves them, while `allocated` keeps its split by size;
 //! - the segment listing and snapshots have no segments (the driver does not say how
 //!   its pool is carved), and blocks are not rounded: an allocation's size is the size
 //!   asked for;
