@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use labs_core::alloc::{Allocator, Config};
 use labs_core::backend::{
-    DeviceId, DevicePtr, Event, MemInfo, Memory, MemoryBackend, PhysicalMemory, Stream, Streams,
-    VirtualMemory,
+    AsyncPool, AsyncPools, DeviceId, DevicePtr, Event, MemInfo, Memory, MemoryBackend,
+    PhysicalMemory, PoolAttribute, Stream, Streams, VirtualMemory,
 };
 use labs_core::sim::SimBackend;
 use labs_core::Result;
@@ -95,6 +95,41 @@ impl Streams for MemoryOnly {
     }
     fn synchronize(&self) -> Result<()> {
         self.sim.synchronize()
+    }
+}
+
+impl AsyncPools for MemoryOnly {
+    fn pool_default(&self) -> Result<AsyncPool> {
+        self.sim.pool_default()
+    }
+    fn pool_create(&self) -> Result<AsyncPool> {
+        self.sim.pool_create()
+    }
+    fn pool_destroy(&self, pool: AsyncPool) -> Result<()> {
+        self.sim.pool_destroy(pool)
+    }
+    fn pool_alloc_async(
+        &self,
+        pool: AsyncPool,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<DevicePtr> {
+        self.call();
+        self.sim.pool_alloc_async(pool, bytes, stream)
+    }
+    fn pool_attribute(&self, pool: AsyncPool, attribute: PoolAttribute) -> Result<u64> {
+        self.sim.pool_attribute(pool, attribute)
+    }
+    fn pool_set_attribute(
+        &self,
+        pool: AsyncPool,
+        attribute: PoolAttribute,
+        value: u64,
+    ) -> Result<()> {
+        self.sim.pool_set_attribute(pool, attribute, value)
+    }
+    fn pool_trim_to(&self, pool: AsyncPool, keep: u64) -> Result<()> {
+        self.sim.pool_trim_to(pool, keep)
     }
 }
 

@@ -1,7 +1,8 @@
 //! `lab-02 mappings`: what the size of one driver mapping buys, on every shared trace.
 //!
 //! Each trace goes through PyTorch's defaults (fixed segments), PyTorch's expandable
-//! segments (grown, never moved) and the labs' preset at several mapping sizes.
+//! segments (grown, never moved), the labs' preset at several mapping sizes, and the
+//! driver's stream-ordered pool (`backend:cudaMallocAsync`, no cache of ours).
 //! An expandable segment maps memory in driver mappings of at most `max_mapping_mb`,
 //! and gives memory back a whole mapping at a time. Each mapping costs tens of
 //! microseconds of driver time (create, map, grant access), so larger mappings replay a
@@ -45,7 +46,8 @@ struct Row {
     name: String,
     fragmentation: f64,
     /// Driver mappings for expandable segments, segments (`cuMemAlloc`) for fixed ones,
-    /// PyTorch's `num_device_alloc` for its rows.
+    /// stream-ordered allocations for ours with `backend:cudaMallocAsync`, PyTorch's
+    /// `num_device_alloc` for its rows (0 for its `cudaMallocAsync`, which counts none).
     calls: u64,
     /// Ours: the calls that take, give back or remap memory, in each quarter of the
     /// trace (`ReplayReport::driver_calls_per_quarter`).
@@ -71,7 +73,7 @@ pub fn run(device: &Device, names: &[String], pytorch_script: Option<&Path>) -> 
         pytorch::require_gpu(device)?;
     }
     let files = trace_files(names)?;
-    let per_trace = 3 + SIZES_MB.len() + pytorch_script.map_or(0, |_| PYTORCH_MODES.len());
+    let per_trace = 4 + SIZES_MB.len() + pytorch_script.map_or(0, |_| PYTORCH_MODES.len());
     let bar = progress((files.len() * per_trace) as u64);
     let mut tables = Vec::new();
     for path in &files {
@@ -118,6 +120,14 @@ pub fn run(device: &Device, names: &[String], pytorch_script: Option<&Path>) -> 
                 r.num_maps,
             ));
         }
+        // The driver's pool, last of ours, beside PyTorch's rows: one stream-ordered allocation per request.
+        let pool = replay_once(device, on_sim, &trace, Config::cuda_malloc_async())?;
+        bar.inc(1);
+        rows.push(Row::ours(
+            "ours, backend:cudaMallocAsync".into(),
+            &pool,
+            pool.device_allocs,
+        ));
         if let Some(script) = pytorch_script {
             for (name, conf) in PYTORCH_MODES {
                 let t = pytorch::replay(script, path, conf, 1)?;
@@ -140,7 +150,8 @@ pub fn run(device: &Device, names: &[String], pytorch_script: Option<&Path>) -> 
     }
     println!(
         "(reserved/requested: peak reserved over peak requested; calls: driver mappings for \
-         expandable segments, segments for fixed ones, PyTorch's num_device_alloc for its rows; \
+         expandable segments, segments for fixed ones, stream-ordered allocations for \
+         backend:cudaMallocAsync, PyTorch's num_device_alloc for its rows; \
          calls by quarter: every call that takes, gives back or remaps memory, in each quarter \
          of the trace's operations; \
          x fixed: time per operation over ours with fixed segments; every row after one \

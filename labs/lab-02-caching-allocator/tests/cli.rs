@@ -281,7 +281,8 @@ fn trace_errors_name_the_file_once_and_limits_can_be_set() {
 /// `mappings` prints one table per shared trace: PyTorch's defaults, PyTorch's
 /// expandable segments, then the labs' preset at 2, 16 (its default), 64 MiB and one
 /// mapping per block, each with fewer driver mappings than the one before, and all
-/// below fixed segments; each of ours with its calls by quarter of the trace.
+/// below fixed segments, then the driver's stream-ordered pool, one call per request;
+/// each of ours with its calls by quarter of the trace.
 #[test]
 fn mappings_prints_a_table_per_trace_with_every_mapping_size() {
     let out = lab().arg("mappings").output().unwrap();
@@ -302,17 +303,23 @@ fn mappings_prints_a_table_per_trace_with_every_mapping_size() {
                 (f[4].parse().unwrap(), f[3].parse().unwrap(), quarters)
             })
             .collect();
-        assert_eq!(rows.len(), 6, "{table}");
+        assert_eq!(rows.len(), 7, "{table}");
         assert!(
             table.contains("preset labs, mappings of up to 16 MiB (its default)"),
             "{table}"
         );
         // Fixed segments make one call per segment; every expandable row calls more.
         assert!(rows[0].2 >= rows[0].1 && rows[0].1 > 0, "{table}");
-        let preset = &rows[2..];
+        let preset = &rows[2..6];
         assert!(preset.windows(2).all(|w| w[0].1 >= w[1].1), "{table}");
         assert!(preset.iter().all(|r| r.0 <= rows[0].0), "{table}");
         assert!(rows[1].0 <= rows[0].0, "{table}");
+        // The pool: a call per request, more than fixed segments' calls, and every
+        // request and free in the quarters; it reserves at least what is live.
+        let pool = rows[6];
+        assert!(table.contains("ours, backend:cudaMallocAsync"), "{table}");
+        assert!(pool.1 > rows[0].1 && pool.2 >= pool.1, "{table}");
+        assert!(pool.0 >= 1.0, "{table}");
     }
     let one = lab().args(["mappings", "gpt2_fp32"]).output().unwrap();
     let text = String::from_utf8(one.stdout).unwrap();

@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use super::caching::State;
 use super::category::Category;
-use super::config::Config;
+use super::config::{AllocBackend, Config};
 use super::lock::{Guard, Lock};
+use super::stream_ordered::StreamOrdered;
 use crate::backend::{DeviceId, DevicePtr, MemoryBackend, Stream};
 use crate::error::{Error, Result};
 
@@ -63,13 +64,19 @@ impl Allocator {
         } else {
             0
         };
+        let stream_ordered = match conf.backend {
+            AllocBackend::CudaMallocAsync => Some(Box::new(StreamOrdered::new(&*backend)?)),
+            AllocBackend::Native => None,
+        };
         let observers: Vec<OomObserver> = match &conf.oom_snapshot {
             Some(path) => vec![snapshot_observer(path.clone())],
             None => Vec::new(),
         };
+        let mut state = State::new(conf, backend.id(), total, page);
+        state.stream_ordered = stream_ordered;
         Ok(Allocator {
             device: backend.id(),
-            state: Lock::new(State::new(conf, backend.id(), total, page)),
+            state: Lock::new(state),
             backend,
             observers: std::sync::Mutex::new(observers),
         })
@@ -271,7 +278,12 @@ impl Drop for Allocator {
         st.release_all_pools();
         let result = st
             .process_events(true)
-            .and_then(|_| st.release_cached(&*self.backend));
+            .and_then(|_| st.release_cached(&*self.backend).map(|_| ()));
+        // The pool goes back to the driver once nothing allocated from it is live.
+        let result = match st.stream_ordered.take() {
+            Some(so) => result.and_then(|_| self.backend.pool_destroy(so.pool)),
+            None => result,
+        };
         if let Err(e) = result {
             eprintln!("warning: releasing the cache of {}: {e}", self.device);
         }

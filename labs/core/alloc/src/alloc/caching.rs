@@ -30,6 +30,7 @@ use super::size::{
     checked_round_size, pool_of, segment_size, Pool, EXPANDABLE_VA, MIN_BLOCK, SMALL_SIZE,
 };
 use super::stats::Stats;
+use super::stream_ordered::StreamOrdered;
 use super::timeline::CategoryTimeline;
 use crate::backend::{DeviceId, MemoryBackend, Stream};
 use crate::error::{Error, Result};
@@ -81,6 +82,9 @@ pub(super) struct State {
     pub after_capture: Vec<u32>,
     /// The memory history, while recorded (`record_memory_history`).
     pub history: Option<Box<History>>,
+    /// `backend:cudaMallocAsync`: the driver's pool that serves every request instead
+    /// of the cache (`stream_ordered.rs`).
+    pub stream_ordered: Option<Box<StreamOrdered>>,
     /// Bytes per category after each event, while recorded
     /// ([`Allocator::record_category_timeline`](super::Allocator::record_category_timeline)).
     pub timeline: Option<Box<CategoryTimeline>>,
@@ -114,13 +118,19 @@ impl State {
             routes: Vec::new(),
             draining: 0,
             history: None,
+            stream_ordered: None,
             timeline: None,
         }
     }
 
     /// The pool key of a request on `stream` (the stream's handle) from `pool`.
     #[inline]
-    fn key_of(&mut self, stream: u64, object: Option<&Stream>, pool: Pool) -> Result<PoolKey> {
+    pub(super) fn key_of(
+        &mut self,
+        stream: u64,
+        object: Option<&Stream>,
+        pool: Pool,
+    ) -> Result<PoolKey> {
         let index = match self.streams.iter().position(|&s| s == stream) {
             Some(i) => i,
             None => {
@@ -185,6 +195,9 @@ impl State {
         object: Option<&Stream>,
         category: Category,
     ) -> Result<Allocation> {
+        if self.stream_ordered.is_some() {
+            return self.malloc_stream_ordered(be, size, stream, object, category);
+        }
         // No event is queried while a graph is captured (CUDA forbids querying one
         // recorded in the capture): the frees it holds back wait for the capture's end.
         if !self.deferred.is_empty() && !self.capture_underway() {
@@ -271,7 +284,13 @@ impl State {
 
     /// Marks block `id` allocated for a request of `requested` bytes and counts it.
     #[inline]
-    fn hand_out(&mut self, id: u32, requested: u64, stream: u64, category: Category) -> Allocation {
+    pub(super) fn hand_out(
+        &mut self,
+        id: u32,
+        requested: u64,
+        stream: u64,
+        category: Category,
+    ) -> Allocation {
         let b = &mut self.blocks[id];
         b.state = BlockState::Allocated;
         b.requested = requested;
@@ -463,6 +482,9 @@ impl State {
     }
 
     pub fn free(&mut self, be: &dyn MemoryBackend, block: Allocation) -> Result<()> {
+        if self.stream_ordered.is_some() {
+            return self.free_stream_ordered(be, block);
+        }
         if self.draining != 0 {
             return self.free_draining(be, block);
         }

@@ -4,6 +4,8 @@
 use crate::error::{Error, Result};
 use crate::format::quote;
 
+pub use super::divisions::Divisions;
+
 /// Environment variable holding the configuration of every device's allocator.
 pub const ENV_ALLOC_CONF: &str = "LABS_ALLOC_CONF";
 
@@ -31,9 +33,36 @@ const MIB: u64 = 1 << 20;
 /// (remapping needs idle memory safe now).
 pub const DEFAULT_MAX_MAPPING: u64 = 16 * MIB;
 
+// ANCHOR: alloc_backend
+/// Where allocations come from (`backend:NAME`, PyTorch's key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AllocBackend {
+    /// The caching allocator (`backend:native`, the default).
+    #[default]
+    Native,
+    /// No cache of the labs' own: every request is a `cuMemAllocAsync` from the
+    /// driver's stream-ordered pool, every free a `cuMemFreeAsync`
+    /// (`backend:cudaMallocAsync`; see `stream_ordered.rs`).
+    CudaMallocAsync,
+}
+// ANCHOR_END: alloc_backend
+
+impl AllocBackend {
+    /// The name `backend:` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            AllocBackend::Native => "native",
+            AllocBackend::CudaMallocAsync => "cudaMallocAsync",
+        }
+    }
+}
+
 // ANCHOR: config
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    /// The caching allocator, or the driver's stream-ordered pool (`backend:`). With
+    /// the pool, the caching knobs below are refused (`Config::parse`).
+    pub backend: AllocBackend,
     /// Free blocks at least this large are never split for smaller requests (raw
     /// segments only: a free range of an expandable segment costs nothing, so carving
     /// it up cannot strand memory). `None`: no limit.
@@ -80,6 +109,7 @@ impl Default for Config {
     /// own policy is one key away: `preset:labs` ([`Config::labs`]).
     fn default() -> Self {
         Config {
+            backend: AllocBackend::Native,
             max_split_size: None,
             garbage_collection_threshold: None,
             roundup_power2_divisions: Divisions::default(),
@@ -98,6 +128,15 @@ impl Config {
     /// PyTorch's defaults (the same as [`Config::default`]; `preset:pytorch`).
     pub fn pytorch_native() -> Self {
         Config::default()
+    }
+
+    /// PyTorch's `backend:cudaMallocAsync`: the driver's stream-ordered pool instead of
+    /// the caching allocator.
+    pub fn cuda_malloc_async() -> Self {
+        Config {
+            backend: AllocBackend::CudaMallocAsync,
+            ..Config::default()
+        }
     }
 
     /// The configuration in `LABS_ALLOC_CONF`, or the default when unset.
@@ -190,11 +229,18 @@ impl Config {
             }
         };
         let mut recycle_given = false;
+        // The caching knobs given, for the refusals of `backend:cudaMallocAsync`.
+        let mut caching_keys: Vec<String> = Vec::new();
         for item in items {
             let (key, value) = item
                 .split_once(':')
                 .ok_or_else(|| bad(format!("{} is not `key:value`", quote(item))))?;
             let (key, value) = (key.trim(), value.trim());
+            let off = matches!(value, "False" | "false" | "0");
+            let asks_nothing = off && matches!(key, "expandable_segments" | "recycle_idle_pages");
+            if CACHING_KEYS.contains(&key) && !asks_nothing {
+                caching_keys.push(format!("{key}:{value}"));
+            }
             match key {
                 "preset" => {}
                 "max_split_size_mb" => {
@@ -275,15 +321,38 @@ impl Config {
                     }
                     c.oom_snapshot = Some(value.to_string());
                 }
-                "backend" if value == "native" => {}
+                "backend" => {
+                    c.backend = match value {
+                        "native" => AllocBackend::Native,
+                        "cudaMallocAsync" => AllocBackend::CudaMallocAsync,
+                        _ => return Err(bad(format!(
+                            "backend: unknown backend {} (known: native, cudaMallocAsync)",
+                            quote(value)
+                        ))),
+                    }
+                }
                 _ => {
                     return Err(bad(format!(
                         "unknown option {} (known: max_split_size_mb, garbage_collection_threshold, \
                          roundup_power2_divisions, expandable_segments, recycle_idle_pages, max_mapping_mb, per_process_memory_fraction, \
-                         park_freed_blocks, oom_snapshot, backend:native, preset)",
+                         park_freed_blocks, oom_snapshot, backend:native|cudaMallocAsync, preset)",
                         quote(key)
                     )))
                 }
+            }
+        }
+        if c.backend == AllocBackend::CudaMallocAsync {
+            // The driver's pool has no blocks to split, segments to expand or cache to
+            // collect: a caching knob would silently mean nothing (PyTorch warns and
+            // ignores three of them; here each is an error).
+            if c.expandable_segments && !caching_keys.iter().any(|k| k.starts_with("expandable")) {
+                caching_keys.push("preset:labs (expandable segments)".to_string());
+            }
+            if let Some(key) = caching_keys.first() {
+                return Err(bad(format!(
+                    "{key} conflicts with backend:cudaMallocAsync: the driver's stream-ordered \
+                     pool has no blocks, segments or cache of the labs' for it to act on"
+                )));
             }
         }
         if !c.expandable_segments {
@@ -325,6 +394,16 @@ impl Config {
     }
 
     fn pytorch_parts(&self) -> Vec<String> {
+        if self.backend == AllocBackend::CudaMallocAsync {
+            let mut parts = vec!["backend:cudaMallocAsync".to_string()];
+            if self.per_process_memory_fraction < 1.0 {
+                parts.push(format!(
+                    "per_process_memory_fraction:{}",
+                    self.per_process_memory_fraction
+                ));
+            }
+            return parts;
+        }
         let mut parts = vec![format!(
             "expandable_segments:{}",
             if self.expandable_segments {
@@ -355,6 +434,18 @@ impl Config {
     }
 }
 
+/// The keys that tune the caching allocator, refused with `backend:cudaMallocAsync`
+/// (`expandable_segments:False` excepted: it asks for nothing).
+const CACHING_KEYS: [&str; 7] = [
+    "max_split_size_mb",
+    "garbage_collection_threshold",
+    "roundup_power2_divisions",
+    "expandable_segments",
+    "recycle_idle_pages",
+    "max_mapping_mb",
+    "park_freed_blocks",
+];
+
 fn bad(message: String) -> Error {
     Error::InvalidArgument(message)
 }
@@ -383,110 +474,6 @@ fn split_items(text: &str) -> Result<Vec<&str>> {
     items.push(text[start..].trim());
     Ok(items)
 }
-
-// ANCHOR: divisions
-/// `roundup_power2_divisions`, as PyTorch keeps it: one number of divisions for each
-/// power-of-two interval of request sizes from 1 MiB to 32 GiB (`[1 MiB, 2 MiB)`,
-/// `[2 MiB, 4 MiB)`, ...); smaller requests use the first, larger ones the last.
-/// `4` sets every interval; `[256:1,512:2,>:8]` sets sizes below 512 MiB to 1 (plain
-/// rounding), `[512 MiB, 1 GiB)` to 2 and everything above to 8. An interval skipped
-/// between two entries keeps plain rounding, as in PyTorch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Divisions([u32; INTERVALS]);
-
-const INTERVALS: usize = 16;
-
-impl Divisions {
-    /// The same number of divisions for every size (0 or 1: plain rounding).
-    pub fn uniform(n: u32) -> Divisions {
-        Divisions([if n == 1 { 0 } else { n }; INTERVALS])
-    }
-
-    /// The divisions for a request of `size` bytes.
-    #[inline]
-    pub fn for_size(&self, size: u64) -> u32 {
-        let log2 = 63 - (size | 1).leading_zeros() as usize;
-        self.0[log2.saturating_sub(20).min(INTERVALS - 1)]
-    }
-
-    pub fn is_off(&self) -> bool {
-        self.0.iter().all(|&d| d == 0)
-    }
-
-    /// PyTorch's two forms: one power of two, or `[MB:N,MB:N,...,>:N]` with MB powers of
-    /// two in increasing order and N powers of two or 0.
-    fn parse(value: &str) -> std::result::Result<Divisions, String> {
-        let check = |n: &str| -> std::result::Result<u32, String> {
-            let d: u32 = n
-                .trim()
-                .parse()
-                .map_err(|_| format!("{} is not a whole number", quote(n)))?;
-            if d != 0 && !d.is_power_of_two() {
-                return Err(format!("{d} divisions: must be a power of two or 0"));
-            }
-            Ok(if d == 1 { 0 } else { d })
-        };
-        let Some(list) = value.strip_prefix('[').and_then(|v| v.strip_suffix(']')) else {
-            return Ok(Divisions::uniform(check(value)?));
-        };
-        let mut table = [0u32; INTERVALS];
-        // Entries are compared by size, not by table slot: sizes of 32 GiB and beyond
-        // share the last slot, and a list that goes on increasing past it is valid.
-        let mut last: Option<usize> = None;
-        let mut last_mb: Option<u64> = None;
-        for entry in list.split(',').map(str::trim) {
-            let (key, n) = entry
-                .split_once(':')
-                .ok_or_else(|| format!("{} is not `MB:divisions`", quote(entry)))?;
-            let n = check(n)?;
-            if key.trim() == ">" {
-                let from = last.map_or(0, |i| i + 1);
-                table[from..].iter_mut().for_each(|d| *d = n);
-                continue;
-            }
-            let mb: u64 = key
-                .trim()
-                .parse()
-                .map_err(|_| format!("{} is not a size in MB", quote(key)))?;
-            if !mb.is_power_of_two() {
-                return Err(format!("interval {mb} MB: must be a power of two"));
-            }
-            let index = (mb.trailing_zeros() as usize).min(INTERVALS - 1);
-            if last_mb.is_some_and(|l| mb <= l) {
-                return Err(format!("interval {mb} MB: intervals must increase"));
-            }
-            last_mb = Some(mb);
-            // As in PyTorch: the first entry also covers every smaller size; a later one
-            // covers its own interval only, so intervals skipped between two entries
-            // keep plain rounding.
-            let from = if last.is_none() { 0 } else { index };
-            table[from..=index].iter_mut().for_each(|d| *d = n);
-            last = Some(index);
-        }
-        Ok(Divisions(table))
-    }
-}
-
-impl std::fmt::Display for Divisions {
-    /// The form `parse` reads: one number when every interval agrees, else the list.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.0.iter().all(|&d| d == self.0[0]) {
-            return write!(f, "{}", self.0[0]);
-        }
-        let entries: Vec<String> = (0..INTERVALS)
-            .filter(|&i| i + 1 == INTERVALS || self.0[i] != self.0[i + 1])
-            .map(|i| {
-                if i + 1 == INTERVALS {
-                    format!(">:{}", self.0[i])
-                } else {
-                    format!("{}:{}", 1u64 << i, self.0[i])
-                }
-            })
-            .collect();
-        write!(f, "[{}]", entries.join(","))
-    }
-}
-// ANCHOR_END: divisions
 
 #[cfg(test)]
 mod tests {

@@ -10,6 +10,9 @@ use super::size::{round_size, Pool};
 
 impl State {
     pub(super) fn check_invariants(&self) -> std::result::Result<(), String> {
+        if self.stream_ordered.is_some() {
+            return self.check_stream_ordered();
+        }
         // Per pool (indexed by `Pool as usize`), in the order of `Recount`'s fields.
         let mut rc = [Recount::default(); 2];
         let (mut free_blocks, mut parked_blocks) = (0usize, 0usize);

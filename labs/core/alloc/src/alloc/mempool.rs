@@ -255,6 +255,12 @@ impl State {
 
     /// Checks that `id` names a private pool, not released.
     fn check_live_pool(&self, id: MemPoolId) -> Result<()> {
+        if self.stream_ordered.is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "{id}: private pools (and graph captures into them) conflict with \
+                 backend:cudaMallocAsync: the driver's pool serves every request"
+            )));
+        }
         match id.0 {
             0 => Err(Error::InvalidArgument(
                 "the default pool is not a private pool".into(),

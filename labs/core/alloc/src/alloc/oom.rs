@@ -107,6 +107,11 @@ impl State {
             suggestion: Suggestion::FreeOrSmallerBatch,
         };
         report.suggestion = report.suggest(requested, total);
+        // The driver's pool has no segments to make expandable: its cache is given back
+        // to the device, not carved differently.
+        if self.stream_ordered.is_some() && report.suggestion == Suggestion::ExpandableSegments {
+            report.suggestion = Suggestion::FreeOrSmallerBatch;
+        }
         Error::OutOfMemory {
             device: self.device,
             requested,
@@ -153,6 +158,7 @@ impl State {
             .filter(|s| s.alive)
             .flat_map(|s| self.blocks_of(s))
             .filter(|b| b.state == BlockState::Allocated)
+            .chain(self.stream_ordered_live())
             .map(|b| (b.size, b.addr, b.category))
             .collect();
         live.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));

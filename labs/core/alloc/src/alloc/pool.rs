@@ -182,6 +182,12 @@ impl Blocks {
     pub fn get(&self, id: u32) -> Option<&BlockRecord> {
         self.slots.get(id as usize)
     }
+
+    /// Every slot's record, vacant slots included (a vacant slot's block is `Free`
+    /// or merged away: look at the state and the segment).
+    pub fn records(&self) -> impl Iterator<Item = &BlockRecord> {
+        self.slots.iter()
+    }
 }
 
 impl std::ops::Index<u32> for Blocks {

@@ -12,6 +12,9 @@ impl State {
     /// Gives back whole free segments and idle pages; returns the bytes released. The
     /// segments of private pools still in use stay (`mempool.rs`).
     pub fn release_cached(&mut self, be: &dyn MemoryBackend) -> Result<u64> {
+        if self.stream_ordered.is_some() {
+            return self.trim_stream_ordered(be);
+        }
         self.unpark_all();
         let before = self.stats.reserved.current;
         for s in 0..self.segments.len() {

@@ -65,11 +65,21 @@ impl Allocator {
     pub fn stats(&self) -> Stats {
         let mut st = self.lock();
         st.unpark_all();
+        st.refresh_pool_stats(&*self.backend)
+            .unwrap_or_else(|e| eprintln!("warning: reading {}'s pool: {e}", self.device));
         st.stats
     }
 
+    /// Starts every peak again from the current value (with `backend:cudaMallocAsync`,
+    /// the pool's high-water marks too).
     pub fn reset_peak_stats(&self) {
-        self.lock().stats.reset_peaks();
+        let mut st = self.lock();
+        if st.stream_ordered.is_some() {
+            st.reset_pool_peaks(&*self.backend)
+                .unwrap_or_else(|e| eprintln!("warning: resetting {}'s pool: {e}", self.device));
+        } else {
+            st.stats.reset_peaks();
+        }
     }
 
     /// Bytes in blocks handed out (PyTorch's `memory_allocated`).
@@ -79,7 +89,7 @@ impl Allocator {
 
     /// Bytes held from the driver (PyTorch's `memory_reserved`).
     pub fn memory_reserved(&self) -> u64 {
-        self.lock().stats.reserved.current
+        self.reserved_stat().current
     }
 
     /// The most bytes handed out at once since the last peak reset.
@@ -89,7 +99,18 @@ impl Allocator {
 
     /// The most bytes held from the driver since the last peak reset.
     pub fn max_memory_reserved(&self) -> u64 {
-        self.lock().stats.reserved.peak
+        self.reserved_stat().peak
+    }
+
+    /// The reserved figures, read from the driver's pool first with
+    /// `backend:cudaMallocAsync`.
+    fn reserved_stat(&self) -> super::Stat {
+        let mut st = self.lock();
+        if st.stream_ordered.is_some() {
+            st.refresh_pool_stats(&*self.backend)
+                .unwrap_or_else(|e| eprintln!("warning: reading {}'s pool: {e}", self.device));
+        }
+        st.stats.reserved.all
     }
 
     /// Bytes allocated now and at their peak, by what they hold, in
@@ -232,6 +253,7 @@ impl Allocator {
             .filter(|s| s.alive)
             .flat_map(|s| st.blocks_of(s))
             .filter(|b| b.state == BlockState::Allocated)
+            .chain(st.stream_ordered_live())
             .map(|b| LiveBlock {
                 addr: b.addr,
                 size: b.size,

@@ -1,12 +1,15 @@
-//! The memory half of the device contract: memory, virtual memory, streams and events.
+//! The memory half of the device contract: memory, stream-ordered pools, virtual memory,
+//! streams and events.
 //! It is all a caching allocator needs of a device, so the allocator is built, tested and
 //! read without any kernel, copy or host memory. The full contract (`labs-device`'s
 //! `backend`) extends it.
 
+mod async_pool;
 mod memory;
 mod stream;
 mod virtual_memory;
 
+pub use async_pool::{AsyncPool, AsyncPools, PoolAttribute};
 #[doc(hidden)]
 pub use memory::check_size;
 pub use memory::{DeviceProperties, MemInfo, Memory};
@@ -22,7 +25,9 @@ use crate::error::Result;
 /// The memory half of the contract: what a caching allocator needs of a device, and
 /// nothing of its kernels, copies or host memory, so that the allocator (`alloc/`) is
 /// built, tested and read without the op layer.
-pub trait MemoryBackend: Memory + VirtualMemory + Streams + Send + Sync + 'static {
+pub trait MemoryBackend:
+    Memory + AsyncPools + VirtualMemory + Streams + Send + Sync + 'static
+{
     fn id(&self) -> DeviceId;
     /// Free and total memory, as `cudaMemGetInfo` reports them.
     fn mem_info(&self) -> Result<MemInfo>;

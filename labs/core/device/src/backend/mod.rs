@@ -1,5 +1,5 @@
 //! The contract every backend fulfils, as small traits, one per kind of work: memory,
-//! virtual memory, streams and events, copies, kernels, graphs, host memory, managed
+//! stream-ordered pools, virtual memory, streams and events, copies, kernels, graphs, host memory, managed
 //! memory, peer access and collectives. The GPU (`cuda`), the simulated GPU (`sim`) and host memory (`cpu`)
 //! implement it, so everything above it (allocator, device registry, tensors, labs) is
 //! written once. This layer names devices and dtypes, nothing above it.
@@ -24,8 +24,8 @@ pub use managed::{ManagedAdvice, ManagedMemory, MemLocation};
 pub use peer::PeerAccess;
 // The memory half lives with the allocator (`labs-alloc`), which takes it alone.
 pub use labs_alloc::backend::{
-    check_size, DeviceProperties, Event, EventImpl, MemInfo, Memory, MemoryBackend, PhysicalMemory,
-    Stream, StreamImpl, Streams, VirtualMemory,
+    check_size, AsyncPool, AsyncPools, DeviceProperties, Event, EventImpl, MemInfo, Memory,
+    MemoryBackend, PhysicalMemory, PoolAttribute, Stream, StreamImpl, Streams, VirtualMemory,
 };
 
 pub use crate::device_id::{DeviceId, DevicePtr, HostPtr};
@@ -35,8 +35,8 @@ pub use crate::dtype::FillPattern;
 /// method of one of them on a `dyn Backend` needs that trait in scope.
 pub mod prelude {
     pub use super::{
-        Backend, Collectives, Copies, Graphs, HostMemory, Kernels, ManagedMemory, Memory,
-        MemoryBackend, PeerAccess, Streams, VirtualMemory,
+        AsyncPools, Backend, Collectives, Copies, Graphs, HostMemory, Kernels, ManagedMemory,
+        Memory, MemoryBackend, PeerAccess, Streams, VirtualMemory,
     };
 }
 

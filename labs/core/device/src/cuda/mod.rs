@@ -2,6 +2,7 @@
 //! runs at build time and nothing touches the GPU until a device is first used: the
 //! context is created lazily, as PyTorch does, so that merely naming `cuda:0` is free.
 
+mod async_pool;
 mod blas;
 mod collectives;
 mod graphs;

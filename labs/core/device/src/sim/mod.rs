@@ -3,6 +3,10 @@
 //! its own thread, has events, and runs the CPU twin of every kernel. The host device
 //! (`cpu`) is the same machinery with the capacity of the machine and inline execution.
 //!
+//! Its stream-ordered allocations (`cuMemAllocAsync`) come from pools that model the
+//! driver's (`async_pool.rs`): reuse in stream order, memory kept up to a release
+//! threshold and given back at synchronisations or when trimmed.
+//!
 //! Its collectives move data through an exchange where the ranks' inputs meet on the
 //! host (`collectives.rs`), computing on the host what NCCL computes on the GPUs.
 //!
@@ -12,6 +16,7 @@
 //! allocator above it sees the same requests in the same order, so a training step's
 //! peak memory on any capacity is known in the time its allocations take.
 
+mod async_pool;
 mod backing;
 mod collectives;
 mod graphs;
@@ -26,21 +31,24 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::backend::prelude::*;
 use crate::backend::{
-    DeviceId, DeviceProperties, DevicePtr, Event, FillPattern, HostPtr, ManagedAdvice, MemInfo,
-    MemLocation, MemoryBackend, PhysicalMemory, Stream,
+    AsyncPool, DeviceId, DeviceProperties, DevicePtr, Event, FillPattern, HostPtr, ManagedAdvice,
+    MemInfo, MemLocation, MemoryBackend, PhysicalMemory, PoolAttribute, Stream,
 };
 use crate::error::Result;
 use crate::kernels::{cpu, Kernel};
 
+use async_pool::SimPools;
 use memory::SimMemory;
 use pinned::{staged_copy, PinnedHost};
-use stream::{sim_stream, SimEvent, SimStream};
+use stream::{sim_stream, SimEvent, SimStream, SyncHook};
 
 pub use peer::ENV_SIM_PEER;
 
 pub struct SimBackend {
     id: DeviceId,
     memory: Arc<SimMemory>,
+    /// The stream-ordered pools, over the same memory.
+    pools: Arc<SimPools>,
     inline: bool,
     /// A dry run: no kernels, no copies, no values.
     dry: bool,
@@ -56,10 +64,14 @@ pub struct SimBackend {
 impl SimBackend {
     /// A simulated GPU with `capacity` bytes of memory.
     pub fn new(id: DeviceId, capacity: u64) -> Self {
+        let memory = Arc::new(SimMemory::new(id, capacity));
+        let pools = Arc::new(SimPools::new(id, memory.clone()));
         let default_stream = SimStream::threaded(0, format!("{id}-stream-0"));
+        default_stream.on_synchronize(sync_hook(&pools));
         SimBackend {
             id,
-            memory: Arc::new(SimMemory::new(id, capacity)),
+            memory,
+            pools,
             inline: false,
             dry: false,
             streams: Mutex::new(vec![Arc::downgrade(&default_stream)]),
@@ -73,10 +85,14 @@ impl SimBackend {
     /// Host memory as a device: work runs inline on the calling thread.
     pub fn host() -> Self {
         let capacity = host_memory_bytes();
+        let memory = Arc::new(SimMemory::new(DeviceId::Cpu, capacity));
+        let pools = Arc::new(SimPools::new(DeviceId::Cpu, memory.clone()));
         let default_stream = SimStream::inline(0);
+        default_stream.on_synchronize(sync_hook(&pools));
         SimBackend {
             id: DeviceId::Cpu,
-            memory: Arc::new(SimMemory::new(DeviceId::Cpu, capacity)),
+            memory,
+            pools,
             inline: true,
             dry: false,
             streams: Mutex::new(vec![Arc::downgrade(&default_stream)]),
@@ -134,6 +150,15 @@ impl SimBackend {
         let memory = self.memory.clone();
         sim_stream(stream, self.id)?.submit(Arc::new(move || job(&memory)))
     }
+}
+
+/// A stream's synchronisation is a synchronisation point of the pools.
+fn sync_hook(pools: &Arc<SimPools>) -> SyncHook {
+    let pools = Arc::downgrade(pools);
+    Arc::new(move || match pools.upgrade() {
+        Some(p) => p.synchronized(),
+        None => Ok(()),
+    })
 }
 
 /// Total RAM from /proc/meminfo; a generous constant where that is unavailable.
@@ -206,16 +231,53 @@ impl Memory for SimBackend {
 
     fn raw_alloc_async(&self, bytes: usize, stream: &Stream) -> Result<DevicePtr> {
         stream.check_device(self.id)?;
-        // The simulator has no pool of its own: a stream-ordered allocation is an
-        // allocation made once the stream's earlier work is done.
-        stream.synchronize()?;
-        self.memory.alloc(bytes)
+        self.pools.alloc(self.pools.default_pool(), bytes, stream)
     }
 
     fn raw_free_async(&self, ptr: DevicePtr, stream: &Stream) -> Result<()> {
         stream.check_device(self.id)?;
-        stream.synchronize()?;
-        self.memory.free(ptr)
+        self.pools.free(ptr, stream)
+    }
+}
+
+impl AsyncPools for SimBackend {
+    fn pool_default(&self) -> Result<AsyncPool> {
+        Ok(self.pools.default_pool())
+    }
+
+    fn pool_create(&self) -> Result<AsyncPool> {
+        Ok(self.pools.create())
+    }
+
+    fn pool_destroy(&self, pool: AsyncPool) -> Result<()> {
+        self.pools.destroy(pool)
+    }
+
+    fn pool_alloc_async(
+        &self,
+        pool: AsyncPool,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<DevicePtr> {
+        stream.check_device(self.id)?;
+        self.pools.alloc(pool, bytes, stream)
+    }
+
+    fn pool_attribute(&self, pool: AsyncPool, attribute: PoolAttribute) -> Result<u64> {
+        self.pools.attribute(pool, attribute)
+    }
+
+    fn pool_set_attribute(
+        &self,
+        pool: AsyncPool,
+        attribute: PoolAttribute,
+        value: u64,
+    ) -> Result<()> {
+        self.pools.set_attribute(pool, attribute, value)
+    }
+
+    fn pool_trim_to(&self, pool: AsyncPool, keep: u64) -> Result<()> {
+        self.pools.trim_to(pool, keep)
     }
 }
 
@@ -281,6 +343,7 @@ impl Streams for SimBackend {
         } else {
             SimStream::threaded(handle, format!("{}-stream-{handle}", self.id))
         };
+        s.on_synchronize(sync_hook(&self.pools));
         let mut streams = self.streams.lock().unwrap();
         streams.retain(|w| w.strong_count() > 0);
         streams.push(Arc::downgrade(&s));

@@ -6,7 +6,7 @@
 use crate::clock::Instant;
 use std::any::Any;
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use crate::backend::{DeviceId, Event, EventImpl, Stream, StreamImpl};
 use crate::error::{Error, Result};
@@ -47,7 +47,13 @@ pub(crate) struct SimStream {
     progress: Arc<(Mutex<Progress>, Condvar)>,
     /// While capturing: what the stream records instead of running (`graphs.rs`).
     capture: Mutex<Option<Capture>>,
+    /// Run after each synchronisation of the stream: the stream-ordered pools give
+    /// memory back there (`async_pool.rs`).
+    on_synchronize: OnceLock<SyncHook>,
 }
+
+/// What a synchronisation of a stream sets off.
+pub(crate) type SyncHook = Arc<dyn Fn() -> Result<()> + Send + Sync>;
 
 /// A threaded stream's queue: its worker's name, and the way to it once started.
 struct Queue {
@@ -70,6 +76,7 @@ impl SimStream {
             queue: Some(Mutex::new(Queue { name, worker: None })),
             progress: Arc::default(),
             capture: Mutex::new(None),
+            on_synchronize: OnceLock::new(),
         })
     }
 
@@ -113,7 +120,13 @@ impl SimStream {
             queue: None,
             progress: Arc::default(),
             capture: Mutex::new(None),
+            on_synchronize: OnceLock::new(),
         })
+    }
+
+    /// Runs `hook` after each synchronisation of this stream (set once).
+    pub fn on_synchronize(&self, hook: SyncHook) {
+        let _ = self.on_synchronize.set(hook);
     }
 
     /// Appends work; returns at once on a threaded stream.
@@ -249,7 +262,11 @@ impl StreamImpl for SimStream {
             "the host would wait for work that is only being recorded",
         )?;
         let target = self.progress.0.lock().unwrap().submitted;
-        self.wait_for(target)
+        self.wait_for(target)?;
+        match self.on_synchronize.get() {
+            Some(hook) => hook(),
+            None => Ok(()),
+        }
     }
 
     fn query(&self) -> Result<bool> {
