@@ -341,6 +341,13 @@ gpu)
   script lab-10/step-b64-gpu "python3 {ci}/step-table.py big-labs.json big-labs-fused.json big-eager.json big-compile.json"
   script lab-10/graph-tutorial-gpu "python3 {ci}/step-table.py graph-tutorial-labs.json graph-tutorial-labs-graph.json graph-tutorial-eager.json graph-tutorial-pytorch-graph.json"
   script lab-10/graph-gpt2-gpu "python3 {ci}/step-table.py step-labs.json graph-gpt2-labs-graph.json step-eager.json graph-gpt2-pytorch-graph.json"
+  script lab-13/async-step-gpu "python3 {ci}/step-table.py graph-tutorial-labs.json async-tutorial-labs.json graph-tutorial-eager.json async-tutorial-pytorch.json"
+  whole lab-13/async-replay-gpu \
+    "lab-02 replay {data}/traces/resnet50_fp32.trace.csv.gz --device cuda --json --conf backend:cudaMallocAsync --pytorch {ci}/pytorch-replay.py" \
+    "lab-02 replay {data}/traces/gpt2_fp32.trace.csv.gz --device cuda --json --conf backend:cudaMallocAsync --pytorch {ci}/pytorch-replay.py" \
+    "lab-02 replay {data}/traces/gpt2_varlen.trace.csv.gz --device cuda --json --conf backend:cudaMallocAsync --pytorch {ci}/pytorch-replay.py" \
+    "lab-02 replay {data}/traces/seed_transformer_b64.trace.csv.gz --device cuda --json --conf backend:cudaMallocAsync --pytorch {ci}/pytorch-replay.py" \
+    "lab-02 replay {data}/traces/seed_transformer_accum4x16.trace.csv.gz --device cuda --json --conf backend:cudaMallocAsync --pytorch {ci}/pytorch-replay.py"
   whole lab-10/compare-gpt2-bf16-gpu "lab-03 compare gpt2-bf16-cuda.json gpt2-bf16-pytorch.pickle"
   whole lab-10/compare-tutorial-gpu "lab-03 compare tutorial-cuda.json tutorial-pytorch.pickle"
   whole lab-10/compare-dry-gpu "lab-03 compare gpt2-bf16-dry.json gpt2-bf16-cuda.json"

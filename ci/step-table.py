@@ -2,13 +2,14 @@
 of ci/pytorch-train.py (eager, and under `--compile MODE`) for one model and batch, and
 prints a markdown table, a row per run: the median step time, tokens a second, the model
 FLOP utilisation (the report's `mfu`: the model's FLOPs a step over the step time and the
-GPU's dense peak), the peak allocated memory, and the step time and peak against the
-last file's run (the reference the others are measured against, e.g. torch.compile).
+GPU's dense peak), the peak allocated and reserved memory, and the step time and peak
+allocated against the last file's run (the reference the others are measured against, e.g. torch.compile).
 
   python3 ci/step-table.py labs.json labs-fused.json eager.json compiled.json
 
 A run is named by its driver (labs, or PyTorch where the report names torch's version),
-with the labs' fused classifier, PyTorch's compile mode and a CUDA graph where on.
+with the labs' fused classifier, PyTorch's compile mode, a CUDA graph and an allocator
+other than the default (expandable segments, backend:cudaMallocAsync) where on.
 
 A file may hold other lines around the JSON object (a launcher's notes): the first line
 that parses as an object is the report."""
@@ -20,10 +21,19 @@ import json_report
 MIB = 1 << 20
 
 
+def allocator(r):
+    """The allocator's mode where it is not the default one."""
+    conf = r.get("allocator") or ""
+    for mode in ("backend:cudaMallocAsync", "expandable_segments:True"):
+        if mode in conf:
+            return f", {mode}"
+    return ""
+
+
 def name(r):
     """labs, labs with the fused classifier, PyTorch eager, PyTorch torch.compile (mode)."""
     c = r.get("config", {})
-    graph = ", CUDA graph" if c.get("graph") else ""
+    graph = (", CUDA graph" if c.get("graph") else "") + allocator(r)
     if "torch" in r:
         mode = c.get("compile", "none")
         how = "eager" if mode == "none" else f"torch.compile ({mode})"
@@ -56,13 +66,19 @@ def main():
     if len(shapes) > 1:
         sys.exit(f"step-table.py: the runs differ in model, batch, sequence or amp: {shapes}")
     ref = reports[-1]
-    print("| run | step (ms) | tokens/s | MFU | peak allocated (MiB) | step / reference "
-          "| peak / reference |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    # A captured step's private pool (reserved at the end), where any run has one.
+    graphs = any(r.get("graph") for r in reports)
+    pool = " graph's pool (MiB) |" if graphs else ""
+    print("| run | step (ms) | tokens/s | MFU | peak allocated (MiB) | peak reserved (MiB) |"
+          f"{pool} step / reference | peak / reference |")
+    print("| --- " * (8 + graphs) + "|")
     for r in reports:
         tokens = tokens_per_step(r) / (r["step_ms"] / 1e3)
+        g = r.get("graph")
+        cell = (f" {g['pool_reserved'] / MIB:,.0f} |" if g else " - |") if graphs else ""
         print(f"| {name(r)} | {r['step_ms']:.1f} | {tokens:,.0f} | {mfu(r)} "
-              f"| {r['peak_allocated'] / MIB:,.0f} | {r['step_ms'] / ref['step_ms']:.2f} "
+              f"| {r['peak_allocated'] / MIB:,.0f} | {r['peak_reserved'] / MIB:,.0f} |{cell}"
+              f" {r['step_ms'] / ref['step_ms']:.2f} "
               f"| {r['peak_allocated'] / ref['peak_allocated']:.2f} |")
     torch = [r for r in reports if "torch" in r]
     if torch:
