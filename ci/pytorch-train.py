@@ -69,15 +69,31 @@ import sys
 import time
 import warnings
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-import torch.nn.functional as F
-import torch.profiler
-from torch.multiprocessing.reductions import StorageWeakRef
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.parallel import DistributedDataParallel
-from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+def conf_from_argv(argv):
+    """--conf's value, read before torch loads: PyTorch takes the allocator's backend
+    (backend:cudaMallocAsync) from PYTORCH_CUDA_ALLOC_CONF when it is imported, the other
+    keys when CUDA starts."""
+    for i, arg in enumerate(argv):
+        if arg == "--conf" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--conf="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+if conf_from_argv(sys.argv[1:]) is not None:
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = conf_from_argv(sys.argv[1:])
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import torch.profiler  # noqa: E402
+from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts  # noqa: E402
 
 # The profiler that counts the attention calls warns, once, that it keeps only the
 # current cycle's events (all it reads); the warning names the interpreter's path.

@@ -123,8 +123,12 @@ impl Graph {
             None => GraphPool::new(&self.device)?,
         };
         // The capture stream's matrix-product workspace, from the cache now rather than
-        // from the graph's pool during the capture.
-        self.device.ensure_stream_gemm_workspace(&self.stream)?;
+        // from the graph's pool during the capture, where products have run before (the
+        // warm-up of a captured step); a region that never multiplies takes none, as in
+        // PyTorch, whose workspaces come with a stream's first product.
+        if self.device.has_gemm_workspace() {
+            self.device.ensure_stream_gemm_workspace(&self.stream)?;
+        }
         // Whatever ran before is done: the capture records only the region. Then, as
         // `torch.cuda.graph` does, the cache goes back to the driver, so that the
         // graph's pool can take what the region needs.

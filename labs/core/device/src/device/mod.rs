@@ -338,6 +338,11 @@ impl Device {
     }
     // ANCHOR_END: gemm_workspace
 
+    /// Whether the matrix products' workspace has been lent (a product has run).
+    pub fn has_gemm_workspace(&self) -> bool {
+        self.inner.gemm_workspace.lock().unwrap().block.is_some()
+    }
+
     /// [`Device::ensure_gemm_workspace`] for another stream than the default one: its
     /// own workspace, lent from the caching allocator once, before its first product
     /// (a graph lends its capture stream one before capturing, so that the workspace
