@@ -170,6 +170,7 @@ wanted() { [ -z "$only" ] || [ "${1%%/*}" = "$only" ]; }
 # own header.
 script() {
   local file=$out/$1.txt line=$2
+  wanted "$1" || return 0
   mkdir -p "$(dirname "$file")"
   { echo "\$ ${line//\{ci\}/ci}$note"; cat "$(output_of "$line")"; } >"$file"
   echo "wrote $file"
@@ -258,7 +259,7 @@ gpu)
   # The log run.sh keeps for one line of commands.txt.
   output_of() {
     local log
-    log="$logs/$(echo "$1" | tr -c 'A-Za-z0-9._-' '_').log"
+    log="$logs/$(echo "$1" | tr -c 'A-Za-z0-9._-' '_' | cut -c1-200).log"
     [ -f "$log" ] || { echo "no log for '$1' in $logs" >&2; exit 1; }
     echo "$log"
   }
@@ -342,12 +343,7 @@ gpu)
   script lab-10/graph-tutorial-gpu "python3 {ci}/step-table.py graph-tutorial-labs.json graph-tutorial-labs-graph.json graph-tutorial-eager.json graph-tutorial-pytorch-graph.json"
   script lab-10/graph-gpt2-gpu "python3 {ci}/step-table.py step-labs.json graph-gpt2-labs-graph.json step-eager.json graph-gpt2-pytorch-graph.json"
   script lab-13/async-step-gpu "python3 {ci}/step-table.py graph-tutorial-labs.json async-tutorial-labs.json graph-tutorial-eager.json async-tutorial-pytorch.json"
-  whole lab-13/async-replay-gpu \
-    "lab-02 replay {data}/traces/resnet50_fp32.trace.csv.gz --device cuda --json --conf backend:cudaMallocAsync --pytorch {ci}/pytorch-replay.py" \
-    "lab-02 replay {data}/traces/gpt2_fp32.trace.csv.gz --device cuda --json --conf backend:cudaMallocAsync --pytorch {ci}/pytorch-replay.py" \
-    "lab-02 replay {data}/traces/gpt2_varlen.trace.csv.gz --device cuda --json --conf backend:cudaMallocAsync --pytorch {ci}/pytorch-replay.py" \
-    "lab-02 replay {data}/traces/seed_transformer_b64.trace.csv.gz --device cuda --json --conf backend:cudaMallocAsync --pytorch {ci}/pytorch-replay.py" \
-    "lab-02 replay {data}/traces/seed_transformer_accum4x16.trace.csv.gz --device cuda --json --conf backend:cudaMallocAsync --pytorch {ci}/pytorch-replay.py"
+  script lab-13/async-replay-gpu "python3 {ci}/replay-table.py async-replay-resnet50_fp32.json async-replay-gpt2_fp32.json async-replay-gpt2_varlen.json async-replay-seed_transformer_b64.json async-replay-seed_transformer_accum4x16.json"
   whole lab-10/compare-gpt2-bf16-gpu "lab-03 compare gpt2-bf16-cuda.json gpt2-bf16-pytorch.pickle"
   whole lab-10/compare-tutorial-gpu "lab-03 compare tutorial-cuda.json tutorial-pytorch.pickle"
   whole lab-10/compare-dry-gpu "lab-03 compare gpt2-bf16-dry.json gpt2-bf16-cuda.json"

@@ -69,7 +69,7 @@ cp ci/pytorch-reference.py "$out/ci/"
 # python3 ci/train-compare.py --lab bin/lab-10; torchrun ... ci/pytorch-collectives.py.
 cp ci/pytorch-train.py ci/pytorch-replay.py ci/train-compare.py ci/pytorch-collectives.py \
    ci/data-parallel-scaling.py ci/zero-ladder.py ci/fit-table.py ci/step-table.py ci/json_report.py \
-   ci/pytorch-fixtures.py ci/pytorch-graphs.py "$out/ci/"
+   ci/pytorch-fixtures.py ci/pytorch-graphs.py ci/replay-table.py "$out/ci/"
 cp -r book/snippets "$out/book/snippets"
 cp ci/run.sh "$out/run.sh"
 chmod +x "$out/run.sh"
