@@ -26,4 +26,5 @@ del again
 torch.cuda.empty_cache()
 show("freed, empty_cache")
 stats = torch.cuda.memory_stats()
-print("num_device_alloc:", stats.get("num_device_alloc"), "  num_device_free:", stats.get("num_device_free"))
+print("num_device_alloc:", stats.get("num_device_alloc"),
+      "  num_device_free:", stats.get("num_device_free"))

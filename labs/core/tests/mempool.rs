@@ -365,6 +365,53 @@ fn out_of_memory_counts_what_private_pools_hold() {
     assert!(!e.contains("private pools"), "{e}");
 }
 
+#[test]
+fn a_pool_that_lends_on_out_of_memory_serves_the_default_pool_and_gets_its_block_back() {
+    // Under expandable segments too: the pool's idle pages are its own, never recycled
+    // for the default pool's growth.
+    for conf in CONFIGS {
+        for lends in [false, true] {
+            let (device, stream, a) = setup(conf);
+            let pool = a.create_pool_with(lends);
+            // 32 MiB made in the pool, then freed: a free block that only the pool uses.
+            let x = in_pool(&a, pool, 32 * MIB, &stream);
+            let pool_ptr = x.ptr();
+            a.free(x).unwrap();
+            // A cap at what is reserved: the default pool cannot grow any more.
+            let total = device.properties().unwrap().total_memory;
+            a.set_memory_fraction(a.memory_reserved() as f64 / total as f64)
+                .unwrap();
+            let result = a.malloc(16 * MIB, &stream);
+            if !lends {
+                let e = match result {
+                    Ok(y) => panic!(
+                        "{conf:?}: served at {:#x} (pool's block {pool_ptr:#x}), pool {:?}, reserved {}",
+                        y.ptr(),
+                        a.pool_of(&y),
+                        a.memory_reserved()
+                    ),
+                    Err(e) => e.to_string(),
+                };
+                assert!(e.contains("out of memory"), "{conf:?}: {e}");
+                continue;
+            }
+            let y = result.unwrap_or_else(|e| panic!("{conf:?}: {e}"));
+            // The block is the pool's: taken from its free memory, counted in it.
+            assert_eq!(a.pool_of(&y).unwrap(), pool, "{conf:?}");
+            assert_eq!(y.ptr(), pool_ptr, "{conf:?}");
+            assert_eq!(a.pool_stats(pool).unwrap().allocated, 16 * MIB as u64);
+            assert_eq!(a.stats().num_ooms, 0, "{conf:?}");
+            // Freed, it goes back to the pool, whose scope finds it again.
+            a.free(y).unwrap();
+            assert_eq!(a.pool_stats(pool).unwrap().allocated, 0);
+            let z = in_pool(&a, pool, 32 * MIB, &stream);
+            assert_eq!(z.ptr(), pool_ptr, "{conf:?}");
+            a.free(z).unwrap();
+            a.check_invariants().unwrap();
+        }
+    }
+}
+
 /// Snapshots give each segment its pool, as PyTorch's `segment_pool_id`: `(0, 0)` for
 /// the default pool, `(0, n)` for the n-th pool; the JSON keeps it.
 #[test]

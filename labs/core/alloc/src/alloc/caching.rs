@@ -241,6 +241,22 @@ impl State {
         requested: u64,
         category: Category,
     ) -> Result<Allocation> {
+        self.try_malloc_in(be, key, stream, rounded, requested, category, true)
+    }
+
+    /// [`State::try_malloc`], or with `grow` false only from the free blocks of `key`
+    /// (an out-of-memory error without one that fits).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn try_malloc_in(
+        &mut self,
+        be: &dyn MemoryBackend,
+        key: PoolKey,
+        stream: u64,
+        rounded: u64,
+        requested: u64,
+        category: Category,
+        grow: bool,
+    ) -> Result<Allocation> {
         let id = match self.find_free(key, rounded) {
             Some((id, 0)) => {
                 self.unlist_free(key, id);
@@ -250,7 +266,8 @@ impl State {
                 self.unlist_free(key, id);
                 self.split_off_head(key, id, offset)
             }
-            None => self.new_segment(be, key, stream, rounded)?,
+            None if grow => self.new_segment(be, key, stream, rounded)?,
+            None => return Err(self.out_of_memory(requested)),
         };
         let seg_index = self.blocks[id].segment;
         let expandable = self.segments[seg_index as usize].expandable;

@@ -76,6 +76,9 @@ pub(crate) struct PrivatePool {
     pub lanes: Vec<u32>,
     /// Its live segments.
     pub segments: u64,
+    /// Lends its free blocks to a request of the default pool that would otherwise
+    /// run out of memory (PyTorch's `MemPool(use_on_oom=True)`).
+    pub use_on_oom: bool,
 }
 
 /// While alive, the calling thread's allocations on the allocator go to a private pool
@@ -160,6 +163,24 @@ impl State {
             stream: lane,
             pool: key.pool,
         })
+    }
+
+    /// The lanes of the live pools that lend on out-of-memory, for the stream of
+    /// `key` (a default-pool key), as keys of the same size class.
+    pub(super) fn lending_lanes(&self, key: PoolKey) -> Vec<PoolKey> {
+        if self.lane_pools[key.stream as usize] != 0 {
+            return Vec::new(); // a private pool's own request borrows from nobody
+        }
+        let handle = self.streams[key.stream as usize];
+        (self.pools.iter())
+            .filter(|p| p.use_on_oom && !p.released)
+            .flat_map(|p| p.lanes.iter().copied())
+            .filter(|&l| self.streams[l as usize] == handle)
+            .map(|l| PoolKey {
+                stream: l,
+                pool: key.pool,
+            })
+            .collect()
     }
 
     /// Whether some stream's allocations go to a pool now: a graph is being captured.
@@ -461,8 +482,19 @@ impl Allocator {
     /// A new private pool (PyTorch's `torch.cuda.MemPool()`): empty until a thread
     /// allocates to it.
     pub fn create_pool(&self) -> MemPoolId {
+        self.create_pool_with(false)
+    }
+
+    /// A new private pool that, with `use_on_oom`, lends its free blocks to a request
+    /// of the default pool that would otherwise run out of memory, once the cache has
+    /// been given back (PyTorch's `torch.cuda.MemPool(use_on_oom=True)`). A lent block
+    /// stays the pool's: freed, it goes back to the pool.
+    pub fn create_pool_with(&self, use_on_oom: bool) -> MemPoolId {
         let mut st = self.lock();
-        st.pools.push(PrivatePool::default());
+        st.pools.push(PrivatePool {
+            use_on_oom,
+            ..PrivatePool::default()
+        });
         MemPoolId(st.pools.len() as u64)
     }
 

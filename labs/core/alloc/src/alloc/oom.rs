@@ -60,6 +60,14 @@ impl State {
                     Attempt::AfterReleasingCache
                 }
                 _ => {
+                    // Last, a pool that lends on out-of-memory (`use_on_oom`) may have
+                    // a free block that fits.
+                    for lane in self.lending_lanes(key) {
+                        match self.try_malloc_in(be, lane, stream, rounded, size, category, false) {
+                            Err(e) if e.is_out_of_memory() => {}
+                            result => return result,
+                        }
+                    }
                     self.stats.num_ooms += 1;
                     self.note(TraceAction::Oom, 0, size, stream);
                     return Err(self.out_of_memory_report(be, size));

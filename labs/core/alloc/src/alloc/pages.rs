@@ -350,10 +350,16 @@ impl State {
 
     /// Bytes of mapped memory no block uses (what recycling could take back).
     fn idle_bytes(&self) -> u64 {
-        (self.segments.iter())
-            .filter(|s| s.alive && s.expandable)
-            .map(|s| self.pages.idle_bytes(s))
+        (self.segments.iter().enumerate())
+            .filter(|(i, s)| s.alive && s.expandable && !self.in_private_pool(*i as u32))
+            .map(|(_, s)| self.pages.idle_bytes(s))
             .sum()
+    }
+
+    /// Whether segment `s` belongs to a live private pool, whose idle pages no other
+    /// request may take (`mempool.rs`).
+    fn in_private_pool(&self, s: u32) -> bool {
+        !self.pools.is_empty() && self.in_live_pool(self.segments[s as usize].key)
     }
 
     /// Maps pages `first..end` of segment `s` (all unmapped, all with users) as one
@@ -497,6 +503,12 @@ impl State {
     ) -> Result<bool> {
         loop {
             while let Some((s, h)) = self.pages.idle.pop_last() {
+                if self.in_private_pool(s) {
+                    // A live private pool's pages are its own: a graph's replays write
+                    // its free blocks.
+                    kept.push((s, h));
+                    continue;
+                }
                 let epoch = self.pages.epoch;
                 if self.idle_head(s, h).is_some()
                     && !(self.pages).idle_long_enough(&self.segments[s as usize], h as usize)
@@ -523,7 +535,8 @@ impl State {
             let mut dirty = std::mem::take(&mut self.pages.idle_dirty);
             dirty.retain(|&(s, h)| self.idle_head(s, h).is_some());
             let old_enough = dirty.iter().any(|&(s, h)| {
-                (self.pages).idle_long_enough(&self.segments[s as usize], h as usize)
+                !self.in_private_pool(s)
+                    && (self.pages).idle_long_enough(&self.segments[s as usize], h as usize)
             });
             if !old_enough {
                 // Nothing idle long enough (or nothing idle at all): no epoch to close.
