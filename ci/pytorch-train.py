@@ -82,8 +82,8 @@ def conf_from_argv(argv):
     return None
 
 
-if conf_from_argv(sys.argv[1:]) is not None:
-    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = conf_from_argv(sys.argv[1:])
+if (_conf := conf_from_argv(sys.argv[1:])) is not None:
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = _conf
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402

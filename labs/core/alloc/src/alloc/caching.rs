@@ -231,23 +231,11 @@ impl State {
         self.malloc_with_retries(be, key, stream, rounded, size, category)
     }
 
-    /// One attempt at a request: best fit, else a new segment; split; map its pages.
-    pub(super) fn try_malloc(
-        &mut self,
-        be: &dyn MemoryBackend,
-        key: PoolKey,
-        stream: u64,
-        rounded: u64,
-        requested: u64,
-        category: Category,
-    ) -> Result<Allocation> {
-        self.try_malloc_in(be, key, stream, rounded, requested, category, true)
-    }
-
-    /// [`State::try_malloc`], or with `grow` false only from the free blocks of `key`
-    /// (an out-of-memory error without one that fits).
+    /// One attempt at a request: best fit, else (with `grow`) a new segment; split; map
+    /// its pages. Without `grow`, only a free block of `key` serves it (an
+    /// out-of-memory error without one that fits).
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn try_malloc_in(
+    pub(super) fn try_malloc(
         &mut self,
         be: &dyn MemoryBackend,
         key: PoolKey,

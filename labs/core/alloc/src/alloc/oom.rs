@@ -39,7 +39,7 @@ impl State {
     ) -> Result<Allocation> {
         let mut attempt = Attempt::First;
         loop {
-            match self.try_malloc(be, key, stream, rounded, size, category) {
+            match self.try_malloc(be, key, stream, rounded, size, category, true) {
                 Err(e) if e.is_out_of_memory() => {}
                 result => return result,
             }
@@ -63,7 +63,7 @@ impl State {
                     // Last, a pool that lends on out-of-memory (`use_on_oom`) may have
                     // a free block that fits.
                     for lane in self.lending_lanes(key) {
-                        match self.try_malloc_in(be, lane, stream, rounded, size, category, false) {
+                        match self.try_malloc(be, lane, stream, rounded, size, category, false) {
                             Err(e) if e.is_out_of_memory() => {}
                             result => return result,
                         }

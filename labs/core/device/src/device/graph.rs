@@ -94,9 +94,9 @@ impl Graph {
     /// recorded instead of run, and every allocation it makes there comes from `pool`
     /// (a new pool of the graph's own when `None`). Returns what `region` returned. An
     /// error of `region`, or a call the capture forbids (synchronising, reading values
-    /// on the host), ends the capture and is returned; the graph
-    /// then has nothing to replay and may capture again. Once a capture has succeeded,
-    /// the graph captures no more.
+    /// on the host), ends the capture and is returned; the graph then has nothing to
+    /// replay and may capture again. Once a capture has succeeded, the graph captures no
+    /// more.
     pub fn capture<R, E: From<Error>>(
         &mut self,
         pool: Option<&GraphPool>,
