@@ -573,6 +573,77 @@ fn zero3_trains_as_ddp_with_a_share_of_every_parameter() {
 }
 
 #[test]
+fn zero3_on_one_rank_of_the_device_under_test_updates_each_parameter_as_plain_training() {
+    // One rank of the device under test (the GPU with LABS_DEVICE=cuda): gathering,
+    // freeing and gathering again, the gradients copied into a unit and reduce-scattered
+    // into the shard, must leave every parameter as a step without ZeRO-3 does. SGD's
+    // update is the gradient times the rate, so a parameter whose gradient went wrong
+    // shows by name (Adam would turn rounding noise into steps of its own).
+    use labs_train::DataParallel;
+    use std::sync::Arc;
+    let _s = serial();
+    let device = test_device();
+    // lab-10's test model too: twelve blocks of width 64 over a vocabulary of 256.
+    let wider = TrainConfig {
+        d_model: 64,
+        ffn: 256,
+        layers: 12,
+        vocab: 256,
+        ..small_gpt2()
+    };
+    for (base, accum) in [(small_gpt2(), 1), (small_gpt2(), 2), (wider, 2)] {
+        let c = TrainConfig {
+            layers: base.layers.max(3),
+            dropout: 0.0,
+            accum,
+            steps: 2,
+            ..base
+        };
+        let mut plain = Trainer::new(&c, &device).unwrap();
+        let comm = labs_core::dist::group(std::slice::from_ref(&device))
+            .unwrap()
+            .pop()
+            .unwrap();
+        let mut zero =
+            Trainer::data_parallel(&c, &device, Arc::new(comm), DataParallel::Zero3).unwrap();
+        for step in 0..c.steps {
+            plain.step(step).unwrap();
+            zero.step(step).unwrap();
+        }
+        let names: Vec<String> = plain
+            .model
+            .module()
+            .named_parameters()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        let (a, b) = (
+            plain.full_parameters().unwrap(),
+            zero.full_parameters().unwrap(),
+        );
+        let mut wrong = Vec::new();
+        for ((name, a), b) in names.iter().zip(&a).zip(&b) {
+            let (a, b) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+            let worst = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).abs() / x.abs().max(1e-3))
+                .fold(0f32, f32::max);
+            if worst > 1e-5 {
+                wrong.push(format!("{name} (relative {worst:.2e})"));
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "{} layers, accum {accum}: ZeRO-3 on one rank of {device} differs from plain \
+             training in {}",
+            c.layers,
+            wrong.join(", ")
+        );
+    }
+}
+
+#[test]
 fn a_step_captured_as_a_graph_trains_as_the_eager_step_does() {
     let _serial = serial();
     let device = test_device();
