@@ -63,6 +63,9 @@ sub resolve {
     my ($file, $spec) = @_;
     my ($key, $format) = split /\s*;\s*/, $spec, 2;
     $key =~ s/^\s+|\s+$//g;
+    # In a Markdown table a pipe inside the directive is escaped (\|), as in any cell;
+    # it means the same key (a regular expression's \| keeps its own meaning).
+    $key =~ s/\\\|/|/g unless $key =~ m{(?:^|>>\s*)/};
     return (undef, "no such file") unless -f $file;
     open my $fh, '<:encoding(UTF-8)', $file or return (undef, "cannot read it: $!");
     local $/ = "\n";
@@ -285,6 +288,9 @@ EOF
         ['a.txt: second device call ; %.0f', '8 µs'],
         ['a.txt: 20.00 MiB | free', '48.3 µs'],
         ['a.txt: 20.00 MiB | 2', '41.2 µs'],
+        ['a.txt: 20.00 MiB \\| free', '48.3 µs'],
+        ['a.txt: expandable_segments:True >> peak reserved \\| 2', '230.00 MiB'],
+        ['a.txt: /^\\|  20.00 MiB \\| +([\\d.]+ µs)/', '41.2 µs'],
         ['a.txt: /copy ([\d.]+ ms)/', '1.213 ms'],
         ['a.txt: expandable_segments:True >> peak reserved | 2', '230.00 MiB'],
         ['a.txt: expandable_segments:False >> peak reserved | 3', '(1.044x requested)'],

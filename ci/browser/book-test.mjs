@@ -18,6 +18,8 @@
 //     of an .svg (font-size x drawn width / viewBox width, from the file) and an inline
 //     SVG such as a diagram (font-size x the SVG's scale on the screen);
 //   - a search that finds nothing, or whose teasers show diagram source;
+//   - a page of either edition (the Chinese one in zh-CN/, where it was built) without a
+//     language switch to the same page in the other;
 //   - a snapshot viewer whose peak is not lab-03 summary's;
 //   - a calculator whose peaks are not `lab-10 --dry-run`'s ($LAB10) to the byte, that
 //     answers GPT-2 small slower than 2 s, or that meets bad input with anything but
@@ -134,6 +136,8 @@ const pages = (await htmlPages(bookDir))
   .map((f) => path.relative(bookDir, f))
   .filter((f) => f !== "print.html" && f !== "toc.html")
   .sort();
+// The Chinese edition, where it was built, lives in zh-CN/ beside the English root.
+const hasEditions = pages.some((p) => p.startsWith("zh-CN/"));
 const htmlCache = new Map();
 async function pageHtml(rel) {
   if (!htmlCache.has(rel)) {
@@ -242,6 +246,8 @@ for (const rel of pages) {
     });
     // Links in the prose, and links in diagrams (mermaid's `click` writes xlink:href).
     const XLINK = "http://www.w3.org/1999/xlink";
+    out.menuBar = document.querySelector(".right-buttons") !== null;
+    out.languageSwitch = document.querySelector("a.language-switch")?.getAttribute("href") ?? null;
     document.querySelectorAll("#mdbook-content a, main a").forEach((a) => {
       const href = a.getAttribute("href") ?? a.getAttributeNS(XLINK, "href");
       if (href !== null && !out.links.includes(href)) out.links.push(href);
@@ -297,6 +303,19 @@ for (const rel of pages) {
     if (d.hiddenTitle) problem(rel, `diagram ${d.i + 1}: the title "${d.hiddenTitle}" is drawn under other boxes`);
   }
   for (const img of report.images) if (!img.ok) problem(rel, `image ${img.src} did not load`);
+  // The language switch leads to this page in the other edition (zh-CN/ beside the
+  // English root), where there is one.
+  if (hasEditions && report.menuBar) {
+    const other = rel.startsWith("zh-CN/") ? rel.slice("zh-CN/".length) : `zh-CN/${rel}`;
+    if (!report.languageSwitch) {
+      problem(rel, "no language switch in the menu bar");
+    } else {
+      const url = new URL(report.languageSwitch, `${origin}/${rel}`);
+      const target = decodeURIComponent(url.pathname).replace(/^\//, "");
+      if (target !== other) problem(rel, `the language switch leads to ${target}, not ${other}`);
+      else if ((await pageHtml(target)) === null) problem(rel, `the language switch leads to a missing ${target}`);
+    }
+  }
   for (const p of await page.evaluate(measurePres)) {
     if (p.wrap) problem(rel, `${where(p)} wraps its lines (white-space: ${p.wrap}): "${p.line}"`);
     if (p.scroll > 1) {
