@@ -4,8 +4,9 @@
 // edition's root, and the edition's language on <html lang>.
 (function () {
   const chinese = document.documentElement.lang === "zh-CN";
+  // Against the page's base: the 404 page has <base href> at its edition's root.
   const root = new URL(typeof path_to_root === "string" && path_to_root ? path_to_root : "./",
-    location.href);
+    document.baseURI);
   let page = location.pathname.startsWith(root.pathname)
     ? location.pathname.slice(root.pathname.length)
     : "";

@@ -119,18 +119,23 @@ def parse(lines):
 
 
 def is_heading(entry, src_root):
-    """Whether the English message is a heading: its source line starts with '#'."""
-    for ref in entry.sources:
+    """Whether the English message is a section heading (##, ###, …) wherever it
+    appears: its id is what links name. A chapter's title (#) is linked by its page, and
+    its text is also the table of contents' entry, where an id would show."""
+    refs = entry.sources
+    if not refs:
+        return False
+    for ref in refs:
         path, _, line = ref.rpartition(":")
         full = os.path.join(src_root, path)
         if not line.isdigit() or not os.path.exists(full):
-            continue
+            return False
         with open(full, encoding="utf-8") as f:
             text = f.read().split("\n")
         n = int(line) - 1
-        if 0 <= n < len(text) and re.match(r"^#{1,6}\s", text[n]):
-            return True
-    return False
+        if not (0 <= n < len(text) and re.match(r"^#{2,6}\s", text[n])):
+            return False
+    return True
 
 
 def heading_id(msgid):
@@ -186,6 +191,8 @@ def problems_of(entry, heading):
             if extra:
                 parts.append("added " + ", ".join(repr(k) for k in extra))
             out.append(f"{what}: " + "; ".join(parts))
+    if not heading and HEADING_ID.search(entry.msgstr) and not HEADING_ID.search(a):
+        out.append("an id {#…} on a message that is not a section heading everywhere")
     if heading:
         want = heading_id(a)
         m = HEADING_ID.search(entry.msgstr)
@@ -197,21 +204,28 @@ def problems_of(entry, heading):
 
 
 def fix_headings(path, src_root):
+    """Gives each translated section heading its English id, and takes an id off a
+    translation that is not a section heading everywhere it is used."""
     with open(path, encoding="utf-8") as f:
         lines = f.readlines()
     fixed = 0
     for e in reversed(parse(lines)):
-        if not e.msgstr or not e.msgid or e.obsolete or HEADING_ID.search(e.msgstr):
+        if not e.msgstr or not e.msgid or e.obsolete or "\n" in e.msgid:
             continue
-        if "\n" in e.msgid or not is_heading(e, src_root):
+        heading = is_heading(e, src_root)
+        has_id = HEADING_ID.search(e.msgstr) and not HEADING_ID.search(e.msgid)
+        if heading and not has_id:
+            new = f"{e.msgstr.rstrip()} {{#{heading_id(e.msgid)}}}"
+        elif has_id and not heading:
+            new = HEADING_ID.sub("", e.msgstr)
+        else:
             continue
-        new = f"{e.msgstr.rstrip()} {{#{heading_id(e.msgid)}}}"
         start, end = e.msgstr_lines
         lines[start:end] = [f'msgstr "{quote(new)}"\n']
         fixed += 1
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(lines)
-    print(f"{path}: {fixed} headings given their English ids")
+    print(f"{path}: {fixed} headings given their English ids, or other messages freed of one")
 
 
 def count(entries):

@@ -131,10 +131,11 @@ function measurePres() {
 }
 const where = (p) => `<pre> ${p.n} (${p.kind}${p.heading ? `, under "${p.heading}"` : ""})`;
 
-// Every page but the one-page print version (the same content, checked page by page).
+// Every page but the one-page print version (the same content, checked page by page) and
+// the table of contents' frame, of each edition.
 const pages = (await htmlPages(bookDir))
   .map((f) => path.relative(bookDir, f))
-  .filter((f) => f !== "print.html" && f !== "toc.html")
+  .filter((f) => !["print.html", "toc.html"].includes(path.basename(f)))
   .sort();
 // The Chinese edition, where it was built, lives in zh-CN/ beside the English root.
 const hasEditions = pages.some((p) => p.startsWith("zh-CN/"));

@@ -1,9 +1,14 @@
 #!/usr/bin/env perl
-# An mdBook preprocessor for the translated edition, run after gettext: puts back the
-# directives ({{#figure …}}, {{#include …}}) exactly as the English source writes them.
-# The translation tools carry each paragraph through a Markdown parser and back, which
-# rewrites the punctuation of a directive's text as if it were prose: a regular
-# expression's `[`, `]` and `\` gain escapes, a pair of `*` becomes `_`. A directive of
+# An mdBook preprocessor for a translated edition, run after gettext, that undoes two
+# rewrites of the translation tools, which carry each paragraph through a Markdown
+# parser and back:
+#
+# - Emphasis comes back as `_text_`, which CommonMark does not read as emphasis between
+#   Chinese characters (an underscore inside a word is a letter): it is written `*text*`
+#   again, outside code.
+# - A directive's text ({{#figure …}}, {{#include …}}) is rewritten as if it were prose:
+#   a regular expression's `[`, `]` and `\` gain escapes, a pair of `*` becomes `_`. Each
+#   is put back exactly as the English source writes it. A directive of
 # the translation is replaced by the directive of the English chapter that reads the same
 # once backslashes are dropped and `*` is read as `_`; one that matches no English
 # directive, or several different ones, is left as it is, for the figures and includes
@@ -54,15 +59,48 @@ sub pick {
     return @same == 1 ? $same[0] : $d;
 }
 
+# `_text_` emphasis as `*text*`, outside code spans, fenced blocks, directives, link
+# targets and HTML tags; an underscore inside a word (memory_allocated) is no emphasis.
+sub stars {
+    my ($content) = @_;
+    my ($fence, @out);
+    for my $line (split /\n/, $content, -1) {
+        if ($line =~ /^\s*(```+|~~~+)/) {
+            $fence = defined $fence && $line =~ /^\s*\Q$fence\E\s*$/ ? undef : ($fence // $1);
+            push @out, $line;
+            next;
+        }
+        if (defined $fence) {
+            push @out, $line;
+            next;
+        }
+        my @parts = split /((`+).*?\2|\{\{#[^}]*\}\}|\]\([^)]*\)|<[^>]+>)/, $line;
+        my $text = '';
+        while (@parts) {
+            my $t = shift @parts;
+            $t =~ s/(?<![A-Za-z0-9_`\\])_(?=\S)([^_`{}]*?\S)_(?![A-Za-z0-9_])/*$1*/g;
+            $text .= $t;
+            last unless @parts;
+            my $protected = shift @parts;
+            shift @parts;    # the backticks' own capture
+            $text .= $protected // '';
+        }
+        push @out, $text;
+    }
+    return join "\n", @out;
+}
+
 sub walk {
     my ($items) = @_;
     for my $item (@$items) {
         next unless ref $item eq 'HASH' && exists $item->{Chapter};
         my $ch = $item->{Chapter};
-        $ch->{content} = restore($ch->{content} // '', $ch->{source_path})
+        $ch->{content} = stars(restore($ch->{content} // '', $ch->{source_path}))
             if defined $ch->{source_path};
         walk($ch->{sub_items} // []);
     }
 }
-walk($book->{items} // $book->{sections} // []);
+# The English edition is its source, which nothing rewrote.
+my $language = $ctx->{config}{book}{language} // 'en';
+walk($book->{items} // $book->{sections} // []) unless $language eq 'en';
 print $json->encode($book);
