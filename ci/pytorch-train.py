@@ -160,6 +160,9 @@ def parser():
     p.add_argument("--ffn", type=positive_int,
                    help="dim_feedforward (transformer; gpt2's is 4 * d_model)")
     p.add_argument("--vocab", type=positive_int, help="vocabulary (gpt2)")
+    p.add_argument("--vocab-multiple", type=positive_int, default=1, metavar="N",
+                   help="round the token table and the head up to a multiple of N rows "
+                        "(gpt2; nanoGPT's 50304 is 64); the extra rows are never a token")
     p.add_argument("--dropout", type=float)
     p.add_argument("--batch", type=positive_int, help="the micro-batch")
     p.add_argument("--seq", type=positive_int)
@@ -245,9 +248,13 @@ def parse_config(argv, world_size=1):
                     f"{4 * cfg['d_model']}; leave --ffn out")
         cfg["ffn"] = 4 * cfg["d_model"]
         cfg["n_positions"] = max(cfg["seq"], GPT2_MIN_POSITIONS)
+        m = a.vocab_multiple
+        cfg["vocab_padded"] = -(-cfg["vocab"] // m) * m
     else:
         if a.vocab is not None:
             p.error("--vocab is for --model gpt2 (the transformer reads vectors, not tokens)")
+        if a.vocab_multiple != 1:
+            p.error("--vocab-multiple is for --model gpt2")
         cfg["n_positions"] = None
     if cfg["d_model"] % cfg["nhead"]:
         p.error(f"--d-model {cfg['d_model']} must be divisible by --nhead {cfg['nhead']}")
@@ -336,7 +343,7 @@ def median(xs):
 def gpt2_parameter_count(cfg):
     """`V E + P E + layers (12 E^2 + 13 E) + 2 E`: the head is tied, so not counted."""
     e = cfg["d_model"]
-    return (cfg["vocab"] * e + cfg["n_positions"] * e
+    return (cfg["vocab_padded"] * e + cfg["n_positions"] * e
             + cfg["layers"] * (12 * e * e + 13 * e) + 2 * e)
 
 
@@ -449,7 +456,7 @@ class GPT2(nn.Module):
         super().__init__()
         e = cfg["d_model"]
         self.transformer = nn.ModuleDict({
-            "wte": nn.Embedding(cfg["vocab"], e),
+            "wte": nn.Embedding(cfg["vocab_padded"], e),
             "wpe": nn.Embedding(cfg["n_positions"], e),
             "drop": nn.Dropout(cfg["dropout"]),
             "h": nn.ModuleList(Block(cfg) for _ in range(cfg["layers"])),

@@ -55,6 +55,10 @@ fn sizes_at_the_largest_integer_are_refused_with_their_flag() {
         (vec!["--model", "transformer", "--accum", MAX], "--accum"),
         (vec!["--model", "transformer", "--steps", MAX], "--steps"),
         (vec!["--model", "transformer", "--nproc", MAX], "--nproc"),
+        (
+            vec!["--model", "gpt2", "--vocab-multiple", MAX],
+            "--vocab-multiple",
+        ),
     ] {
         let line = refused(&flags, &[flag]);
         assert!(

@@ -32,6 +32,11 @@ pub struct TrainArgs {
     /// Vocabulary (gpt2, default 50257).
     #[arg(long)]
     pub vocab: Option<usize>,
+    /// Round the token table and the head up to a multiple of N rows (gpt2; nanoGPT's
+    /// 50,304 is 64): the extra rows are never a token or a target, and the head's
+    /// products run on the GPU's fast paths.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub vocab_multiple: usize,
     /// Dropout (default: transformer 0.1, gpt2 0.0).
     #[arg(long)]
     pub dropout: Option<f32>,
@@ -178,6 +183,7 @@ impl TrainArgs {
             layers: self.layers.unwrap_or(d.layers),
             ffn: self.ffn.unwrap_or(ffn),
             vocab: self.vocab.unwrap_or(d.vocab),
+            vocab_multiple: self.vocab_multiple,
             dropout: self.dropout.unwrap_or(d.dropout),
             batch: self.batch,
             seq: self.seq.unwrap_or(d.seq),

@@ -66,6 +66,11 @@ pub struct TrainConfig {
     pub ffn: usize,
     /// The vocabulary (gpt2; unused by the transformer).
     pub vocab: usize,
+    /// The token table and the head have `vocab` rounded up to a multiple of this
+    /// (nanoGPT's and llm.c's 50,304 for GPT-2's 50,257 with 64): products whose width is
+    /// a multiple of 64 run on the GPU's fast paths. The extra rows are never a token or
+    /// a target. 1: the vocabulary as it is.
+    pub vocab_multiple: usize,
     pub dropout: f32,
     /// The micro-batch.
     pub batch: usize,
@@ -124,6 +129,9 @@ pub const OFFLOAD_IN_FLIGHT_BYTES: usize = 32 << 20;
 /// (a warp per row) then have too few rows to keep the GPU busy: the step takes longer.
 pub const CLASSIFIER_CHUNK_ROWS: usize = 2048;
 
+/// The largest `--vocab-multiple`: padding beyond it buys nothing.
+pub const MAX_VOCAB_MULTIPLE: usize = 1 << 16;
+
 impl TrainConfig {
     /// `nn.Transformer`'s defaults: d_model 512, 8 heads, 6 + 6 layers, feed-forward
     /// 2048, dropout 0.1; a batch of 1 sequence of 100.
@@ -135,6 +143,7 @@ impl TrainConfig {
             layers: 6,
             ffn: 2048,
             vocab: 50257,
+            vocab_multiple: 1,
             dropout: 0.1,
             batch: 1,
             seq: 100,
@@ -180,6 +189,13 @@ impl TrainConfig {
         }
     }
 
+    /// The rows of GPT-2's token table and head: `vocab` rounded up to a multiple of
+    /// `vocab_multiple`.
+    pub fn padded_vocab(&self) -> usize {
+        let m = self.vocab_multiple.max(1);
+        self.vocab.div_ceil(m).saturating_mul(m)
+    }
+
     /// GPT-2's position table: `max(seq, 1024)` rows.
     pub fn gpt2_positions(&self) -> usize {
         self.seq.max(1024)
@@ -205,6 +221,15 @@ impl TrainConfig {
         }
         if self.model == ModelKind::Gpt2 && self.vocab == 0 {
             bail!("--vocab must be at least 1");
+        }
+        if self.vocab_multiple == 0 {
+            bail!("--vocab-multiple must be at least 1");
+        }
+        if self.vocab_multiple > MAX_VOCAB_MULTIPLE {
+            bail!(
+                "--vocab-multiple {}: at most {MAX_VOCAB_MULTIPLE}",
+                self.vocab_multiple
+            );
         }
         self.check_sizes()?;
         if !self.d_model.is_multiple_of(self.nhead) {
@@ -270,14 +295,11 @@ impl TrainConfig {
                 12 * square + 4 * ff
             }
             ModelKind::Gpt2 => {
-                bounded(
-                    "the token embedding",
-                    &[("--vocab", self.vocab), d],
-                    PER_PARAMETER,
-                )?;
+                let vocab = ("--vocab", self.vocab.saturating_add(self.vocab_multiple));
+                bounded("the token embedding", &[vocab, d], PER_PARAMETER)?;
                 let positions = ("--seq", self.gpt2_positions());
                 bounded("the position embedding", &[positions, d], PER_PARAMETER)?;
-                bounded("the logits", &[batch, seq, ("--vocab", self.vocab)], 4)?;
+                bounded("the logits", &[batch, seq, vocab], 4)?;
                 12 * square
             }
         };

@@ -163,7 +163,7 @@ impl TrainModel {
             }
             ModelKind::Gpt2 => {
                 let config = Gpt2Config {
-                    vocab: c.vocab,
+                    vocab: c.padded_vocab(),
                     n_positions: c.gpt2_positions(),
                     d_model: c.d_model,
                     n_layer: c.layers,

@@ -573,6 +573,54 @@ fn zero3_trains_as_ddp_with_a_share_of_every_parameter() {
 }
 
 #[test]
+fn a_padded_vocabulary_rounds_the_table_up_and_never_draws_its_extra_rows() {
+    let _s = serial();
+    let device = test_device();
+    let c = TrainConfig {
+        vocab: 50,
+        vocab_multiple: 64,
+        steps: 2,
+        dropout: 0.0,
+        ..small_gpt2()
+    };
+    assert_eq!(c.padded_vocab(), 64);
+    let unpadded = TrainConfig {
+        vocab_multiple: 1,
+        ..c.clone()
+    };
+    let (padded, plain) = (report(&c, &device), report(&unpadded, &device));
+    // The table (and the tied head) has 64 rows of d_model: 14 more than 50.
+    assert_eq!(padded.params, plain.params + 14 * c.d_model);
+    let losses = padded.losses.unwrap();
+    assert!(losses.iter().all(|l| l.is_finite()), "{losses:?}");
+    // The data draws tokens and targets from the real vocabulary alone.
+    for step in 0..3 {
+        let Batch::Tokens { idx, targets } = Batch::random(&c, step, 0, &device).unwrap() else {
+            panic!("GPT-2 trains on tokens");
+        };
+        for t in [idx, targets] {
+            let ids = t.to_vec::<i64>().unwrap();
+            assert!(ids.iter().all(|&i| (0..50).contains(&i)), "{ids:?}");
+        }
+    }
+    // A multiple the vocabulary already is changes nothing.
+    let even = TrainConfig {
+        vocab: 64,
+        ..c.clone()
+    };
+    assert_eq!(even.padded_vocab(), 64);
+    let refused = TrainConfig {
+        vocab_multiple: 0,
+        ..c
+    };
+    assert!(refused
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("--vocab-multiple"));
+}
+
+#[test]
 fn zero3_on_one_rank_of_the_device_under_test_updates_each_parameter_as_plain_training() {
     // One rank of the device under test (the GPU with LABS_DEVICE=cuda): gathering,
     // freeing and gathering again, the gradients copied into a unit and reduce-scattered
