@@ -16,7 +16,8 @@ TAIL = ["Running the lab", "Exercises", "Summary", "Under the hood"]
 
 def sections(text):
     text = re.sub(r"^(```|~~~).*?^\1[^\n]*$", "", text, flags=re.M | re.S)
-    return re.findall(r"^## (.+?)\s*$", text, flags=re.M)
+    # A heading's explicit id ({#summary}) is no part of its title.
+    return re.findall(r"^## (.+?)\s*(?:\{#[\w-]+\})?\s*$", text, flags=re.M)
 
 
 def main():
