@@ -30,10 +30,23 @@ def allocator(r):
     return ""
 
 
+def padding(c):
+    """`, vocabulary 50,304` where GPT-2's table is padded past its vocabulary
+    (--vocab-multiple): the labs give the multiple, the twin the padded size."""
+    vocab = c.get("vocab")
+    if not isinstance(vocab, int):
+        return ""
+    padded = c.get("vocab_padded")
+    if padded is None:
+        m = c.get("vocab_multiple") or 1
+        padded = -(-vocab // m) * m
+    return f", vocabulary {padded:,}" if padded != vocab else ""
+
+
 def name(r):
     """labs, labs with the fused classifier, PyTorch eager, PyTorch torch.compile (mode)."""
     c = r.get("config", {})
-    graph = (", CUDA graph" if c.get("graph") else "") + allocator(r)
+    graph = (", CUDA graph" if c.get("graph") else "") + allocator(r) + padding(c)
     if "torch" in r:
         mode = c.get("compile", "none")
         how = "eager" if mode == "none" else f"torch.compile ({mode})"
