@@ -19,6 +19,7 @@ import os
 import re
 import sys
 from collections import Counter
+from functools import lru_cache
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from importlib import import_module
@@ -118,6 +119,15 @@ def parse(lines):
     return entries
 
 
+@lru_cache(maxsize=None)
+def source_lines(path):
+    """A source file's lines, read once; None where there is no such file."""
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return f.read().split("\n")
+
+
 def is_heading(entry, src_root):
     """Whether the English message is a section heading (##, ###, …) wherever it
     appears: its id is what links name. A chapter's title (#) is linked by its page, and
@@ -127,11 +137,9 @@ def is_heading(entry, src_root):
         return False
     for ref in refs:
         path, _, line = ref.rpartition(":")
-        full = os.path.join(src_root, path)
-        if not line.isdigit() or not os.path.exists(full):
+        text = source_lines(os.path.join(src_root, path))
+        if not line.isdigit() or text is None:
             return False
-        with open(full, encoding="utf-8") as f:
-            text = f.read().split("\n")
         n = int(line) - 1
         if not (0 <= n < len(text) and re.match(r"^#{2,6}\s", text[n])):
             return False

@@ -295,7 +295,7 @@ impl TrainConfig {
                 12 * square + 4 * ff
             }
             ModelKind::Gpt2 => {
-                let vocab = ("--vocab", self.vocab.saturating_add(self.vocab_multiple));
+                let vocab = ("--vocab", self.padded_vocab());
                 bounded("the token embedding", &[vocab, d], PER_PARAMETER)?;
                 let positions = ("--seq", self.gpt2_positions());
                 bounded("the position embedding", &[positions, d], PER_PARAMETER)?;
